@@ -1,0 +1,42 @@
+# Two commands do all the set-up: `make report` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# PyPI's torch 2.13.0 is a CUDA build on Linux x86-64; override for another, e.g.
+#   make report TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cu128"
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: report test test-gpu lab lint clean install
+
+$(BIN)/python:
+	$(PY) -c 'import sys; assert sys.version_info >= (3, 10), "h2dlab needs Python >= 3.10"'
+	$(PY) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -c 'import torch' 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH_SPEC)
+	$(BIN)/python -m pip install -q -e '.[notebooks,test]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name h2dlab --display-name "h2dlab (Python)" >/dev/null
+	touch $(STAMP)
+
+install: $(STAMP)
+
+report: $(STAMP)
+	$(BIN)/h2dlab report
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -m cuda tests/gpu
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=notebooks
+
+lint: $(STAMP)
+	$(BIN)/ruff check h2dlab tests benchmarks
+	$(BIN)/ruff format --check h2dlab tests benchmarks
+
+clean:
+	rm -rf $(VENV) reports .pytest_cache

@@ -1,0 +1,172 @@
+"""The machine fingerprint stored beside every run."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from h2dlab import SCHEMA_VERSION, __version__
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _cpu_model() -> str | None:
+    text = _read("/proc/cpuinfo") or ""
+    for line in text.splitlines():
+        if line.lower().startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or None
+
+
+def _numa_nodes() -> int | None:
+    nodes = Path("/sys/devices/system/node")
+    if not nodes.is_dir():
+        return None
+    return len([p for p in nodes.glob("node[0-9]*")]) or None
+
+
+def _thp() -> str | None:
+    text = _read("/sys/kernel/mm/transparent_hugepage/enabled")
+    if text and "[" in text:
+        return text.split("[", 1)[1].split("]", 1)[0]
+    return text
+
+
+def _mem_total_gib() -> float | None:
+    for line in (_read("/proc/meminfo") or "").splitlines():
+        if line.startswith("MemTotal:"):
+            return round(int(line.split()[1]) / 2**20, 1)
+    return None
+
+
+def _git_commit() -> str | None:
+    here = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=5, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = out.stdout.strip()
+    return commit if len(commit) == 40 else None
+
+
+def _pcie(index: int) -> dict[str, Any]:
+    """PCIe link of GPU ``index`` from nvidia-ml-py; empty when unavailable."""
+    try:
+        import pynvml  # optional: nvidia-ml-py
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        info = {
+            "pcie_gen_current": pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h),
+            "pcie_gen_max": pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h),
+            "pcie_width_current": pynvml.nvmlDeviceGetCurrPcieLinkWidth(h),
+            "pcie_width_max": pynvml.nvmlDeviceGetMaxPcieLinkWidth(h),
+            "driver_version": pynvml.nvmlSystemGetDriverVersion(),
+        }
+        try:  # the generation the GPU itself supports (the link may idle lower)
+            info["pcie_gen_device_max"] = pynvml.nvmlDeviceGetGpuMaxPcieLinkGeneration(h)
+        except Exception:  # noqa: BLE001 - older drivers lack it
+            pass
+        for k, v in list(info.items()):
+            if isinstance(v, bytes):
+                info[k] = v.decode()
+        return info
+    except Exception:  # noqa: BLE001 - NVML missing or refusing: fields stay null
+        return {}
+
+
+# PCIe x16 payload bandwidth on paper, GB/s per direction, by generation.
+PCIE_X16_GBPS = {3: 15.75, 4: 31.5, 5: 63.0, 6: 121.0}
+
+
+def collect_env(
+    device_index: int | None = None, argv: list[str] | None = None, gpu: bool = True
+) -> dict[str, Any]:
+    """Return the machine fingerprint as a JSON-ready dict.
+
+    Works on a CPU-only machine: the GPU fields are then ``None``.
+
+    Parameters
+    ----------
+    device_index
+        Which CUDA device to describe (default: the current one).
+    argv
+        The command line to record (default: ``sys.argv``).
+    gpu
+        Query the GPU. False leaves the GPU fields null and does not start CUDA
+        (the forum protocol must start it inside its first timed step).
+    """
+    env: dict[str, Any] = {
+        "h2dlab_version": __version__,
+        "schema_version": SCHEMA_VERSION,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join(argv if argv is not None else sys.argv),
+        "git_commit": _git_commit(),
+        "hostname": platform.node(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "numa_nodes": _numa_nodes(),
+        "mem_total_gib": _mem_total_gib(),
+        "transparent_hugepages": _thp(),
+        "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        "torch": None,
+        "cuda_runtime": None,
+        "cuda_available": False,
+        "gpu_name": None,
+        "gpu_count": 0,
+        "gpu_memory_gib": None,
+        "driver_version": None,
+        "pcie_gen_current": None,
+        "pcie_gen_max": None,
+        "pcie_gen_device_max": None,
+        "pcie_width_current": None,
+        "pcie_width_max": None,
+    }
+    try:
+        import torch
+    except ImportError:
+        return env
+    env["torch"] = torch.__version__
+    env["cuda_runtime"] = torch.version.cuda
+    env["torch_num_threads"] = torch.get_num_threads()
+    if gpu and torch.cuda.is_available():
+        idx = torch.cuda.current_device() if device_index is None else device_index
+        props = torch.cuda.get_device_properties(idx)
+        env.update(
+            cuda_available=True,
+            gpu_index=idx,
+            gpu_name=props.name,
+            gpu_count=torch.cuda.device_count(),
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+        )
+        env.update(_pcie(idx))
+    return env
+
+
+def describe(env: dict[str, Any]) -> str:
+    """One line for banners and footnotes: GPU, link, torch, date."""
+    gpu = env.get("gpu_name") or "no GPU (CPU only)"
+    link = ""
+    if env.get("pcie_gen_max"):
+        link = f", PCIe Gen{env.get('pcie_gen_max')} x{env.get('pcie_width_max')}"
+    date = (env.get("date") or "")[:10]
+    return f"{gpu}{link}, torch {env.get('torch')}, {date}"

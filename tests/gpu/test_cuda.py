@@ -1,0 +1,219 @@
+"""Correctness on a real GPU: every strategy bytewise, timings consistent, the fast path
+equal to .to(), pinning in place, the forum protocol's counters, OOM rows kept."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from h2dlab import datasets, measure, strategies, transfer
+from tests.conftest import ROOT, run_cli
+
+MiB = 1024**2
+DTYPES = [torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.int64, torch.bool]
+
+
+def _rand(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(-100 if dtype != torch.uint8 else 0, 100, shape, generator=g).to(dtype)
+
+
+def _same_bytes(a, b):
+    a, b = a.cpu().contiguous(), b.cpu().contiguous()
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(
+        a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
+    )
+
+
+@pytest.mark.parametrize("name", strategies.names())
+@pytest.mark.parametrize("nbytes", [1024, 3 * MiB + 4096, 64 * MiB])
+def test_every_strategy_is_bytewise_correct(name, nbytes):
+    x = _rand((nbytes,), torch.uint8, seed=nbytes)
+    s = strategies.get(name)
+    s.prepare(x, torch.device("cuda", 0))
+    y = s.copy(x)
+    torch.cuda.synchronize()
+    assert y.device.type == "cuda"
+    assert _same_bytes(y, x)
+    s.cleanup()
+
+
+def test_sweep_rows_and_event_vs_host_clock(tmp_path):
+    out = tmp_path / "s.csv"
+    df = measure.sweep(["pinned_reuse", "pageable"], [64 * MiB], device="cuda", reps=15, warmup=2,
+                       out=out, progress=False)
+    assert len(df) == 2 * 17 and (df["error"] == "").all()
+    timed = df[~df["warmup"]]
+    for _, g in timed.groupby("strategy"):
+        ev, wall = g["event_ms"].median(), g["wall_ms"].median()
+        assert ev > 0 and wall > 0
+        # Host clock includes the launch and the synchronisation; at 64 MiB both
+        # clocks must agree within 5 %.
+        assert abs(wall - ev) / wall < 0.05, (ev, wall)
+    # pinned_reuse reuses its buffers: no new pinned block and no cudaMalloc per copy.
+    pr = timed[timed.strategy == "pinned_reuse"]
+    assert (pr["host_allocs"] == 0).all() and (pr["device_allocs"] == 0).all()
+    env = json.loads((tmp_path / "s.env.json").read_text())
+    assert env["gpu_name"] and env["cuda_available"]
+
+
+def test_empty_cache_forces_device_alloc():
+    df = measure.sweep(["pageable"], [32 * MiB], device="cuda", reps=4, warmup=1, empty_cache=True,
+                       progress=False)
+    assert (df.loc[~df.warmup, "device_allocs"] >= 1).all()
+    df2 = measure.sweep(["pageable"], [32 * MiB], device="cuda", reps=4, warmup=1, progress=False)
+    assert (df2.loc[~df2.warmup, "device_allocs"] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("numel", [0, 1, 4 * MiB - 1, 8 * MiB + 3, 3 * 8 * MiB, 50 * MiB + 7])
+def test_to_device_equals_to(dtype, numel):
+    x = _rand((numel,), dtype, seed=numel)
+    y = transfer.to_device(x, "cuda", min_bytes=0, chunk_bytes=8 * MiB, num_threads=4)
+    assert _same_bytes(y, x.to("cuda"))
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 7), (1024, 1024, 3), (17, 1, 257, 129)])
+def test_to_device_shapes_and_noncontiguous(shape):
+    x = _rand(shape, torch.float32, seed=1)
+    for view in (x, x.transpose(0, -1), x[..., ::2], x.flip(0)):
+        y = transfer.to_device(view, "cuda", min_bytes=0, chunk_bytes=64 * 1024)
+        assert y.shape == view.shape
+        assert torch.equal(y.cpu(), view.contiguous())
+
+
+def test_to_device_direct_paths():
+    x = _rand((1000,), torch.float32)
+    assert torch.equal(transfer.to_device(x, "cuda").cpu(), x)  # small: .to()
+    p = x.pin_memory()
+    assert torch.equal(transfer.to_device(p, "cuda").cpu(), x)
+    g = x.cuda()
+    assert transfer.to_device(g, "cuda").data_ptr() == g.data_ptr()
+
+
+def test_to_device_non_blocking_source_may_change_after_return():
+    x = _rand((64 * MiB,), torch.uint8, seed=3)
+    ref = x.clone()
+    y = transfer.to_device(x, "cuda", non_blocking=True, chunk_bytes=4 * MiB)
+    x.zero_()  # allowed once to_device returned
+    s = y.float().sum()  # work on the current stream sees the data
+    assert torch.equal(y.cpu(), ref)
+    assert s.item() == ref.float().sum().item()
+
+
+def test_to_device_many_calls_reuse_ring_and_free():
+    for i in range(5):
+        x = _rand((20 * MiB + i,), torch.uint8, seed=i)
+        assert _same_bytes(transfer.to_device(x, min_bytes=0), x)
+    assert transfer.ring_bytes() > 0
+    freed = transfer.free_ring()
+    assert freed > 0 and transfer.ring_bytes() == 0
+
+
+def test_to_device_error_releases_nothing_half_done(monkeypatch):
+    x = _rand((32 * MiB,), torch.uint8)
+
+    def boom(*a, **k):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(transfer.np, "copyto", boom)
+    with pytest.raises(OSError):
+        transfer.to_device(x, min_bytes=0)
+    monkeypatch.undo()
+    assert _same_bytes(transfer.to_device(x, min_bytes=0), x)  # the ring still works
+    transfer.free_ring()
+    assert transfer.ring_bytes() == 0
+
+
+def test_pinned_in_place():
+    x = _rand((16 * MiB,), torch.uint8)
+    assert not x.is_pinned()
+    with transfer.pinned(x) as px:
+        assert px.data_ptr() == x.data_ptr() and px.is_pinned()
+        y = px.to("cuda", non_blocking=True)
+    assert not x.is_pinned()
+    assert torch.equal(y.cpu(), x)
+    with pytest.raises(ValueError, match="contiguous"):
+        with transfer.pinned(x[::2]):
+            pass
+    with pytest.raises(ValueError, match="already pinned"):
+        with transfer.pinned(x.pin_memory()):
+            pass
+    with pytest.raises(RuntimeError, match="inside"):
+        with transfer.pinned(x):
+            raise RuntimeError("inside")
+    assert not x.is_pinned()  # unregistered on the error path too
+
+
+def test_forum_protocol_counters(tmp_path):
+    # A fresh process, so that the first pin_memory() starts CUDA as in the forum.
+    r = run_cli("forum", "--seqs", "1,6,11,16,26", "--out", str(tmp_path / "f.csv"), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    df = datasets.read(tmp_path / "f.csv")
+    assert len(df) == 15 and (df["error"] == "").all()
+    pin = df[df.strategy == "pin_memory"].sort_values("order")
+    # The first pin_memory() starts CUDA: far slower by the host clock than by events.
+    first = pin.iloc[0]
+    assert first["wall_ms"] > 50 and first["wall_ms"] > 10 * first["event_ms"]
+    # Power-of-two growth: 512 KiB, 4 MiB, 8 MiB, (8 MiB reused), 16 MiB.
+    assert pin["host_allocs"].tolist() == [1, 1, 1, 0, 1]
+    direct = df[df.strategy == "direct_to_cuda"]
+    assert (direct["device_allocs"] >= 1).all()  # empty_cache() before each
+
+
+def test_oom_row_is_kept_and_sweep_goes_on(tmp_path):
+    free, _ = torch.cuda.mem_get_info()
+    torch.cuda.set_per_process_memory_fraction(0.001)
+    try:
+        df = measure.sweep(["pageable"], [1 * MiB, 512 * MiB], device="cuda", reps=2, warmup=0,
+                           order="ascending", out=tmp_path / "o.csv", progress=False)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    assert len(df) == 4
+    big = df[df.size_bytes == 512 * MiB]
+    assert big["error"].str.startswith("OOM").all()
+    assert (df.loc[df.size_bytes == MiB, "error"] == "").all()
+    assert len(pd.read_csv(tmp_path / "o.csv")) == 4
+
+
+def test_cli_bad_cuda_index(tmp_path):
+    n = torch.cuda.device_count()
+    r = run_cli("measure", "--device", f"cuda:{n}", "--sizes", "1KiB", "--out", str(tmp_path / "x.csv"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"no cuda:{n}" in r.stderr
+
+
+def test_cli_interrupt_and_resume_on_gpu(tmp_path):
+    out = tmp_path / "i.csv"
+    args = ["measure", "--device", "cuda", "--sizes", "256MiB", "--strategies", "pageable",
+            "--reps", "60", "--warmup", "0", "--out", str(out), "--no-progress"]
+    p = subprocess.Popen([sys.executable, "-m", "h2dlab.cli", *args], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    partial = tmp_path / "i.csv.partial.csv"
+    t0 = time.time()
+    while time.time() - t0 < 120:
+        if partial.exists() and len(partial.read_text().splitlines()) > 5:
+            break
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert "--resume" in err and "Traceback" not in err
+    kept = pd.read_csv(out)
+    assert 4 <= len(kept) < 60 and list(kept["order"]) == list(range(len(kept)))
+    r = run_cli(*args, "--resume")
+    assert r.returncode == 0, r.stderr
+    done = pd.read_csv(out)
+    assert list(done["order"]) == list(range(60))
+    assert done["run_id"].nunique() == 1

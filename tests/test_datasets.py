@@ -1,0 +1,103 @@
+import gzip
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from h2dlab import datasets
+
+
+def _synthetic_table(n=6):
+    """A synthetic table (not a measurement) to exercise save/read."""
+    return pd.DataFrame({
+        "run_id": "synthetic", "order": range(n), "strategy": "pageable", "size_bytes": 1024,
+        "shape": "(1024,)", "dtype": "uint8", "rep": range(n), "warmup": [True] + [False] * (n - 1),
+        "t_s": np.arange(n) * 0.1, "wall_ms": 1.0 + np.arange(n), "event_ms": np.nan,
+        "host_allocs": np.nan, "device_allocs": np.nan, "empty_cache": False, "error": "",
+    })
+
+
+@pytest.mark.parametrize("ext", [".csv", ".csv.gz", ".parquet", ".xlsx"])
+def test_roundtrip(tmp_path, ext):
+    df = _synthetic_table()
+    p = datasets.save(df, tmp_path / f"t{ext}", env={"schema_version": 1, "gpu_name": "synthetic"})
+    back = datasets.read(p)
+    assert back["wall_ms"].tolist() == df["wall_ms"].tolist()
+    assert back["warmup"].tolist() == df["warmup"].tolist()
+    assert (back["error"] == "").all()
+    assert back.attrs["env"]["gpu_name"] == "synthetic"
+
+
+def test_foreign_csv_names_missing_columns(tmp_path):
+    p = tmp_path / "foreign.csv"
+    pd.DataFrame({"a": [1], "b": [2]}).to_csv(p, index=False)
+    with pytest.raises(datasets.SchemaError, match="missing column"):
+        datasets.read(p)
+
+
+def test_truncated_parquet(tmp_path):
+    p = datasets.save(_synthetic_table(), tmp_path / "t.parquet")
+    data = p.read_bytes()
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(datasets.SchemaError, match="not a readable"):
+        datasets.read(p)
+
+
+def test_wrong_schema_version(tmp_path):
+    p = datasets.save(_synthetic_table(), tmp_path / "t.csv", env={"schema_version": 99})
+    with pytest.raises(datasets.SchemaError, match="version 99"):
+        datasets.read(p)
+
+
+def test_csv_cut_mid_row_reads_whole_rows(tmp_path):
+    p = datasets.save(_synthetic_table(), tmp_path / "t.csv")
+    text = p.read_text()
+    p.write_text(text[: text.rstrip().rfind(",") - 3])  # cut inside the last row
+    back = datasets.read(p)
+    assert len(back) == 5
+
+
+def test_unknown_dataset_lists_known():
+    with pytest.raises(datasets.SchemaError, match="forum_a100"):
+        datasets.load("nope_nothing")
+
+
+def test_forum_a100_matches_published_table():
+    df = datasets.load("forum_a100")
+    assert len(df) == 630
+    assert set(df.strategy) == {"pin_memory", "pinned_to_cuda", "direct_to_cuda"}
+    assert df["event_ms"].isna().all()
+    w = df.pivot(index="order", columns="strategy", values="wall_ms")
+    # Figures read straight from the post (row: pin, pinned->cuda, direct).
+    published = {
+        0: (1245.59, 0.33, 0.24), 13: (1.04, 1.67, 91.19), 19: (1.16, 120.73, 3.93),
+        69: (72.38, 7.37, 13.43), 137: (140.9, 14.22, 26.63), 180: (13.51, 161.89, 187.27),
+        193: (14.29, 74.24, 113.4), 205: (14.92, 20.91, 39.28), 209: (15.01, 21.29, 39.89),
+    }
+    for row, (pin, pinned, direct) in published.items():
+        assert w.loc[row, "pin_memory"] == pin
+        assert w.loc[row, "pinned_to_cuda"] == pinned
+        assert w.loc[row, "direct_to_cuda"] == direct
+    sizes = df[df.strategy == "pin_memory"].sort_values("order")["size_bytes"]
+    assert sizes.iloc[0] == 24 * 2 * 1 * 1 * 4096 * 2 and sizes.iloc[-1] == 24 * 2 * 1046 * 4096 * 2
+    raw = pd.read_csv(datasets.DATA_DIR / "forum_a100" / "forum_a100.csv")
+    assert np.allclose(w["pin_memory"].to_numpy(), raw["pin-memory(ms)"].to_numpy())
+    assert np.allclose(w["direct_to_cuda"].to_numpy(), raw["direct to cuda(ms)"].to_numpy())
+
+
+def test_forum_csv_equals_the_post():
+    """Every number of the transcription appears, in order, in the forum post itself."""
+    post = (datasets.DATA_DIR.parent.parent / "shared" / "reference" / "forum-post.txt")
+    if not post.exists():
+        pytest.skip("shared/reference is not beside this checkout")
+    lines = [ln.strip() for ln in post.read_text().splitlines()]
+    raw = pd.read_csv(datasets.DATA_DIR / "forum_a100" / "forum_a100.csv")
+    for r in raw.itertuples(index=False):
+        want = f"{r[0]} {r[1]} {r[2]:g} {r[3]:g} {r[4]:g}"
+        assert want in lines, want
+
+
+def test_gz_is_gzip(tmp_path):
+    p = datasets.save(_synthetic_table(), tmp_path / "t.csv.gz")
+    with gzip.open(p, "rt") as fh:
+        assert fh.readline().startswith("run_id,order")

@@ -1,0 +1,103 @@
+"""The harness on the CPU: plans, size parsing, rows, a seeded fake clock."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from h2dlab import datasets, measure, strategies
+
+
+def test_parse_size_units():
+    assert measure.parse_size("1KiB") == 1024
+    assert measure.parse_size("64MiB") == 64 * 2**20
+    assert measure.parse_size("1.5KiB") == 1536
+    assert measure.parse_size("2GB") == 2 * 10**9
+    assert measure.parse_size("4096") == 4096
+
+
+@pytest.mark.parametrize("bad", ["12QB", "0", "-1KiB", "", "KiB", "1.3B", "1..2..3"])
+def test_parse_size_rejects(bad):
+    with pytest.raises(ValueError):
+        measure.parse_sizes(bad)
+
+
+def test_parse_sizes_ranges_and_forum():
+    assert measure.parse_sizes("1KiB..8KiB") == [1024, 2048, 4096, 8192]
+    assert measure.parse_sizes("3KiB..8KiB") == [3072, 4096, 8192]
+    assert measure.parse_sizes("8KiB,1KiB,8KiB") == [1024, 8192]
+    forum = measure.parse_sizes("forum")
+    assert len(forum) == 210 and forum[0] == 24 * 2 * 4096 * 2 and forum[-1] == 24 * 2 * 1046 * 4096 * 2
+    with pytest.raises(ValueError, match="backwards"):
+        measure.parse_sizes("1GiB..1KiB")
+
+
+def test_plan_is_seeded_and_complete():
+    a = measure.plan_sweep(["pageable", "staged"], [1024, 2048, 4096], reps=3, warmup=1, seed=7)
+    b = measure.plan_sweep(["pageable", "staged"], [1024, 2048, 4096], reps=3, warmup=1, seed=7)
+    c = measure.plan_sweep(["pageable", "staged"], [1024, 2048, 4096], reps=3, warmup=1, seed=8)
+    assert a == b and a != c
+    assert len(a) == 2 * 3 * 4
+    assert [r["order"] for r in a] == list(range(24))
+    # Within a cell: warm-up first, then reps 0..2, consecutively.
+    cell = [(r["warmup"], r["rep"]) for r in a[:4]]
+    assert cell == [(True, 0), (False, 0), (False, 1), (False, 2)]
+    asc = measure.plan_sweep(["pageable"], [4096, 1024], reps=1, warmup=0, order="ascending")
+    assert [r["size_bytes"] for r in asc] == [1024, 4096]
+
+
+def test_reps_large_applies_from_one_gib():
+    p = measure.plan_sweep(["pageable"], [2**20, 2**30], reps=10, warmup=0, reps_large=3, order="ascending")
+    assert sum(r["size_bytes"] == 2**30 for r in p) == 3 and sum(r["size_bytes"] == 2**20 for r in p) == 10
+
+
+def test_cpu_sweep_rows_with_fake_clock(tmp_path):
+    ticks = itertools.count(0, 0.001)  # every clock read advances 1 ms: wall_ms is exactly 1
+    df = measure.sweep(["pageable", "pin_then_copy"], [1024, 4096], device="cpu", reps=3, warmup=1,
+                       seed=1, out=tmp_path / "r.csv", progress=False, clock=lambda: next(ticks))
+    assert list(df.columns) == list(datasets.COLUMNS)
+    assert len(df) == 16 and df["run_id"].nunique() == 1
+    ok = df[df.strategy == "pageable"]
+    assert (ok["error"] == "").all()
+    assert np.allclose(ok["wall_ms"], 1.0)
+    assert ok["event_ms"].isna().all() and ok["host_allocs"].isna().all()
+    assert ok["warmup"].sum() == 2
+    pin = df[df.strategy == "pin_then_copy"]
+    assert pin["error"].str.contains("needs CUDA").all() and pin["wall_ms"].isna().all()
+    back = datasets.read(tmp_path / "r.csv")
+    assert back.attrs["env"]["spec"]["strategies"] == ["pageable", "pin_then_copy"]
+    assert back.attrs["env"]["measured_rows"] == 16
+    assert not (tmp_path / "r.csv.partial.csv").exists()
+
+
+def test_cpu_copy_is_a_real_copy():
+    x = torch.arange(100, dtype=torch.uint8)
+    s = strategies.get("pageable")
+    s.prepare(x, torch.device("cpu"))
+    y = s.copy(x)
+    assert torch.equal(y, x) and y.data_ptr() != x.data_ptr()
+
+
+def test_sizes_must_fit_dtype():
+    with pytest.raises(ValueError, match="multiple"):
+        measure.sweep(["pageable"], [1023], device="cpu", dtype=torch.float32, progress=False)
+
+
+def test_refuses_size_larger_than_memory():
+    with pytest.raises(MemoryError, match="host memory"):
+        measure.sweep(["pageable"], [2**50], device="cpu", progress=False)
+
+
+def test_no_cuda_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(RuntimeError, match="--device cpu"):
+        measure.resolve_device("cuda")
+
+
+def test_registry_names_and_unknown():
+    assert {"pageable", "pageable_non_blocking", "pin_then_copy", "pinned_reuse", "host_register",
+            "staged"} <= set(strategies.names())
+    with pytest.raises(KeyError, match="choose from"):
+        strategies.get("teleport")
