@@ -103,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--resume", action="store_true")
     f.add_argument("--no-progress", action="store_true")
 
+    o = sub.add_parser("overlap", help="timelines of a copy beside compute (pinned vs pageable, one vs two streams)")
+    o.add_argument("--size", default="256MiB")
+    o.add_argument("--reps", type=_positive, default=5)
+    o.add_argument("--device", default="cuda")
+    o.add_argument("--out", required=True, help="a .csv or .csv.gz timeline, with its .env.json")
+
     e = sub.add_parser("explain", help="fit the latency model and explain flagged copies")
     e.add_argument("source", help="a recorded dataset name or a table's path")
     e.add_argument("--out", default=None, help="write the annotated table here")
@@ -187,6 +193,22 @@ def _cmd_forum(a, argv) -> int:
     return _finish_measure(df, out, argv)
 
 
+def _cmd_overlap(a, argv) -> int:
+    from h2dlab import datasets, measure
+
+    out = _check_out(a.out)
+    if not out.name.endswith((".csv", ".csv.gz")):
+        raise CliError("overlap writes a .csv or .csv.gz timeline")
+    df = measure.overlap(measure.parse_size(a.size), reps=a.reps, device=a.device, argv=["h2dlab", *argv])
+    df.to_csv(out, index=False)
+    datasets.write_env(df.attrs["env"], datasets.env_path(out))
+    med = df.assign(d=df.end_ms.clip(lower=0)).groupby("scenario")["d"].max()
+    for scen, total in med.items():
+        print(f"{scen:18s} last op ends at {total:8.2f} ms (worst of {a.reps} reps)")
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
 def _cmd_explain(a, argv) -> int:
     from h2dlab import report
 
@@ -214,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, desc in names().items():
                 print(f"{name:16s} {desc}")
             return 0
-        return {"measure": _cmd_measure, "forum": _cmd_forum, "explain": _cmd_explain,
+        return {"measure": _cmd_measure, "forum": _cmd_forum, "overlap": _cmd_overlap, "explain": _cmd_explain,
                 "report": _cmd_report}[args.cmd](args, argv)
     except KeyboardInterrupt:
         print("h2dlab: interrupted", file=sys.stderr)

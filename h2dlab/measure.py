@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 import random
 import re
 import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -377,7 +378,7 @@ def plan_sweep(
 def _check_resume(done: pd.DataFrame, planned: list[dict[str, Any]]) -> None:
     if len(done) > len(planned):
         raise ValueError(f"cannot resume: the file holds {len(done)} rows but the plan has {len(planned)}")
-    for rec, want in zip(done.to_dict("records"), planned):
+    for rec, want in zip(done.to_dict("records"), planned, strict=False):
         if (rec["strategy"], int(rec["size_bytes"]), int(rec["rep"]), bool(rec["warmup"])) != (
             want["strategy"], want["size_bytes"], want["rep"], want["warmup"]
         ):
@@ -510,7 +511,7 @@ def _measure_cell(cell_rows, src, dev, dtype, timer, run, empty_cache, empty_hos
             strat = None
             release_memory(dev)
     checked = False
-    for k, plan_row in enumerate(cell_rows):
+    for plan_row in cell_rows:
         if stop:
             break
         row = {**base, "order": plan_row["order"], "rep": plan_row["rep"], "warmup": plan_row["warmup"],
@@ -681,6 +682,24 @@ def forum(
     return run.finish(stop, dev)
 
 
+def _fresh_half(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    """A new float16 tensor of random values in [0, 1), as the forum's ``torch.rand(...).half()``.
+
+    A random block is tiled rather than drawn element by element: the forum's
+    sequential RNG would make each run minutes long, and a copy's speed does not
+    depend on the values. What matters, a fresh allocation whose pages are all
+    touched before the copy, is the same.
+    """
+    n = int(np.prod(shape))
+    g = torch.Generator().manual_seed(seed)
+    block = torch.rand(min(n, 2**22), generator=g).half()
+    x = torch.empty(n, dtype=torch.float16)
+    for off in range(0, n, block.numel()):
+        k = min(block.numel(), n - off)
+        x[off : off + k].copy_(block[:k])
+    return x.view(shape)
+
+
 def _forum_size(group, dev, timer, run, bar) -> None:
     seq = group[0]["seq"]
     shape = forum_shape(seq)
@@ -703,18 +722,18 @@ def _forum_size(group, dev, timer, run, bar) -> None:
     target = dev
     try:
         if "pin_memory" in want or "pinned_to_cuda" in want:
-            x = torch.rand(shape).half()
+            x = _fresh_half(shape, seq)
             t = run.elapsed()
-            xp, rec = timer(lambda: x.pin_memory())
+            xp, rec = timer(x.pin_memory)
             emit("pin_memory", rec, t_s=t)
             t = run.elapsed()
-            xc, rec = timer(lambda: xp.to(target))
+            xc, rec = timer(partial(xp.to, target))
             emit("pinned_to_cuda", rec, t_s=t)
             del x, xp, xc
             torch.cuda.empty_cache()
-        y = torch.rand(shape).half()
+        y = _fresh_half(shape, seq + 1)
         t = run.elapsed()
-        yc, rec = timer(lambda: y.to(target))
+        yc, rec = timer(partial(y.to, target))
         emit("direct_to_cuda", rec, t_s=t)
         del y, yc
         torch.cuda.empty_cache()
@@ -726,3 +745,104 @@ def _forum_size(group, dev, timer, run, bar) -> None:
             if s not in done:
                 emit(s, {}, _error_text(exc))
         release_memory(dev)
+
+
+# --- timelines: a copy beside compute, for the primer --------------------------------
+
+#: Columns of an overlap timeline (not the measurement table: one row per operation).
+TIMELINE_COLUMNS = ["run_id", "scenario", "rep", "op", "stream", "start_ms", "end_ms", "host_return_ms"]
+
+SCENARIOS = {
+    "serial_pinned": "pinned copy, then compute, both on the default stream",
+    "overlap_pinned": "pinned copy on a side stream (non_blocking) while compute runs on the default stream",
+    "overlap_pageable": "pageable copy on a side stream (non_blocking=True) while compute runs on the default stream",
+}
+
+
+def overlap(
+    size_bytes: int = 256 * 1024**2,
+    *,
+    reps: int = 5,
+    device: str | torch.device = "cuda",
+    argv: list[str] | None = None,
+) -> pd.DataFrame:
+    """Timelines of a host-to-device copy beside independent compute, per scenario.
+
+    Every operation is bracketed by CUDA events; times are ms after a start event
+    recorded on the default stream once the device is idle, and ``host_return_ms``
+    is when the launching call returned to Python (host clock, same origin). A
+    pageable copy with ``non_blocking=True`` is staged by the driver, so its call
+    returns late and the compute launched after it cannot overlap it: the timelines
+    show this rather than assert it.
+    """
+    dev = resolve_device(device)
+    if dev.type != "cuda":
+        raise RuntimeError("overlap timelines need CUDA: use --device cuda, or replay data/h200_overlap")
+    torch.cuda.set_device(dev)
+    pageable = _random_source(size_bytes, 1)
+    pinned_src = torch.empty(size_bytes, dtype=torch.uint8, pin_memory=True)
+    pinned_src.copy_(pageable)
+    dst = torch.empty(size_bytes, dtype=torch.uint8, device=dev)
+    a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+    side = torch.cuda.Stream(dev)
+    main = torch.cuda.current_stream(dev)
+
+    def compute(k: int) -> None:
+        for _ in range(k):
+            torch.mm(a, a)
+
+    # Calibrate the compute to take about as long as one pinned copy.
+    for _ in range(3):
+        compute(5)
+        dst.copy_(pinned_src, non_blocking=True)
+    torch.cuda.synchronize(dev)
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    dst.copy_(pinned_src, non_blocking=True)
+    e1.record()
+    torch.cuda.synchronize(dev)
+    copy_ms = e0.elapsed_time(e1)
+    e0.record()
+    compute(10)
+    e1.record()
+    torch.cuda.synchronize(dev)
+    k = max(1, round(10 * copy_ms / max(e0.elapsed_time(e1), 1e-3)))
+
+    run_id = uuid.uuid4().hex[:12]
+    rows = []
+    for rep in range(reps):
+        for scenario in SCENARIOS:
+            torch.cuda.synchronize(dev)
+            ev = {n: torch.cuda.Event(enable_timing=True) for n in ("t0", "c0", "c1", "k0", "k1")}
+            copy_stream = main if scenario == "serial_pinned" else side
+            src = pageable if scenario == "overlap_pageable" else pinned_src
+            h0 = time.perf_counter()
+            ev["t0"].record(main)
+            copy_stream.wait_stream(main)
+            with torch.cuda.stream(copy_stream):
+                ev["c0"].record(copy_stream)
+                dst.copy_(src, non_blocking=True)
+                ev["c1"].record(copy_stream)
+            h_copy = time.perf_counter()
+            with torch.cuda.stream(main):
+                ev["k0"].record(main)
+                compute(k)
+                ev["k1"].record(main)
+            h_comp = time.perf_counter()
+            torch.cuda.synchronize(dev)
+            t0 = ev["t0"]
+            # A host-clock offset between the start event and the host origin is
+            # negligible here: the device is idle when t0 is recorded.
+            for op, s0, s1, stream, hret in (
+                ("copy", "c0", "c1", "default" if copy_stream is main else "side", h_copy),
+                ("compute", "k0", "k1", "default", h_comp),
+            ):
+                rows.append({"run_id": run_id, "scenario": scenario, "rep": rep, "op": op, "stream": stream,
+                             "start_ms": t0.elapsed_time(ev[s0]), "end_ms": t0.elapsed_time(ev[s1]),
+                             "host_return_ms": (hret - h0) * 1e3})
+    df = pd.DataFrame(rows, columns=TIMELINE_COLUMNS)
+    env = collect_env(argv=argv)
+    env.update(spec={"kind": "overlap", "size_bytes": size_bytes, "reps": reps, "matmuls": k,
+                     "matmul": "4096x4096 bf16"}, run_id=run_id, scenarios=SCENARIOS)
+    df.attrs["env"] = env
+    return df

@@ -1,8 +1,7 @@
+from pathlib import Path
+
 import pytest
 import torch
-
-
-from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -217,3 +216,14 @@ def test_cli_interrupt_and_resume_on_gpu(tmp_path):
     done = pd.read_csv(out)
     assert list(done["order"]) == list(range(60))
     assert done["run_id"].nunique() == 1
+
+
+def test_overlap_timelines(tmp_path):
+    df = measure.overlap(64 * MiB, reps=2)
+    assert set(df.scenario) == set(measure.SCENARIOS) and len(df) == 2 * 3 * 2
+    assert (df.end_ms > df.start_ms).all()
+    w = df[df.rep == 1].set_index(["scenario", "op"])
+    # On one stream the compute starts after the copy ends; on two streams with a
+    # pinned source it starts before the copy ends.
+    assert w.loc[("serial_pinned", "compute"), "start_ms"] >= w.loc[("serial_pinned", "copy"), "end_ms"] - 0.01
+    assert w.loc[("overlap_pinned", "compute"), "start_ms"] < w.loc[("overlap_pinned", "copy"), "end_ms"]
