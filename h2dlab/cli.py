@@ -118,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--mode", choices=["auto", "replay", "live"], default=None,
                    help="override H2DLAB_MODE for the notebooks")
     r.add_argument("--outdir", default="reports")
+    r.add_argument("--inplace", action="store_true", help="also refresh the outputs stored in notebooks/*.ipynb")
+    r.add_argument("--only", default=None, help="comma list of notebook names to run")
     return p
 
 
@@ -218,7 +220,12 @@ def _cmd_explain(a, argv) -> int:
 def _cmd_report(a, argv) -> int:
     from h2dlab import report
 
-    return report.build(outdir=a.outdir, mode=a.mode)
+    only = [n.strip() for n in a.only.split(",")] if a.only else None
+    if only:
+        unknown = [n for n in only if n not in report.NOTEBOOKS]
+        if unknown:
+            raise CliError(f"unknown notebook {unknown[0]!r}: choose from {', '.join(report.NOTEBOOKS)}")
+    return report.build(outdir=a.outdir, mode=a.mode, notebooks=only, inplace=a.inplace)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return {"measure": _cmd_measure, "forum": _cmd_forum, "overlap": _cmd_overlap, "explain": _cmd_explain,
                 "report": _cmd_report}[args.cmd](args, argv)
+    except BrokenPipeError:  # e.g. `h2dlab explain ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("h2dlab: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -245,13 +245,38 @@ DATASETS: dict[str, tuple[str, str]] = {
 }
 
 
+#: Recorded timelines (not measurement tables): name -> (folder, description)
+TIMELINES: dict[str, tuple[str, str]] = {
+    "h200_overlap": (
+        "h200_overlap",
+        "timelines of a 256 MiB copy beside bf16 matrix products on an H200 (one vs two streams, pinned vs pageable)",
+    ),
+}
+
+
+def timeline(name: str) -> pd.DataFrame:
+    """Load an overlap timeline by name or folder; its fingerprint is in ``attrs['env']``."""
+    folder = DATA_DIR / TIMELINES[name][0] if name in TIMELINES else Path(name)
+    paths = sorted(folder.glob("*.csv*")) if folder.is_dir() else [folder]
+    if not paths or not paths[0].exists():
+        raise SchemaError(f"no timeline at {folder}")
+    df = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+    need = {"scenario", "rep", "op", "start_ms", "end_ms", "host_return_ms"}
+    if not need <= set(df.columns):
+        raise SchemaError(f"{folder}: not an overlap timeline (missing {', '.join(sorted(need - set(df.columns)))})")
+    df.attrs["env"] = read_env(paths[0])
+    df.attrs["dataset"] = name
+    return df
+
+
 def names() -> dict[str, str]:
     """Recorded datasets that are present, with a one-line description each."""
-    return {
+    found = {
         n: desc
-        for n, (folder, desc) in DATASETS.items()
+        for n, (folder, desc) in {**DATASETS, **TIMELINES}.items()
         if (DATA_DIR / folder).is_dir() and any(_tables(DATA_DIR / folder))
     }
+    return found
 
 
 def _tables(folder: Path) -> list[Path]:
@@ -283,14 +308,16 @@ def load(name: str) -> pd.DataFrame:
     paths = [folder] if folder.is_file() else _tables(folder)
     if not paths:
         raise SchemaError(f"{folder}: holds no measurement table ({', '.join(SUFFIXES)})")
-    frames, envs = [], {}
+    frames, envs, run_names = [], {}, {}
     for p in paths:
         df = read(p)
         for rid in df["run_id"].unique():
             envs[rid] = df.attrs.get("env")
+            run_names[rid] = p.name[: -len(suffix_of(p))]
         frames.append(df)
     out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     out.attrs["envs"] = envs
+    out.attrs["run_names"] = run_names
     out.attrs["dataset"] = name
     return out
 
@@ -342,8 +369,27 @@ def load_forum_a100(folder: Path | None = None) -> pd.DataFrame:
     env = json.loads((folder / "forum_a100.env.json").read_text())
     df.attrs["env"] = env
     df.attrs["envs"] = {"forum_a100": env}
+    df.attrs["run_names"] = {"forum_a100": "forum_a100"}
     df.attrs["dataset"] = "forum_a100"
     return df
+
+
+def run_named(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The rows of the run whose file was ``<name>.csv.gz`` (see ``attrs['run_names']``)."""
+    ids = [rid for rid, n in (df.attrs.get("run_names") or {}).items() if n == name]
+    if not ids:
+        raise SchemaError(f"no run named {name!r}; runs: {', '.join((df.attrs.get('run_names') or {}).values())}")
+    out = df[df["run_id"].isin(ids)].copy()
+    out.attrs = {**df.attrs, "env": (df.attrs.get("envs") or {}).get(ids[0])}
+    return out
+
+
+def load_benchmark(name: str = "h200") -> dict[str, Any]:
+    """``benchmarks/results/<name>.json`` as written by benchmarks/bench_transfer.py."""
+    p = DATA_DIR.parent / "benchmarks" / "results" / f"{name}.json"
+    if not p.exists():
+        raise SchemaError(f"no benchmark result {p}")
+    return json.loads(p.read_text())
 
 
 def run_env(df: pd.DataFrame) -> dict[str, Any]:

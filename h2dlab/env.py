@@ -168,5 +168,9 @@ def describe(env: dict[str, Any]) -> str:
     link = ""
     if env.get("pcie_gen_max"):
         link = f", PCIe Gen{env.get('pcie_gen_max')} x{env.get('pcie_width_max')}"
-    date = (env.get("date") or "")[:10]
-    return f"{gpu}{link}, torch {env.get('torch')}, {date}"
+    parts = [f"{gpu}{link}"]
+    if env.get("torch"):
+        parts.append(f"torch {env['torch']}")
+    if env.get("date"):
+        parts.append(str(env["date"])[:10])
+    return ", ".join(parts)

@@ -73,16 +73,18 @@ def fit(df: pd.DataFrame, *, by: tuple[str, ...] = ("run_id", "strategy"), n_boo
             i = rng.integers(0, len(ms), len(ms))
             if len(np.unique(size[i])) >= 2:
                 boots.append(_fit_one(size[i], ms[i]))
-        boots = np.array(boots) if boots else np.full((1, 2), np.nan)
+        boots = np.array(boots) if boots else None
+        pct = (lambda col, q: float(np.percentile(boots[:, col], q))) if boots is not None else (
+            lambda col, q: float("nan"))
         pred = a + size * b
         rows.append({
             **dict(zip(by, key, strict=True)),
             "overhead_us": a * 1e3,
-            "overhead_us_lo": float(np.nanpercentile(boots[:, 0], 2.5) * 1e3),
-            "overhead_us_hi": float(np.nanpercentile(boots[:, 0], 97.5) * 1e3),
+            "overhead_us_lo": pct(0, 2.5) * 1e3,
+            "overhead_us_hi": pct(0, 97.5) * 1e3,
             "gbps": 1.0 / b / 1e6,
-            "gbps_lo": float(1.0 / np.nanpercentile(boots[:, 1], 97.5) / 1e6),
-            "gbps_hi": float(1.0 / np.nanpercentile(boots[:, 1], 2.5) / 1e6),
+            "gbps_lo": 1.0 / pct(1, 97.5) / 1e6,
+            "gbps_hi": 1.0 / pct(1, 2.5) / 1e6,
             "n": len(ms),
             "sizes": len(np.unique(size)),
             "median_abs_rel_err": float(np.median(np.abs(ms / pred - 1))),

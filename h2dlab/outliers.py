@@ -213,8 +213,9 @@ def _specific_cause(row, val, strategy, first_order, bucket, new_bucket, dev_typ
     if row["order"] == first_order and row["wall_ms"] >= CONTEXT_INIT_MS:
         if np.isfinite(event):
             return "context_init", (
-                f"first timed operation of the run: {wall:.1f} ms by the host clock but {event:.2f} ms by CUDA "
-                f"events, so the time went before the GPU saw the copy: CUDA context start-up")
+                f"first timed operation of the run: {wall:.1f} ms by the host clock, of which "
+                f"{wall - event:.1f} ms passed before the GPU recorded the start event (CUDA context "
+                f"start-up); the operation itself took {event:.2f} ms by CUDA events")
         return "context_init", (
             f"first timed operation of the run, {wall:.1f} ms ({wall / exp:.0f}x the {exp:.2f} ms expected): "
             f"it includes CUDA context start-up")
