@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: report test test-gpu lab lint clean install
+.PHONY: report test test-gpu lab lint clean install notebooks
 
 $(BIN)/python:
 	$(PY) -c 'import sys; assert sys.version_info >= (3, 10), "h2dlab needs Python >= 3.10"'
@@ -30,6 +30,11 @@ test: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m cuda tests/gpu
+
+# Refresh the outputs committed in notebooks/*.ipynb from the recorded data (replay).
+notebooks: $(STAMP)
+	$(BIN)/h2dlab report --mode replay --inplace \
+	  --only 01-forum-experiment-revisited,02-fastest-way,03-spikes-explained,04-pinned-memory-primer,05-explore
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks

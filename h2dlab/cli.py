@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 EXIT_USAGE = 2
@@ -64,8 +65,11 @@ def _check_out(path: str) -> Path:
     folder = out.parent if str(out.parent) else Path(".")
     if not folder.is_dir():
         raise CliError(f"the folder {str(folder)!r} of --out does not exist: create it first")
-    if not os.access(folder, os.W_OK):
-        raise CliError(f"the folder {str(folder)!r} of --out is not writable: choose another")
+    try:  # really try: os.access says yes to root even where writes fail
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError:
+        raise CliError(f"the folder {str(folder)!r} of --out is not writable: choose another") from None
     return out
 
 

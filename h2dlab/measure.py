@@ -407,6 +407,7 @@ def sweep(
     argv: list[str] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     stop: _StopFlag | None = None,
+    on_row: Callable[[int], None] | None = None,
 ) -> pd.DataFrame:
     """Time each planned copy once and return the measurement table.
 
@@ -434,6 +435,10 @@ def sweep(
         Rows are flushed to ``<out>.partial.csv`` as they are measured.
     resume
         Continue the run already in ``out`` (same plan, same run_id).
+    stop
+        A stop flag (set its ``signum`` to end the sweep after the copy in flight).
+    on_row
+        Called with the number of rows measured so far after every row.
 
     Returns
     -------
@@ -486,6 +491,8 @@ def sweep(
                 cell_rows, i = rows_left[i:j], j
                 _measure_cell(cell_rows, src, dev, dtype, timer, run, empty_cache,
                               empty_host_cache_each_size, stop, bar)
+                if on_row is not None:
+                    on_row(len(run.rows))
     finally:
         if bar is not None:
             bar.close()

@@ -43,6 +43,10 @@ def _fit_one(size: np.ndarray, ms: np.ndarray, loss: str = "huber") -> tuple[flo
     return float(np.exp(sol.x[0])), float(np.exp(sol.x[1]))
 
 
+def _pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
 def fit(df: pd.DataFrame, *, by: tuple[str, ...] = ("run_id", "strategy"), n_boot: int = 200,
         seed: int = 0) -> pd.DataFrame:
     """Fit ``latency = overhead + bytes / bandwidth`` per group.
@@ -73,18 +77,16 @@ def fit(df: pd.DataFrame, *, by: tuple[str, ...] = ("run_id", "strategy"), n_boo
             i = rng.integers(0, len(ms), len(ms))
             if len(np.unique(size[i])) >= 2:
                 boots.append(_fit_one(size[i], ms[i]))
-        boots = np.array(boots) if boots else None
-        pct = (lambda col, q: float(np.percentile(boots[:, col], q))) if boots is not None else (
-            lambda col, q: float("nan"))
+        bt = np.array(boots) if boots else np.empty((0, 2))
         pred = a + size * b
         rows.append({
             **dict(zip(by, key, strict=True)),
             "overhead_us": a * 1e3,
-            "overhead_us_lo": pct(0, 2.5) * 1e3,
-            "overhead_us_hi": pct(0, 97.5) * 1e3,
+            "overhead_us_lo": _pct(bt[:, 0], 2.5) * 1e3,
+            "overhead_us_hi": _pct(bt[:, 0], 97.5) * 1e3,
             "gbps": 1.0 / b / 1e6,
-            "gbps_lo": 1.0 / pct(1, 97.5) / 1e6,
-            "gbps_hi": 1.0 / pct(1, 2.5) / 1e6,
+            "gbps_lo": 1.0 / _pct(bt[:, 1], 97.5) / 1e6,
+            "gbps_hi": 1.0 / _pct(bt[:, 1], 2.5) / 1e6,
             "n": len(ms),
             "sizes": len(np.unique(size)),
             "median_abs_rel_err": float(np.median(np.abs(ms / pred - 1))),

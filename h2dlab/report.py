@@ -17,6 +17,8 @@ NOTEBOOKS = [
     "04-pinned-memory-primer",
     "05-explore",
 ]
+#: The notebooks rendered to reports/ (05 is interactive: it lives in JupyterLab).
+REPORTED = NOTEBOOKS[:4]
 
 
 def _fmt_size(n: float) -> str:
@@ -222,7 +224,7 @@ def build(outdir: str | Path = "reports", mode: str | None = None, notebooks: li
     resolved = resolve_mode("auto")  # fails early, in one line, for live without CUDA
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
-    names = notebooks or NOTEBOOKS
+    names = notebooks or REPORTED
     exporter = HTMLExporter(template_name="lab")
     t_all = time.time()
     for k, name in enumerate(names, 1):

@@ -81,8 +81,9 @@ display(Markdown(
 # %%
 first = h200[h200["order"] == h200.groupby("run_id")["order"].transform("min")]
 first = first.assign(run=first.run_id.map(h200.attrs["run_names"]))
-tbl = first[["run", "strategy", "size_bytes", "wall_ms", "event_ms"]].assign(
-    startup_ms=lambda d: d.wall_ms - d.event_ms).round(2)
+tbl = first[["run", "strategy", "size_bytes", "wall_ms", "event_ms"]].copy()
+tbl["startup_ms"] = tbl.wall_ms - tbl.event_ms
+tbl = tbl.round(2)
 display(tbl)
 display(Markdown(
     f"A100: the first `pin_memory()` took **{w.loc[0, 'pin_memory']:.0f} ms** against "

@@ -66,9 +66,10 @@ peak = med[med.strategy == "pinned_reuse"]["gbps"].max()
 at1g = med[med.size_bytes == 2**30].set_index("strategy")
 table = pd.DataFrame({
     "overhead (µs)": fit.overhead_us.round(1),
-    "overhead 95% CI": fit.apply(lambda r: f"{r.overhead_us_lo:.0f}–{r.overhead_us_hi:.0f}", axis=1),
+    "overhead 95% CI": fit.overhead_us_lo.round(0).astype(int).astype(str) + "–"
+    + fit.overhead_us_hi.round(0).astype(int).astype(str),
     "bandwidth (GB/s)": fit.gbps.round(2),
-    "bandwidth 95% CI": fit.apply(lambda r: f"{r.gbps_lo:.1f}–{r.gbps_hi:.1f}", axis=1),
+    "bandwidth 95% CI": fit.gbps_lo.round(1).astype(str) + "–" + fit.gbps_hi.round(1).astype(str),
     "fit_err": (100 * fit.median_abs_rel_err).round(0).astype(int).astype(str) + " %",
     "GB/s at 1 GiB (median)": at1g.gbps.round(2),
     "% of measured peak at 1 GiB": (100 * at1g.gbps / peak).round(0),

@@ -1,0 +1,204 @@
+"""The command line: every user mistake is one line, a non-zero exit and no traceback;
+interruptions keep every measured row and --resume finishes the plan exactly."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import torch
+
+from h2dlab import datasets
+from tests.conftest import ROOT, run_cli
+
+NO_CUDA = not torch.cuda.is_available()
+
+
+def _one_line_error(r, *needles):
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1, r.stderr
+    for n in needles:
+        assert n.lower() in err[0].lower(), (n, err[0])
+    return err[0]
+
+
+M = ["measure", "--device", "cpu", "--no-progress"]
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--strategies", "teleport", "--sizes", "1KiB"], ["unknown strategy", "pageable"]),
+    (["--sizes", "12QB"], ["12QB", "unit"]),
+    (["--sizes", "0"], ["must be positive"]),
+    (["--sizes=-4KiB"], ["must be positive"]),
+    (["--sizes", "1GiB..1KiB"], ["backwards"]),
+    (["--sizes", "1KiB", "--reps", "0"], ["--reps", "at least 1"]),
+    (["--sizes", "1KiB", "--warmup", "-1"], ["--warmup"]),
+    (["--sizes", "1KiB", "--dtype", "float128"], ["unknown dtype"]),
+    (["--sizes", "1TiB"], ["host memory", "available"]),
+    (["--sizes", "1023", "--dtype", "float32"], ["multiple"]),
+])
+def test_measure_bad_input(tmp_path, args, needles):
+    r = run_cli(*M, *args, "--out", str(tmp_path / "r.csv"))
+    _one_line_error(r, *needles)
+    assert r.returncode == 2
+
+
+def test_output_folder_missing(tmp_path):
+    r = run_cli(*M, "--sizes", "1KiB", "--out", str(tmp_path / "nope" / "r.csv"))
+    _one_line_error(r, "does not exist")
+
+
+def test_output_folder_not_writable(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        import os
+
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as a user who may write anywhere (root)")
+        r = run_cli(*M, "--sizes", "1KiB", "--out", str(ro / "r.csv"))
+        _one_line_error(r, "not writable")
+    finally:
+        ro.chmod(0o700)
+
+
+def test_output_folder_refusing_writes():
+    # /proc refuses new files even to root.
+    r = run_cli(*M, "--sizes", "1KiB", "--out", "/proc/h2dlab-test.csv")
+    _one_line_error(r, "not writable")
+
+
+def test_output_extension(tmp_path):
+    r = run_cli(*M, "--sizes", "1KiB", "--out", str(tmp_path / "r.json"))
+    _one_line_error(r, ".csv", ".parquet", ".xlsx")
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA")
+def test_cuda_missing_is_one_line(tmp_path):
+    r = run_cli("measure", "--sizes", "1KiB", "--out", str(tmp_path / "r.csv"))
+    _one_line_error(r, "CUDA is not available", "--device cpu")
+    r = run_cli("forum", "--out", str(tmp_path / "f.csv"))
+    _one_line_error(r, "CUDA")
+
+
+def test_unknown_device(tmp_path):
+    r = run_cli("measure", "--device", "tpu", "--sizes", "1KiB", "--out", str(tmp_path / "r.csv"))
+    _one_line_error(r, "tpu")
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA")
+def test_live_mode_without_cuda(tmp_path):
+    r = run_cli("report", "--mode", "live", "--outdir", str(tmp_path))
+    _one_line_error(r, "live mode needs CUDA", "replay")
+    r = run_cli("report", "--outdir", str(tmp_path), env={"H2DLAB_MODE": "live"})
+    _one_line_error(r, "live mode needs CUDA")
+
+
+def test_explain_bad_inputs(tmp_path):
+    r = run_cli("explain", "no_such_dataset")
+    _one_line_error(r, "unknown dataset", "forum_a100")
+    foreign = tmp_path / "foreign.csv"
+    pd.DataFrame({"x": [1, 2], "y": [3, 4]}).to_csv(foreign, index=False)
+    _one_line_error(run_cli("explain", str(foreign)), "not an h2dlab measurement table", "missing column")
+    good = tmp_path / "good.parquet"
+    datasets.save(datasets.load("forum_a100").head(30), good)
+    data = good.read_bytes()
+    trunc = tmp_path / "trunc.parquet"
+    trunc.write_bytes(data[: len(data) // 3])
+    _one_line_error(run_cli("explain", str(trunc)), "not a readable .parquet")
+    old = tmp_path / "old.csv"
+    datasets.save(datasets.load("forum_a100").head(30), old, env={"schema_version": 0})
+    _one_line_error(run_cli("explain", str(old)), "schema version 0", "re-run")
+    _one_line_error(run_cli("explain", "forum_a100", "--out", str(tmp_path / "x" / "a.csv")), "does not exist")
+    _one_line_error(run_cli("explain", "forum_a100", "--out", str(tmp_path / "a.json")), "cannot write")
+
+
+def test_explain_writes_annotated_table(tmp_path):
+    out = tmp_path / "a.csv"
+    r = run_cli("explain", "forum_a100", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "host_alloc_growth" in r.stdout and "context_init" in r.stdout
+    df = pd.read_csv(out)
+    assert {"expected_ms", "robust_z", "is_outlier", "episode", "cause", "evidence"} <= set(df.columns)
+    assert len(df) == 630
+
+
+def test_measure_cpu_writes_all_columns(tmp_path):
+    out = tmp_path / "r.csv"
+    r = run_cli(*M, "--sizes", "1KiB,1MiB", "--strategies", "pageable", "--reps", "3", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    df = datasets.read(out)
+    assert list(df.columns) == list(datasets.COLUMNS)
+    assert (~df.warmup).sum() == 6 and df.warmup.sum() == 4
+    assert (df.wall_ms > 0).all() and df.event_ms.isna().all()
+    env = datasets.read_env(out)
+    assert "measure" in env["command"] and env["cpu_count"] >= 1 and env["gpu_name"] is None
+
+
+def _start_and_interrupt(tmp_path, sig):
+    out = tmp_path / "i.csv.gz"
+    args = [*M, "--sizes", "8MiB,16MiB", "--strategies", "pageable,pageable_non_blocking", "--reps", "150",
+            "--warmup", "1", "--out", str(out)]
+    p = subprocess.Popen([sys.executable, "-m", "h2dlab.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    partial = out.with_name(out.name + ".partial.csv")
+    t0 = time.time()
+    while time.time() - t0 < 60:
+        if partial.exists() and len(partial.read_text().splitlines()) > 20:
+            break
+        time.sleep(0.02)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    return p, err, out, args
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_keeps_rows_and_resume_completes(tmp_path, sig):
+    p, err, out, args = _start_and_interrupt(tmp_path, sig)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "--resume" in err and "rows kept" in err
+    kept = datasets.read(out)
+    planned = 2 * 2 * 151
+    assert 20 <= len(kept) < planned
+    assert kept["order"].tolist() == list(range(len(kept)))  # complete up to the interruption
+    assert (kept["wall_ms"] > 0).all()
+    r = run_cli(*args, "--resume")
+    assert r.returncode == 0, r.stderr
+    done = datasets.read(out)
+    assert len(done) == planned and done["order"].tolist() == list(range(planned))
+    assert done["run_id"].nunique() == 1
+    assert not done.duplicated(["strategy", "size_bytes", "rep", "warmup"]).any()
+    # The first rows are the ones measured before the interruption, untouched.
+    pd.testing.assert_frame_equal(done.head(len(kept)), kept, check_dtype=False)
+
+
+def test_resume_with_other_options_is_refused(tmp_path):
+    p, err, out, args = _start_and_interrupt(tmp_path, signal.SIGINT)
+    changed = [a if a != "150" else "9" for a in args]
+    r = run_cli(*changed, "--resume")
+    _one_line_error(r, "cannot resume")
+
+
+def test_resume_without_a_run(tmp_path):
+    r = run_cli(*M, "--sizes", "1KiB", "--out", str(tmp_path / "none.csv"), "--resume")
+    _one_line_error(r, "nothing to resume")
+
+
+def test_datasets_command_lists_all():
+    r = run_cli("datasets")
+    assert r.returncode == 0
+    for n in ("forum_a100", "h200_forum", "h200_sweep", "h200_allocator", "h200_overlap"):
+        assert n in r.stdout
+
+
+def test_env_command_is_json():
+    import json
+
+    r = run_cli("env")
+    env = json.loads(r.stdout)
+    assert env["cpu_count"] >= 1 and "torch" in env and env["command"].startswith("h2dlab env")
