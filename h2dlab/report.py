@@ -221,6 +221,8 @@ def build(outdir: str | Path = "reports", mode: str | None = None, notebooks: li
 
     if mode is not None:
         os.environ["H2DLAB_MODE"] = mode
+    # Figures must reach the notebook whatever backend the caller's environment names.
+    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     resolved = resolve_mode("auto")  # fails early, in one line, for live without CUDA
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)

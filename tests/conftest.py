@@ -35,3 +35,38 @@ def run_cli(*args, timeout=300, env=None, cwd=None):
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def rendered(tmp_path_factory):
+    """Execute the reported notebooks in replay mode and render them, once per session."""
+    from h2dlab import report
+
+    out = tmp_path_factory.mktemp("reports")
+    old = os.environ.get("H2DLAB_MODE")
+    try:
+        rc = report.build(outdir=out, mode="replay")
+    finally:
+        if old is None:
+            os.environ.pop("H2DLAB_MODE", None)
+        else:
+            os.environ["H2DLAB_MODE"] = old
+    return rc, out
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian Chromium driven by Playwright (never Playwright's own download)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Chromium is not installed (apt-get install chromium); .ci/run installs it")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()

@@ -41,21 +41,6 @@ def test_committed_notebook_has_outputs_and_no_errors(name):
     assert len(params) == 1 and 'MODE = "auto"' in "".join(params[0]["source"])
 
 
-@pytest.fixture(scope="session")
-def rendered(tmp_path_factory):
-    """Execute every notebook in replay mode and render it, once per test session."""
-    out = tmp_path_factory.mktemp("reports")
-    import os
-
-    old = os.environ.get("H2DLAB_MODE")
-    rc = report.build(outdir=out, mode="replay")
-    if old is None:
-        os.environ.pop("H2DLAB_MODE", None)
-    else:
-        os.environ["H2DLAB_MODE"] = old
-    return rc, out
-
-
 @pytest.mark.slow
 def test_notebooks_execute_in_replay_mode(rendered):
     rc, out = rendered

@@ -1,0 +1,31 @@
+"""Each rendered HTML report, opened in headless Chromium: figures shown, the provenance
+banner present, no error output."""
+
+import pytest
+
+from h2dlab import report
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("name", report.REPORTED)
+def test_rendered_report_in_chromium(rendered, browser, name):
+    rc, out = rendered
+    assert rc == 0
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto((out / f"{name}.html").as_uri())
+    page.wait_for_load_state("load")
+    banner = page.locator(".h2dlab-banner")
+    assert banner.count() == 1 and "Replay" in banner.inner_text() and "NVIDIA H200" in banner.inner_text()
+    imgs = page.locator(".jp-OutputArea-output img")
+    assert imgs.count() >= 2
+    widths = page.eval_on_selector_all(".jp-OutputArea-output img", "els => els.map(e => e.naturalWidth)")
+    assert all(w > 300 for w in widths), widths  # every figure decoded and drawn
+    text = page.inner_text("body")
+    assert "Traceback" not in text and "Error:" not in text
+    assert page.locator("[data-mime-type='application/vnd.jupyter.error']").count() == 0
+    assert "recorded `h200_" in banner.inner_text() or "recorded h200_" in banner.inner_text()
+    assert not errors, errors
+    page.close()
