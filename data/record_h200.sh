@@ -36,6 +36,12 @@ overlap() {  # timelines of a copy beside compute, for the primer
   $H2D overlap --size 256MiB --reps 5 --out data/h200_overlap/overlap.csv.gz
 }
 
+concurrent() {  # on the 2-GPU host (kind nvidia-h200-x2): 1 then 2 GPUs copying at once
+  mkdir -p data/h200x2_concurrent
+  $H2D measure --gpus 1..2 --strategies pinned_reuse,pageable,staged --sizes 64MiB..1GiB --reps 10 --reps-large 5 \
+    --warmup 2 --out data/h200x2_concurrent/concurrent.csv.gz --no-progress
+}
+
 for step in "$@"; do
   echo "== $step $(date -u +%FT%TZ)"
   "$step"

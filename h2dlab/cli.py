@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--dtype", default="uint8", help="element type of the copied tensor [uint8]")
     m.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
     m.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
+    m.add_argument("--gpus", default=None,
+                   help="copy on several GPUs at once, one process each: all, 0,1, N, or 1..N to sweep the count")
     m.add_argument("--no-progress", action="store_true")
 
     f = sub.add_parser("forum", help="the forum's experiment, re-implemented (run in a fresh process)")
@@ -175,6 +177,15 @@ def _cmd_measure(a, argv) -> int:
     from h2dlab import measure
 
     out = _check_out(a.out)
+    if a.gpus is not None:
+        sizes = a.sizes or [2**k for k in range(20, 31)]
+        df = measure.concurrent(
+            _strategy_list(a.strategies), sizes, gpus=a.gpus, device=a.device, out=out, argv=["h2dlab", *argv],
+            progress=not a.no_progress, reps=a.reps, warmup=a.warmup, order=a.order, seed=a.seed,
+            empty_cache=a.empty_cache, reps_large=a.reps_large, dtype=_dtype(a.dtype), resume=a.resume)
+        per = df.groupby(["world", "gpu"]).size()
+        print(f"wrote {out} ({len(df)} rows; rows per (GPUs at once, GPU): {per.to_dict()})", file=sys.stderr)
+        return 0
     df = measure.sweep(
         _strategy_list(a.strategies), a.sizes, device=a.device, reps=a.reps, warmup=a.warmup,
         order=a.order, seed=a.seed, empty_cache=a.empty_cache, empty_host_cache_each_size=a.empty_host_cache,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import random
 import re
 import signal
@@ -408,6 +409,7 @@ def sweep(
     clock: Callable[[], float] = time.perf_counter,
     stop: _StopFlag | None = None,
     on_row: Callable[[int], None] | None = None,
+    before_cell: Callable[[], None] | None = None,
 ) -> pd.DataFrame:
     """Time each planned copy once and return the measurement table.
 
@@ -439,6 +441,9 @@ def sweep(
         A stop flag (set its ``signum`` to end the sweep after the copy in flight).
     on_row
         Called with the number of rows measured so far after every row.
+    before_cell
+        Called before each (strategy, size) cell: concurrent runs pass a barrier here
+        so that every process starts each size together.
 
     Returns
     -------
@@ -489,6 +494,8 @@ def sweep(
                 while j < len(rows_left) and (rows_left[j]["strategy"], rows_left[j]["size_bytes"]) == key:
                     j += 1
                 cell_rows, i = rows_left[i:j], j
+                if before_cell is not None:
+                    before_cell()
                 _measure_cell(cell_rows, src, dev, dtype, timer, run, empty_cache,
                               empty_host_cache_each_size, stop, bar)
                 if on_row is not None:
@@ -853,3 +860,129 @@ def overlap(
                      "matmul": "4096x4096 bf16"}, run_id=run_id, scenarios=SCENARIOS)
     df.attrs["env"] = env
     return df
+
+
+# --- several GPUs at once ----------------------------------------------------------------
+
+
+def parse_gpus(spec: str, available: int) -> tuple[list[int], list[int]]:
+    """``'all'``, ``'0,1'``, ``'N'`` (GPUs 0..N-1) or ``'1..N'`` (sweep 1 to N GPUs copying at
+    once). Returns (device indices, world sizes to run)."""
+    spec = str(spec).strip()
+    try:
+        if spec == "all":
+            ids, worlds = list(range(available)), [available]
+        elif ".." in spec:
+            lo, hi = (int(v) for v in spec.split("..", 1))
+            if lo < 1 or hi < lo:
+                raise ValueError
+            ids, worlds = list(range(hi)), list(range(lo, hi + 1))
+        elif "," in spec:
+            ids = [int(v) for v in spec.split(",")]
+            worlds = [len(ids)]
+        else:
+            n = int(spec)
+            if n < 1:
+                raise ValueError
+            ids, worlds = list(range(n)), [n]
+    except ValueError:
+        raise ValueError(f"cannot read --gpus {spec!r}: write all, 0,1, N or 1..N") from None
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"--gpus {spec!r} names a GPU twice")
+    bad = [i for i in ids if i >= available or i < 0]
+    if bad:
+        raise ValueError(f"--gpus {spec!r}: there is no device {bad[0]}; this machine has {available} (0..{available - 1})")
+    return ids, worlds
+
+
+def _nearest_cpus(index: int) -> list[int] | None:
+    """CPUs nearest GPU ``index`` according to NVML, or None where it cannot say."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        words = pynvml.nvmlDeviceGetCpuAffinity(h, (os.cpu_count() + 63) // 64)
+        cpus = [w * 64 + b for w, mask in enumerate(words) for b in range(64) if mask >> b & 1]
+        allowed = os.sched_getaffinity(0)
+        cpus = [c for c in cpus if c in allowed]
+        return cpus or None
+    except Exception:  # noqa: BLE001 - no NVML, no topology: leave the affinity alone
+        return None
+
+
+def _concurrent_worker(rank: int, ids: list[int], device_type: str, init_file: str, folder: str,
+                       kwargs: dict) -> None:
+    import torch.distributed as dist
+
+    world = len(ids)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        device = f"cuda:{ids[rank]}" if device_type == "cuda" else "cpu"
+        cpus = _nearest_cpus(ids[rank]) if device_type == "cuda" else None
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        sweep(device=device, out=Path(folder) / f"rank{rank}.csv", before_cell=dist.barrier,
+              progress=kwargs.pop("progress", False) and rank == 0, **kwargs)
+        (Path(folder) / f"rank{rank}.cpus").write_text(",".join(map(str, cpus or [])))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def concurrent(
+    strategies_: list[str] | None,
+    sizes: list[int],
+    *,
+    gpus: str = "all",
+    device: str = "cuda",
+    out: str | Path,
+    argv: list[str] | None = None,
+    progress: bool = False,
+    **kwargs,
+) -> pd.DataFrame:
+    """The sweep on several GPUs at once: one process per GPU (torch.multiprocessing),
+    each pinned to the CPUs nearest its GPU where NVML says, all starting each
+    (strategy, size) cell together through a torch.distributed barrier (gloo). With
+    ``gpus='1..N'`` it runs 1, 2, ..., N GPUs in turn. Rows carry ``gpu`` (device index)
+    and ``world`` (GPUs copying at once). ``device='cpu'`` runs the same code path with
+    host copies, for machines without GPUs (``gpus`` then counts processes).
+    """
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    dev_type = torch.device(device).type
+    if dev_type == "cuda":
+        resolve_device("cuda")
+        available = torch.cuda.device_count()
+    else:
+        available = max(1, os.cpu_count() or 1)
+    ids, worlds = parse_gpus(gpus, available)
+    if kwargs.get("resume"):
+        raise ValueError("--resume is not supported with --gpus: re-run the concurrent sweep")
+    out = Path(out)
+    frames, cpu_map = [], {}
+    run_id = uuid.uuid4().hex[:12]
+    for world in worlds:
+        with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.w{world}.") as folder:
+            init_file = str(Path(folder) / "rendezvous")
+            kw = {"strategies_": strategies_, "sizes": sizes, "progress": progress, **kwargs}
+            mp.spawn(_concurrent_worker, args=(ids[:world], dev_type, init_file, folder, kw), nprocs=world,
+                     join=True)
+            for rank in range(world):
+                df = datasets.read(Path(folder) / f"rank{rank}.csv")
+                df["run_id"] = run_id
+                df["gpu"] = ids[rank] if dev_type == "cuda" else rank
+                df["world"] = world
+                frames.append(df)
+                cpu_map[f"world{world}_rank{rank}"] = (Path(folder) / f"rank{rank}.cpus").read_text()
+    table = pd.concat(frames, ignore_index=True)
+    env = collect_env(argv=argv, gpu=dev_type == "cuda")
+    env["spec"] = {"kind": "concurrent", "gpus": ids, "worlds": worlds, "strategies": strategies_,
+                   "sizes": sizes, "device": dev_type, **{k: v for k, v in kwargs.items() if k != "dtype"}}
+    env["run_id"] = run_id
+    env["cpu_affinity_per_rank"] = cpu_map
+    datasets.save(table, out, env=env)
+    table.attrs["env"] = env
+    return table

@@ -101,3 +101,26 @@ def test_registry_names_and_unknown():
             "staged"} <= set(strategies.names())
     with pytest.raises(KeyError, match="choose from"):
         strategies.get("teleport")
+
+
+def test_concurrent_two_processes_on_cpu(tmp_path):
+    """The multi-GPU code path (one process per device, a barrier per cell), run with two
+    CPU processes: rows from both, with gpu and world columns, one table."""
+    out = tmp_path / "c.csv"
+    df = measure.concurrent(["pageable"], [4096, 65536], gpus="1..2", device="cpu", out=out, reps=3, warmup=1)
+    back = datasets.read(out)
+    assert len(back) == len(df) == (1 + 2) * 2 * 4
+    counts = back.groupby(["world", "gpu"]).size().to_dict()
+    assert counts == {(1, 0): 8, (2, 0): 8, (2, 1): 8}
+    assert back["run_id"].nunique() == 1 and (back["error"] == "").all()
+    assert back.attrs["env"]["spec"]["worlds"] == [1, 2]
+
+
+def test_parse_gpus():
+    assert measure.parse_gpus("all", 4) == ([0, 1, 2, 3], [4])
+    assert measure.parse_gpus("1..2", 2) == ([0, 1], [1, 2])
+    assert measure.parse_gpus("0,1", 2) == ([0, 1], [2])
+    with pytest.raises(ValueError, match="no device 2"):
+        measure.parse_gpus("0,2", 2)
+    with pytest.raises(ValueError, match="cannot read"):
+        measure.parse_gpus("two", 2)
