@@ -241,6 +241,10 @@ DATASETS: dict[str, tuple[str, str]] = {
         "h200_sweep",
         "every strategy, 1 KiB - 4 GiB plus the forum's sizes, shuffled, repeated, on an H200",
     ),
+    "h200x2_concurrent": (
+        "h200x2_concurrent",
+        "1 then 2 H200s copying at once on a 2-GPU host: pinned_reuse, pageable, staged, 64 MiB - 1 GiB",
+    ),
     "h200_allocator": (
         "h200_allocator",
         "allocator experiments on an H200: host cache warm/emptied, cudaHostRegister conf, empty_cache",

@@ -216,3 +216,24 @@ def advise(size_bytes: float, *, reuse: bool | None = None, df: pd.DataFrame | N
                      "pageable_ms": base, "speedup_vs_pageable": base / best_ms,
                      "upfront_ms": upfront if best == "pinned_reuse" else 0.0, "note": note})
     return pd.DataFrame(rows)
+
+
+def concurrency(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (strategy, size, GPUs at once): per-GPU and aggregate bandwidth from a
+    concurrent run (``gpu`` and ``world`` columns), against the one-GPU figure.
+
+    ``per_gpu_gbps`` is the mean over GPUs of each GPU's median; ``aggregate_gbps`` their
+    sum (the processes start each size together, behind a barrier, so their copies
+    overlap); ``scaling`` is aggregate over the one-GPU bandwidth of the same run.
+    """
+    if "world" not in df.columns or "gpu" not in df.columns:
+        raise ValueError("not a concurrent run: the table has no gpu and world columns (h2dlab measure --gpus)")
+    t = timed(df).assign(_v=lambda d: value_ms(d))
+    per = (t.groupby(["strategy", "size_bytes", "world", "gpu"])["_v"].median().rename("ms").reset_index())
+    per["gbps"] = per["size_bytes"] / per["ms"] / 1e6
+    out = per.groupby(["strategy", "size_bytes", "world"]).agg(
+        per_gpu_gbps=("gbps", "mean"), aggregate_gbps=("gbps", "sum"), gpus=("gpu", "nunique")).reset_index()
+    single = out[out.world == 1].set_index(["strategy", "size_bytes"])["aggregate_gbps"]
+    out["single_gpu_gbps"] = [single.get((s, n), np.nan) for s, n in zip(out.strategy, out.size_bytes, strict=True)]
+    out["scaling"] = out["aggregate_gbps"] / out["single_gpu_gbps"]
+    return out

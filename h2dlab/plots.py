@@ -253,3 +253,25 @@ def overlap(tl: pd.DataFrame, *, ax=None, rep: int | None = None, name=None, env
     label = f"data: {name or 'overlap timeline'} · {describe(env) if env else ''} · rep {rep}"
     ax.text(0.0, -0.16, label, transform=ax.transAxes, fontsize=7, color="#555555", va="top")
     return ax
+
+
+def concurrency(df: pd.DataFrame, *, ax=None, size_bytes: int | None = None, name=None):
+    """Per-GPU (dashed) and aggregate (solid) bandwidth against the number of GPUs copying
+    at once, per strategy, at one size (default: the largest)."""
+    ax = _ax(ax)
+    c = model.concurrency(df)
+    size_bytes = int(c.size_bytes.max()) if size_bytes is None else size_bytes
+    c = c[c.size_bytes == size_bytes]
+    for s, g in c.groupby("strategy"):
+        g = g.sort_values("world")
+        col = PALETTE.get(s)
+        ax.plot(g.world, g.aggregate_gbps, "o-", color=col, label=f"{s}: all GPUs together")
+        ax.plot(g.world, g.per_gpu_gbps, "s--", color=col, alpha=0.7, label=f"{s}: per GPU")
+    ax.set_xticks(sorted(c.world.unique()))
+    ax.set_xlabel("GPUs copying at once")
+    ax.set_ylabel(f"GB/s at {size_label(size_bytes)} (median)")
+    ax.set_ylim(0, None)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    footnote(ax, df, name)
+    return ax

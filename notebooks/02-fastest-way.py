@@ -157,3 +157,28 @@ display(Markdown(
     f"`pin_memory=True`): copy with `non_blocking=True`, and overlap it with compute (04). "
     f"**Small tensors** (1 MiB here): the strategies are within "
     f"{advice[advice.size_bytes == 2**20].speedup_vs_pageable.max():.1f}x of each other; batch them instead."))
+
+# %% [markdown]
+# ## Several GPUs at once
+#
+# Feeding two GPUs from one host, the copies compete for host memory bandwidth and, if the
+# GPUs share a switch, for PCIe lanes. `h2dlab measure --gpus 1..2` runs one process per GPU
+# (each pinned to the CPUs nearest its GPU where NVML says), starting every size together
+# behind a barrier. Recorded on a 2-GPU H200 host (32 cores).
+
+# %%
+conc = datasets.load("h200x2_concurrent")
+fig, ax = plt.subplots(figsize=(8, 4.4))
+plots.concurrency(conc, ax=ax)
+ax.set_title("aggregate and per-GPU bandwidth at 1 GiB")
+plt.show()
+cc = model.concurrency(conc)
+c1g = cc[(cc.size_bytes == 2**30) & (cc.world == 2)].set_index("strategy")
+display(cc[cc.size_bytes == 2**30].round(2))
+display(Markdown(
+    f"With two GPUs copying 1 GiB at once: pinned copies reached **{c1g.loc['pinned_reuse', 'aggregate_gbps']:.0f} GB/s** "
+    f"together ({c1g.loc['pinned_reuse', 'scaling']:.2f}x one GPU): each GPU's link is its own. Pageable copies "
+    f"{c1g.loc['pageable', 'aggregate_gbps']:.1f} GB/s ({c1g.loc['pageable', 'scaling']:.2f}x). The staged copy fell from "
+    f"{c1g.loc['staged', 'single_gpu_gbps']:.1f} GB/s on one GPU to {c1g.loc['staged', 'per_gpu_gbps']:.1f} per GPU "
+    f"({c1g.loc['staged', 'aggregate_gbps']:.1f} together, {c1g.loc['staged', 'scaling']:.2f}x): its host-side memory "
+    f"copies share the host's memory bandwidth."))

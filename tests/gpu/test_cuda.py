@@ -53,12 +53,12 @@ def test_sweep_rows_and_event_vs_host_clock(tmp_path):
                        out=out, progress=False)
     assert len(df) == 2 * 17 and (df["error"] == "").all()
     timed = df[~df["warmup"]]
-    for _, g in timed.groupby("strategy"):
-        ev, wall = g["event_ms"].median(), g["wall_ms"].median()
-        assert ev > 0 and wall > 0
-        # Host clock includes the launch and the synchronisation; at 64 MiB both
-        # clocks must agree within 5 %.
-        assert abs(wall - ev) / wall < 0.05, (ev, wall)
+    # The host clock encloses the events (launch before, synchronisation after), so it
+    # reads a little more on every row, and never a millisecond more.
+    assert (timed["wall_ms"] >= timed["event_ms"] * 0.999).all()
+    assert ((timed["wall_ms"] - timed["event_ms"]) < 1.0).all()
+    pg = timed[timed.strategy == "pageable"]  # several ms per copy: the clocks agree within 5 %
+    assert abs(pg.wall_ms.median() - pg.event_ms.median()) / pg.wall_ms.median() < 0.05
     # pinned_reuse reuses its buffers: no new pinned block and no cudaMalloc per copy.
     pr = timed[timed.strategy == "pinned_reuse"]
     assert (pr["host_allocs"] == 0).all() and (pr["device_allocs"] == 0).all()
@@ -105,9 +105,9 @@ def test_to_device_non_blocking_source_may_change_after_return():
     ref = x.clone()
     y = transfer.to_device(x, "cuda", non_blocking=True, chunk_bytes=4 * MiB)
     x.zero_()  # allowed once to_device returned
-    s = y.float().sum()  # work on the current stream sees the data
+    s = y.long().sum()  # work on the current stream sees the data (an exact integer sum)
     assert torch.equal(y.cpu(), ref)
-    assert s.item() == ref.float().sum().item()
+    assert s.item() == ref.long().sum().item()
 
 
 def test_to_device_many_calls_reuse_ring_and_free():
