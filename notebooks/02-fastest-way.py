@@ -177,8 +177,8 @@ c1g = cc[(cc.size_bytes == 2**30) & (cc.world == 2)].set_index("strategy")
 display(cc[cc.size_bytes == 2**30].round(2))
 display(Markdown(
     f"With two GPUs copying 1 GiB at once: pinned copies reached **{c1g.loc['pinned_reuse', 'aggregate_gbps']:.0f} GB/s** "
-    f"together ({c1g.loc['pinned_reuse', 'scaling']:.2f}x one GPU): each GPU's link is its own. Pageable copies "
+    f"together ({c1g.loc['pinned_reuse', 'scaling']:.2f}x one GPU): no shared bottleneck for pinned DMA on this host. Pageable copies "
     f"{c1g.loc['pageable', 'aggregate_gbps']:.1f} GB/s ({c1g.loc['pageable', 'scaling']:.2f}x). The staged copy fell from "
     f"{c1g.loc['staged', 'single_gpu_gbps']:.1f} GB/s on one GPU to {c1g.loc['staged', 'per_gpu_gbps']:.1f} per GPU "
-    f"({c1g.loc['staged', 'aggregate_gbps']:.1f} together, {c1g.loc['staged', 'scaling']:.2f}x): its host-side memory "
-    f"copies share the host's memory bandwidth."))
+    f"({c1g.loc['staged', 'aggregate_gbps']:.1f} together, {c1g.loc['staged', 'scaling']:.2f}x), as expected if its "
+    f"host-side memory copies share the host's memory bandwidth."))
