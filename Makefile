@@ -37,7 +37,7 @@ notebooks: $(STAMP)
 	  --only 01-forum-experiment-revisited,02-fastest-way,03-spikes-explained,04-pinned-memory-primer,05-explore
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 lint: $(STAMP)
 	$(BIN)/ruff check h2dlab tests benchmarks
