@@ -983,6 +983,7 @@ def concurrent(
                    "sizes": sizes, "device": dev_type, **{k: v for k, v in kwargs.items() if k != "dtype"}}
     env["run_id"] = run_id
     env["cpu_affinity_per_rank"] = cpu_map
+    env["measured_rows"] = len(table)
     datasets.save(table, out, env=env)
     table.attrs["env"] = env
     return table
