@@ -310,7 +310,7 @@ def load(name: str) -> pd.DataFrame:
     else:
         folder = Path(name)
         if not folder.exists():
-            known = ", ".join(names()) or "none"
+            known = ", ".join(n for n in names() if n not in TIMELINES) or "none"
             raise SchemaError(f"unknown dataset {name!r}: give a recorded dataset ({known}) or a path")
     paths = [folder] if folder.is_file() else _tables(folder)
     if not paths:

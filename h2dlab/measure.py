@@ -669,10 +669,10 @@ def forum(
     first row carries the context start-up, as the forum's did. Run it in a fresh
     process for that reason.
     """
+    if torch.device(device).type != "cuda" or not torch.cuda.is_available():
+        raise RuntimeError("the forum protocol pins memory and needs CUDA, which this machine lacks: "
+                           "replay the recorded runs instead (h2dlab explain h200_forum)")
     dev = resolve_device(device)
-    if dev.type != "cuda":
-        raise RuntimeError("the forum protocol pins memory and needs CUDA: use --device cuda, or "
-                           "replay it with h2dlab explain h200_forum")
     planned = plan_forum(order, seed, seqs)
     spec = {"kind": "forum", "order": order, "seed": seed, "seqs": seqs or "forum", "device": str(dev)}
     # No GPU query here: that would start CUDA before the first timed step.
