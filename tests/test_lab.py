@@ -138,10 +138,14 @@ def test_explore_runs_and_widgets_redraw(lab, browser):
     page.wait_for_function("b => { const i = document.querySelector('.widget-output img'); return i && i.src !== b; }",
                            arg=before, timeout=60_000)
     # And the view toggle redraws it as a bandwidth figure.
+    page.wait_for_timeout(1000)  # let the first redraw finish before asking for the next
     before = page.eval_on_selector(".widget-output img", "e => e.src")
-    page.get_by_role("button", name="bandwidth").click()
+    toggle = page.locator(".widget-toggle-buttons button", has_text="bandwidth")
+    toggle.click()
+    page.wait_for_function("() => [...document.querySelectorAll('.widget-toggle-buttons button.mod-active')]"
+                           ".some(b => b.innerText.includes('bandwidth'))", timeout=30_000)
     page.wait_for_function("b => { const i = document.querySelector('.widget-output img'); return i && i.src !== b; }",
-                           arg=before, timeout=60_000)
+                           arg=before, timeout=120_000)
     # Without CUDA, measuring now is disabled with a visible reason.
     import torch
 
