@@ -220,7 +220,7 @@ def allocator_growth(df: pd.DataFrame, *, ax=None, strategy="pin_memory", name=N
     new = g["host_allocs"] > 0
     ax.plot(g.loc[~new, "size_bytes"], v[~new], ".", ms=4, color="#777777", label="cached block reused")
     ax.plot(g.loc[new, "size_bytes"], v[new], "o", ms=6, mfc="none", color=PALETTE.get(strategy, "#9467bd"),
-            label="num_host_alloc went up (cudaHostAlloc)")
+            label="num_host_alloc went up: a new pinned block")
     _size_axis(ax)
     ax.set_yscale("log")
     pow2_boundaries(ax, g.size_bytes.min(), g.size_bytes.max())
