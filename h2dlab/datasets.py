@@ -413,6 +413,3 @@ def run_env(df: pd.DataFrame) -> dict[str, Any]:
 def empty_table() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
 
-
-def nan() -> float:
-    return float(np.nan)

@@ -110,10 +110,6 @@ def mem_available_bytes() -> int | None:
     return None
 
 
-class StopRequested(Exception):
-    """Raised inside the harness when SIGINT/SIGTERM asked it to stop."""
-
-
 class _StopFlag:
     """SIGINT/SIGTERM set a flag; the harness stops after the copy in flight."""
 

@@ -108,7 +108,7 @@ def bandwidth(df: pd.DataFrame, *, ax=None, strategies=None, name=None, peak_str
     peak = float(ref["gbps"].max())
     ax.axhline(peak, color="#2ca02c", lw=1, ls=":")
     ax.annotate(f"measured peak {peak:.1f} GB/s ({ref.loc[ref.gbps.idxmax(), 'strategy']})",
-                (ax.get_xlim()[0] if False else med.size_bytes.min(), peak), xytext=(0, 4),
+                (med.size_bytes.min(), peak), xytext=(0, 4),
                 textcoords="offset points", fontsize=8, color="#2ca02c")
     lim = pcie_limit_gbps(datasets.run_env(df))
     if lim:
