@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--reps", type=_positive, default=10, help="timed repetitions per size [10]")
     m.add_argument("--reps-large", type=_positive, default=None, help="timed repetitions at >= 1 GiB [--reps]")
     m.add_argument("--warmup", type=_nonneg, default=2, help="labelled warm-up copies per size [2]")
-    m.add_argument("--order", choices=["shuffled", "ascending"], default="shuffled")
+    m.add_argument("--order", choices=["shuffled", "ascending", "interleaved"], default="shuffled",
+                   help="shuffled cells (reps back to back), ascending, or interleaved reps in shuffled rounds")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--empty-cache", action="store_true", help="torch.cuda.empty_cache() before every copy")
     m.add_argument("--empty-host-cache", action="store_true",

@@ -34,6 +34,8 @@ UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 
          "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "tb": 1000**4, "tib": 1024**4}
 _SIZE_RE = re.compile(r"^\s*(-?[0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
+#: Execution orders of a sweep (see plan_sweep).
+ORDERS = ("shuffled", "ascending", "interleaved")
 #: The forum's grid: seq = 1, 6, ..., 1046 for float16 tensors of shape (24, 2, 1, seq, 4096).
 FORUM_SEQS = list(range(1, 1050, 5))
 
@@ -353,20 +355,37 @@ def plan_sweep(
     reps_large: int | None = None,
     large_bytes: int = 1024**3,
 ) -> list[dict[str, Any]]:
-    """The planned rows, in execution order. Cells (strategy, size) are shuffled with
-    ``seed``; within a cell the warm-ups run first, then the timed reps."""
-    if order not in ("shuffled", "ascending"):
-        raise ValueError(f"order must be shuffled or ascending, not {order!r}")
+    """The planned rows, in execution order.
+
+    ``shuffled``: cells (strategy, size) in a random order drawn from ``seed``; within a
+    cell the warm-ups run first, then the timed reps, back to back. ``ascending``: the
+    same, cells by size. ``interleaved``: every cell's warm-ups first (cells shuffled),
+    then the timed reps in rounds, each round visiting every cell once in a fresh random
+    order, so that a slowdown lasting a while is spread over many sizes instead of
+    filling one cell, where its median would hide it.
+    """
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {order!r}")
     cells = [(s, n) for n in sorted(sizes) for s in strategy_names]
-    if order == "shuffled":
-        random.Random(seed).shuffle(cells)
+    rng = random.Random(seed)
+    if order != "ascending":
+        rng.shuffle(cells)
+
+    def n_reps(n: int) -> int:
+        return reps if reps_large is None or n < large_bytes else reps_large
+
     rows = []
-    for s, n in cells:
-        r = reps if reps_large is None or n < large_bytes else reps_large
-        for w in range(warmup):
-            rows.append({"strategy": s, "size_bytes": n, "rep": w, "warmup": True})
-        for i in range(r):
-            rows.append({"strategy": s, "size_bytes": n, "rep": i, "warmup": False})
+    if order == "interleaved":
+        for s, n in cells:
+            rows += [{"strategy": s, "size_bytes": n, "rep": w, "warmup": True} for w in range(warmup)]
+        for i in range(max(n_reps(n) for _, n in cells)):
+            round_ = [c for c in cells if i < n_reps(c[1])]
+            rng.shuffle(round_)
+            rows += [{"strategy": s, "size_bytes": n, "rep": i, "warmup": False} for s, n in round_]
+    else:
+        for s, n in cells:
+            rows += [{"strategy": s, "size_bytes": n, "rep": w, "warmup": True} for w in range(warmup)]
+            rows += [{"strategy": s, "size_bytes": n, "rep": i, "warmup": False} for i in range(n_reps(n))]
     for i, row in enumerate(rows):
         row["order"] = i
     return rows
@@ -421,7 +440,8 @@ def sweep(
     reps, warmup
         Timed repetitions and labelled warm-ups per (strategy, size) cell.
     order
-        ``'shuffled'`` (cells in a seeded random order) or ``'ascending'``.
+        ``'shuffled'`` (cells in a seeded random order), ``'ascending'``, or
+        ``'interleaved'`` (timed reps in shuffled rounds across cells; see plan_sweep).
     empty_cache
         Call ``torch.cuda.empty_cache()`` before every copy (untimed).
     empty_host_cache_each_size
@@ -479,6 +499,7 @@ def sweep(
     src = _random_source(max(sizes), seed)
     bar = _progress(len(planned), run.start_at, f"measure {dev}", progress)
     rows_left = planned[run.start_at :]
+    checked: set[tuple[str, int]] = set()  # cells whose first copy was compared bytewise
     try:
         with stop.installed():
             i = 0
@@ -493,7 +514,7 @@ def sweep(
                 if before_cell is not None:
                     before_cell()
                 _measure_cell(cell_rows, src, dev, dtype, timer, run, empty_cache,
-                              empty_host_cache_each_size, stop, bar)
+                              empty_host_cache_each_size, stop, bar, checked)
                 if on_row is not None:
                     on_row(len(run.rows))
     finally:
@@ -502,7 +523,7 @@ def sweep(
     return run.finish(stop, dev)
 
 
-def _measure_cell(cell_rows, src, dev, dtype, timer, run, empty_cache, empty_host, stop, bar):
+def _measure_cell(cell_rows, src, dev, dtype, timer, run, empty_cache, empty_host, stop, bar, checked):
     name, size = cell_rows[0]["strategy"], cell_rows[0]["size_bytes"]
     x = src[:size].view(dtype)
     base = {"strategy": name, "size_bytes": size, "shape": str(tuple(x.shape)),
@@ -520,7 +541,6 @@ def _measure_cell(cell_rows, src, dev, dtype, timer, run, empty_cache, empty_hos
             reason = _error_text(exc)
             strat = None
             release_memory(dev)
-    checked = False
     for plan_row in cell_rows:
         if stop:
             break
@@ -534,8 +554,8 @@ def _measure_cell(cell_rows, src, dev, dtype, timer, run, empty_cache, empty_hos
                 row["t_s"] = run.elapsed()
                 y, rec = timer(lambda: strat.copy(x))
                 row.update(rec)
-                if not checked:  # bytewise check of the first copy of each cell
-                    checked = True
+                if (name, size) not in checked:  # bytewise check of the first copy of each cell
+                    checked.add((name, size))
                     if not torch.equal(y.cpu().reshape(-1).view(torch.uint8), x.reshape(-1).view(torch.uint8)):
                         row["error"] = "wrong result: the copy differs from the source"
                 del y

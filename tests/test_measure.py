@@ -124,3 +124,27 @@ def test_parse_gpus():
         measure.parse_gpus("0,2", 2)
     with pytest.raises(ValueError, match="cannot read"):
         measure.parse_gpus("two", 2)
+
+
+def test_interleaved_plan_spreads_reps_over_time():
+    p = measure.plan_sweep(["pageable", "staged"], [1024, 2048, 4096], reps=4, warmup=1, order="interleaved",
+                           seed=3)
+    assert len(p) == 6 * 5
+    assert all(r["warmup"] for r in p[:6]) and not any(r["warmup"] for r in p[6:])
+    # Each round of 6 timed rows visits every cell once, with rep == round number.
+    for k in range(4):
+        rnd = p[6 + 6 * k : 12 + 6 * k]
+        assert {(r["strategy"], r["size_bytes"]) for r in rnd} == {(s, n) for s in ("pageable", "staged")
+                                                                   for n in (1024, 2048, 4096)}
+        assert {r["rep"] for r in rnd} == {k}
+    # Two consecutive timed rows can share a cell only across a round boundary (3 here).
+    same = sum(a["size_bytes"] == b["size_bytes"] and a["strategy"] == b["strategy"] for a, b in zip(p[6:], p[7:], strict=False))
+    assert same <= 3
+
+
+def test_interleaved_cpu_sweep(tmp_path):
+    out = tmp_path / "i.csv"
+    df = measure.sweep(["pageable"], [1024, 4096, 16384], device="cpu", reps=3, warmup=1, order="interleaved",
+                       out=out, progress=False)
+    assert len(df) == 12 and (df["error"] == "").all()
+    assert df.groupby("size_bytes").size().tolist() == [4, 4, 4]
