@@ -19,6 +19,12 @@ sweep() {  # every strategy on powers of two; pageable and pinned_reuse on the f
     --out data/h200_sweep/forum-sizes.csv.gz --no-progress
 }
 
+interleaved() {  # the power-of-two sweep again, reps interleaved across cells in shuffled rounds
+  mkdir -p data/h200_sweep
+  $H2D measure --sizes 1KiB..4GiB --reps 10 --reps-large 3 --warmup 2 --order interleaved --seed 1 \
+    --out data/h200_sweep/pow2-interleaved.csv.gz --no-progress
+}
+
 allocator() {  # what explains spikes: the host cache warm or emptied, cudaHostRegister pinning, empty_cache
   mkdir -p data/h200_allocator
   local pin="--sizes forum --strategies pin_then_copy --reps 3 --warmup 0 --order ascending --no-progress"
