@@ -38,19 +38,14 @@ sys.path.insert(0, str(ROOT))
 
 from h2dlab import transfer  # noqa: E402
 from h2dlab.env import collect_env  # noqa: E402
+from h2dlab.measure import random_source  # noqa: E402
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 REG_CONF = "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"
 
 
 def _source(nbytes: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(nbytes % 9973)
-    block = torch.randint(0, 256, (min(nbytes, 16 * MiB),), dtype=torch.uint8, generator=g)
-    x = torch.empty(nbytes, dtype=torch.uint8)
-    for off in range(0, nbytes, block.numel()):
-        n = min(block.numel(), nbytes - off)
-        x[off : off + n].copy_(block[:n])
-    return x
+    return random_source(nbytes, nbytes % 9973)
 
 
 def _time(fn, reps: int, warmup: int) -> list[float]:

@@ -111,7 +111,7 @@ def validate(df: pd.DataFrame, *, source: str = "table") -> pd.DataFrame:
     return out
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=path.name, dir=path.parent)
     os.close(fd)
     try:
@@ -145,7 +145,7 @@ def save(df: pd.DataFrame, path: str | Path, env: dict[str, Any] | None = None) 
     else:
         writer = lambda p: df.to_excel(p, index=False, engine="openpyxl")  # noqa: E731
     try:
-        _atomic_write(path, writer)
+        atomic_write(path, writer)
     except ImportError as exc:
         raise SchemaError(f"cannot write {suf} here ({exc}); install h2dlab[notebooks] or use .csv") from None
     if env is not None:
@@ -155,7 +155,7 @@ def save(df: pd.DataFrame, path: str | Path, env: dict[str, Any] | None = None) 
 
 def write_env(env: dict[str, Any], path: str | Path) -> None:
     text = json.dumps(env, indent=2, sort_keys=True, default=str) + "\n"
-    _atomic_write(Path(path), lambda p: Path(p).write_text(text))
+    atomic_write(Path(path), lambda p: Path(p).write_text(text))
 
 
 def read_env(path: str | Path) -> dict[str, Any] | None:

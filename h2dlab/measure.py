@@ -331,15 +331,20 @@ def check_memory(max_bytes: int, dev: torch.device, copies_host: int = 2, gpu: b
             )
 
 
-def _random_source(nbytes: int, seed: int) -> torch.Tensor:
-    """A pageable buffer of random bytes (a random block tiled: fast, and every page touched)."""
+def _tile(block: torch.Tensor, n: int) -> torch.Tensor:
+    """A new tensor of ``n`` elements filled with ``block`` repeated: every page touched,
+    random-looking content, at memcpy speed."""
+    out = torch.empty(n, dtype=block.dtype)
+    for off in range(0, n, block.numel()):
+        k = min(block.numel(), n - off)
+        out[off : off + k].copy_(block[:k])
+    return out
+
+
+def random_source(nbytes: int, seed: int) -> torch.Tensor:
+    """A pageable buffer of random bytes (a random 16 MiB block tiled: fast, and every page touched)."""
     gen = torch.Generator().manual_seed(seed)
-    block = torch.randint(0, 256, (min(nbytes, 16 * 1024**2),), dtype=torch.uint8, generator=gen)
-    buf = torch.empty(nbytes, dtype=torch.uint8)
-    for off in range(0, nbytes, block.numel()):
-        n = min(block.numel(), nbytes - off)
-        buf[off : off + n].copy_(block[:n])
-    return buf
+    return _tile(torch.randint(0, 256, (min(nbytes, 16 * 1024**2),), dtype=torch.uint8, generator=gen), nbytes)
 
 
 # --- plans ----------------------------------------------------------------------------
@@ -496,7 +501,7 @@ def sweep(
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
         torch.zeros(1, device=dev)  # start the context outside any timed copy
-    src = _random_source(max(sizes), seed)
+    src = random_source(max(sizes), seed)
     bar = _progress(len(planned), run.start_at, f"measure {dev}", progress)
     rows_left = planned[run.start_at :]
     checked: set[tuple[str, int]] = set()  # cells whose first copy was compared bytewise
@@ -722,12 +727,7 @@ def _fresh_half(shape: tuple[int, ...], seed: int) -> torch.Tensor:
     """
     n = int(np.prod(shape))
     g = torch.Generator().manual_seed(seed)
-    block = torch.rand(min(n, 2**22), generator=g).half()
-    x = torch.empty(n, dtype=torch.float16)
-    for off in range(0, n, block.numel()):
-        k = min(block.numel(), n - off)
-        x[off : off + k].copy_(block[:k])
-    return x.view(shape)
+    return _tile(torch.rand(min(n, 2**22), generator=g).half(), n).view(shape)
 
 
 def _forum_size(group, dev, timer, run, bar) -> None:
@@ -809,7 +809,7 @@ def overlap(
     if dev.type != "cuda":
         raise RuntimeError("overlap timelines need CUDA: use --device cuda, or replay data/h200_overlap")
     torch.cuda.set_device(dev)
-    pageable = _random_source(size_bytes, 1)
+    pageable = random_source(size_bytes, 1)
     pinned_src = torch.empty(size_bytes, dtype=torch.uint8, pin_memory=True)
     pinned_src.copy_(pageable)
     dst = torch.empty(size_bytes, dtype=torch.uint8, device=dev)

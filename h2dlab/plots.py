@@ -39,7 +39,8 @@ def size_label(n: float, _pos=None) -> str:
     return f"{n:g} B"
 
 
-def _size_axis(ax) -> None:
+def size_axis(ax) -> None:
+    """Log-2 size axis labelled in KiB/MiB/GiB."""
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(size_label))
     ax.set_xlabel("payload size")
@@ -80,7 +81,7 @@ def latency(df: pd.DataFrame, *, ax=None, strategies=None, fitted: bool = True, 
             f = fits[fits.strategy == s].iloc[0]
             xs = np.geomspace(m.size_bytes.min(), m.size_bytes.max(), 100)
             ax.plot(xs, model.predict(f, xs), "--", lw=0.9, color=c, alpha=0.8)
-    _size_axis(ax)
+    size_axis(ax)
     ax.set_yscale("log")
     ax.set_ylabel("time per copy (ms, median; bars: IQR)")
     ax.grid(True, which="major", alpha=0.3)
@@ -116,7 +117,7 @@ def bandwidth(df: pd.DataFrame, *, ax=None, strategies=None, name=None, peak_str
         ax.axhline(lim, color="k", lw=1, ls="--")
         ax.annotate(f"PCIe Gen{env['pcie_gen_max']} x{env['pcie_width_max']} on paper: {lim:.0f} GB/s",
                     (med.size_bytes.min(), lim), xytext=(0, 4), textcoords="offset points", fontsize=8)
-    _size_axis(ax)
+    size_axis(ax)
     ax.set_ylabel("bandwidth (GB/s, from the median time)")
     ax.set_ylim(0, max(peak, lim or 0) * 1.15)
     ax.grid(True, alpha=0.3)
@@ -192,7 +193,7 @@ def forum_columns(df: pd.DataFrame, *, ax=None, name=None, log=True):
     for s in ("pin_memory", "pinned_to_cuda", "direct_to_cuda"):
         g = df[df.strategy == s]
         ax.plot(g["size_bytes"], v[g.index], ".", ms=4, color=PALETTE[s], label=s, alpha=0.8)
-    _size_axis(ax)
+    size_axis(ax)
     if log:
         ax.set_yscale("log")
     ax.set_ylabel("time (ms)")
@@ -221,7 +222,7 @@ def allocator_growth(df: pd.DataFrame, *, ax=None, strategy="pin_memory", name=N
     ax.plot(g.loc[~new, "size_bytes"], v[~new], ".", ms=4, color="#777777", label="cached block reused")
     ax.plot(g.loc[new, "size_bytes"], v[new], "o", ms=6, mfc="none", color=PALETTE.get(strategy, "#9467bd"),
             label="num_host_alloc went up: a new pinned block")
-    _size_axis(ax)
+    size_axis(ax)
     ax.set_yscale("log")
     pow2_boundaries(ax, g.size_bytes.min(), g.size_bytes.max())
     ax.set_ylabel(f"{strategy} time (ms)")

@@ -77,7 +77,7 @@ def explain_cli(source: str, *, out: str | None = None, show_all: bool = False) 
             writer = lambda t: e.to_excel(t, index=False, engine="openpyxl")  # noqa: E731
         else:
             writer = lambda t: e.to_csv(t, index=False)  # noqa: E731
-        datasets._atomic_write(p, writer)
+        datasets.atomic_write(p, writer)
         print(f"\nwrote the annotated table to {out}", file=sys.stderr)
     return 0
 

@@ -140,7 +140,7 @@ cmp_ = dev.groupby(["size_bytes", "empty_cache_each_copy"]).agg(
 cmp_ = cmp_[cmp_.index >= 2**20]
 fig, ax = plt.subplots(figsize=(8, 4))
 ax.plot(cmp_.index, cmp_[("median_ms", True)] / cmp_[("median_ms", False)], "o-")
-plots._size_axis(ax)
+plots.size_axis(ax)
 ax.axhline(1, color="k", lw=0.8)
 ax.set_ylabel("time with empty_cache() / without")
 ax.set_title("pageable copy: the cost of releasing the device cache before each copy")

@@ -34,6 +34,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from h2dlab import datasets, model, plots
+from h2dlab.env import describe
 from h2dlab.report import Session
 
 S = Session(MODE)
@@ -115,11 +116,11 @@ for k, v in bench["ceilings"].items():
         ax.axhline(v, ls=":", lw=0.8, color="k")
         ax.annotate(f"host memcpy ceiling ({k.split('_')[2]}): {v:.0f} GB/s", (piv.index.min(), v), fontsize=7,
                     xytext=(0, 3), textcoords="offset points")
-plots._size_axis(ax)
+plots.size_axis(ax)
 ax.set_ylabel("GB/s (median)")
 ax.legend(fontsize=8)
 ax.grid(alpha=0.3)
-ax.text(0, -0.16, f"data: benchmarks/results/h200.json · {plots.describe(bench['env'])}", transform=ax.transAxes,
+ax.text(0, -0.16, f"data: benchmarks/results/h200.json · {describe(bench['env'])}", transform=ax.transAxes,
         fontsize=7, color="#555")
 plt.show()
 ratios = b[b.method == "to_device"].set_index("size_bytes")["ratio_vs_to"]

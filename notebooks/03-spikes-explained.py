@@ -116,7 +116,7 @@ for d, lab, ls in ((kept, "cache kept", "-"), (emptied, "empty_cache() before ea
     m = d[~d.warmup].groupby(["strategy", "size_bytes"])["event_ms"].median().reset_index()
     for s, g in m.groupby("strategy"):
         ax.plot(g.size_bytes, g.event_ms, ls, marker="o", ms=3, color=plots.PALETTE[s], label=f"{s}, {lab}")
-plots._size_axis(ax)
+plots.size_axis(ax)
 ax.set_yscale("log")
 ax.set_ylabel("median time per copy (ms)")
 ax.legend(fontsize=8)

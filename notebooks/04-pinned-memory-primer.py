@@ -141,7 +141,7 @@ p = model.medians(pow2)
 for s in ("pageable", "pinned_reuse"):
     g = p[(p.strategy == s) & p.size_bytes.between(cold.size_bytes.min(), cold.size_bytes.max())]
     ax.plot(g.size_bytes, g.gbps, "-", color=plots.PALETTE[s], label=f"{s} (sweep median)")
-plots._size_axis(ax)
+plots.size_axis(ax)
 ax.set_ylabel("effective GB/s of pinning + copy")
 ax.legend(fontsize=7)
 ax.grid(alpha=0.3)
