@@ -66,11 +66,11 @@ def _time(fn, reps: int, warmup: int) -> list[float]:
 def _methods(names: list[str]):
     m = {}
     if "to_device" in names:
-        m["to_device"] = lambda x: (lambda: transfer.to_device(x, "cuda"))
+        m["to_device"] = lambda x: lambda: transfer.to_device(x, "cuda")
     if "to" in names:
-        m["to"] = lambda x: (lambda: x.to("cuda"))
+        m["to"] = lambda x: lambda: x.to("cuda")
     if "pin_then_to" in names:
-        m["pin_then_to"] = lambda x: (lambda: x.pin_memory().to("cuda", non_blocking=True))
+        m["pin_then_to"] = lambda x: lambda: x.pin_memory().to("cuda", non_blocking=True)
     if "tensordict" in names:
         try:
             from tensordict import TensorDict
@@ -83,6 +83,7 @@ def _methods(names: list[str]):
         except Exception as exc:  # noqa: BLE001 - reported, not hidden
             print(f"tensordict unavailable: {exc}", file=sys.stderr)
     if "pinned_reuse" in names:
+
         def reuse(x):
             p = torch.empty_like(x, pin_memory=True)
             p.copy_(x)
@@ -122,10 +123,20 @@ def measure(sizes, names, reps_small, reps_large, quiet=False):
             fn = make(x)
             ts = _time(fn, reps, warmup=2 if n < GiB else 1)
             med = float(np.median(ts))
-            rows.append({"method": name, "size_bytes": n, "gbps_median": n / med / 1e9,
-                         "ms_median": med * 1e3, "ms_min": min(ts) * 1e3, "reps": len(ts)})
+            rows.append(
+                {
+                    "method": name,
+                    "size_bytes": n,
+                    "gbps_median": n / med / 1e9,
+                    "ms_median": med * 1e3,
+                    "ms_min": min(ts) * 1e3,
+                    "reps": len(ts),
+                }
+            )
             if not quiet:
-                print(f"  {name:16s} {n / MiB:10.3f} MiB {n / med / 1e9:7.2f} GB/s", file=sys.stderr, flush=True)
+                print(
+                    f"  {name:16s} {n / MiB:10.3f} MiB {n / med / 1e9:7.2f} GB/s", file=sys.stderr, flush=True
+                )
             del fn
         del x
         torch.cuda.empty_cache()
@@ -140,8 +151,9 @@ def tuning(nbytes: int, reps: int = 5):
         for chunk in (4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB):
             fn = partial(transfer.to_device, x, "cuda", num_threads=threads, chunk_bytes=chunk)
             ts = _time(fn, reps, warmup=1)
-            out.append({"threads": threads, "chunk_bytes": chunk,
-                        "gbps_median": nbytes / float(np.median(ts)) / 1e9})
+            out.append(
+                {"threads": threads, "chunk_bytes": chunk, "gbps_median": nbytes / float(np.median(ts)) / 1e9}
+            )
             transfer.free_ring()
     return out
 
@@ -158,8 +170,10 @@ def main(argv=None) -> int:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        print("bench_transfer: needs a CUDA GPU; the recorded H200 result is benchmarks/results/h200.json",
-              file=sys.stderr)
+        print(
+            "bench_transfer: needs a CUDA GPU; the recorded H200 result is benchmarks/results/h200.json",
+            file=sys.stderr,
+        )
         return 2
     from h2dlab.measure import parse_size
 
@@ -175,9 +189,25 @@ def main(argv=None) -> int:
     # The same pin-then-copy with cudaHostRegister-based pinning: a process setting of its own.
     env_child = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=REG_CONF)
     child = subprocess.run(
-        [sys.executable, __file__, "--child", "--min", a.min, "--max", a.max, "--methods", "pin_then_to",
-         "--reps-small", str(a.reps_small), "--reps-large", str(a.reps_large)],
-        capture_output=True, text=True, env=env_child, check=False,
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            "--min",
+            a.min,
+            "--max",
+            a.max,
+            "--methods",
+            "pin_then_to",
+            "--reps-small",
+            str(a.reps_small),
+            "--reps-large",
+            str(a.reps_large),
+        ],
+        capture_output=True,
+        text=True,
+        env=env_child,
+        check=False,
     )
     if child.returncode == 0:
         for r in json.loads(child.stdout):
@@ -191,7 +221,9 @@ def main(argv=None) -> int:
         r["ratio_vs_to"] = r["gbps_median"] / base[r["size_bytes"]] if r["size_bytes"] in base else None
 
     cores = len(os.sched_getaffinity(0))
-    ceilings = {f"host_copy_{s // GiB}GiB_gbps": host_copy_ceiling(s, cores) for s in (GiB, 4 * GiB) if s <= hi}
+    ceilings = {
+        f"host_copy_{s // GiB}GiB_gbps": host_copy_ceiling(s, cores) for s in (GiB, 4 * GiB) if s <= hi
+    }
     peak = max(r["gbps_median"] for r in rows if r["method"] == "pinned_reuse")
     ceilings["pinned_reuse_peak_gbps"] = peak
     host = min(v for k, v in ceilings.items() if k.startswith("host_copy"))
@@ -209,10 +241,17 @@ def main(argv=None) -> int:
     del x
 
     tune = [] if a.no_tuning else tuning(GiB)
-    result = {"env": collect_env(argv=[sys.executable, *sys.argv]), "rows": rows, "ceilings": ceilings,
-              "tuning_1GiB": tune, "to_device_defaults": {
-                  "threads": transfer.default_threads(), "chunk_bytes": transfer.DEFAULT_CHUNK_BYTES,
-                  "min_bytes": transfer.DEFAULT_MIN_BYTES}}
+    result = {
+        "env": collect_env(argv=[sys.executable, *sys.argv]),
+        "rows": rows,
+        "ceilings": ceilings,
+        "tuning_1GiB": tune,
+        "to_device_defaults": {
+            "threads": transfer.default_threads(),
+            "chunk_bytes": transfer.DEFAULT_CHUNK_BYTES,
+            "min_bytes": transfer.DEFAULT_MIN_BYTES,
+        },
+    }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
 
@@ -230,12 +269,16 @@ def main(argv=None) -> int:
         print(f"{k}: {v:.2f}")
     for n in (GiB, 4 * GiB):
         if n in td:
-            print(f"to_device at {n // GiB} GiB: {td[n]:.1f} GB/s = {td[n] / ceilings['wall_gbps']:.0%} of the "
-                  f"lower ceiling ({ceilings['wall_gbps']:.1f} GB/s)")
+            print(
+                f"to_device at {n // GiB} GiB: {td[n]:.1f} GB/s = {td[n] / ceilings['wall_gbps']:.0%} of the "
+                f"lower ceiling ({ceilings['wall_gbps']:.1f} GB/s)"
+            )
     if tune:
         best = max(tune, key=lambda t: t["gbps_median"])
-        print(f"tuning at 1 GiB: best {best['gbps_median']:.1f} GB/s with {best['threads']} threads, "
-              f"{best['chunk_bytes'] // MiB} MiB chunks")
+        print(
+            f"tuning at 1 GiB: best {best['gbps_median']:.1f} GB/s with {best['threads']} threads, "
+            f"{best['chunk_bytes'] // MiB} MiB chunks"
+        )
     print(f"wrote {a.out}")
     return 0
 

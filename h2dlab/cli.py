@@ -82,23 +82,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("measure", help="time copies per strategy and size; one row per copy")
     m.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (host copies only) [cuda]")
-    m.add_argument("--sizes", type=_sizes, default=None,
-                   help="e.g. 1KiB,64MiB,1GiB or 1KiB..1GiB (powers of two) or forum [1KiB..64MiB]")
+    m.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=None,
+        help="e.g. 1KiB,64MiB,1GiB or 1KiB..1GiB (powers of two) or forum [1KiB..64MiB]",
+    )
     m.add_argument("--strategies", default=None, help="comma list (default: all available on the device)")
     m.add_argument("--reps", type=_positive, default=10, help="timed repetitions per size [10]")
-    m.add_argument("--reps-large", type=_positive, default=None, help="timed repetitions at >= 1 GiB [--reps]")
+    m.add_argument(
+        "--reps-large", type=_positive, default=None, help="timed repetitions at >= 1 GiB [--reps]"
+    )
     m.add_argument("--warmup", type=_nonneg, default=2, help="labelled warm-up copies per size [2]")
-    m.add_argument("--order", choices=["shuffled", "ascending", "interleaved"], default="shuffled",
-                   help="shuffled cells (reps back to back), ascending, or interleaved reps in shuffled rounds")
+    m.add_argument(
+        "--order",
+        choices=["shuffled", "ascending", "interleaved"],
+        default="shuffled",
+        help="shuffled cells (reps back to back), ascending, or interleaved reps in shuffled rounds",
+    )
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--empty-cache", action="store_true", help="torch.cuda.empty_cache() before every copy")
-    m.add_argument("--empty-host-cache", action="store_true",
-                   help="free PyTorch's cached pinned blocks before each size")
+    m.add_argument(
+        "--empty-host-cache", action="store_true", help="free PyTorch's cached pinned blocks before each size"
+    )
     m.add_argument("--dtype", default="uint8", help="element type of the copied tensor [uint8]")
     m.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
     m.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
-    m.add_argument("--gpus", default=None,
-                   help="copy on several GPUs at once, one process each: all, 0,1, N, or 1..N to sweep the count")
+    m.add_argument(
+        "--gpus",
+        default=None,
+        help="copy on several GPUs at once, one process each: all, 0,1, N, or 1..N to sweep the count",
+    )
     m.add_argument("--no-progress", action="store_true")
 
     f = sub.add_parser("forum", help="the forum's experiment, re-implemented (run in a fresh process)")
@@ -110,7 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--resume", action="store_true")
     f.add_argument("--no-progress", action="store_true")
 
-    o = sub.add_parser("overlap", help="timelines of a copy beside compute (pinned vs pageable, one vs two streams)")
+    o = sub.add_parser(
+        "overlap", help="timelines of a copy beside compute (pinned vs pageable, one vs two streams)"
+    )
     o.add_argument("--size", default="256MiB")
     o.add_argument("--reps", type=_positive, default=5)
     o.add_argument("--device", default="cuda")
@@ -122,10 +138,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--all", action="store_true", help="print every flagged row, not the first 40")
 
     r = sub.add_parser("report", help="execute the notebooks and render reports/*.html and a workbook")
-    r.add_argument("--mode", choices=["auto", "replay", "live"], default=None,
-                   help="override H2DLAB_MODE for the notebooks")
+    r.add_argument(
+        "--mode",
+        choices=["auto", "replay", "live"],
+        default=None,
+        help="override H2DLAB_MODE for the notebooks",
+    )
     r.add_argument("--outdir", default="reports")
-    r.add_argument("--inplace", action="store_true", help="also refresh the outputs stored in notebooks/*.ipynb")
+    r.add_argument(
+        "--inplace", action="store_true", help="also refresh the outputs stored in notebooks/*.ipynb"
+    )
     r.add_argument("--only", default=None, help="comma list of notebook names to run")
     return p
 
@@ -162,12 +184,17 @@ def _finish_measure(df, out: Path, argv: list[str]) -> int:
         cmd = shlex.join(["h2dlab", *argv])
         if "--resume" not in argv:
             cmd += " --resume"
-        print(f"h2dlab: interrupted: {len(df)} of {planned} rows kept in {out}; resume with: {cmd}",
-              file=sys.stderr)
+        print(
+            f"h2dlab: interrupted: {len(df)} of {planned} rows kept in {out}; resume with: {cmd}",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     timed = int((~df["warmup"]).sum()) if len(df) else 0
-    print(f"wrote {out} ({len(df)} rows: {timed} timed, {len(df) - timed} warm-up, {errors} with an error) "
-          f"and {datasets.env_path(out).name}", file=sys.stderr)
+    print(
+        f"wrote {out} ({len(df)} rows: {timed} timed, {len(df) - timed} warm-up, {errors} with an error) "
+        f"and {datasets.env_path(out).name}",
+        file=sys.stderr,
+    )
     if errors:
         first = df.loc[df["error"] != "", "error"].iloc[0]
         print(f"note: {errors} row(s) record an error, e.g. {first}", file=sys.stderr)
@@ -181,17 +208,41 @@ def _cmd_measure(a, argv) -> int:
     if a.gpus is not None:
         sizes = a.sizes or [2**k for k in range(20, 31)]
         df = measure.concurrent(
-            _strategy_list(a.strategies), sizes, gpus=a.gpus, device=a.device, out=out, argv=["h2dlab", *argv],
-            progress=not a.no_progress, reps=a.reps, warmup=a.warmup, order=a.order, seed=a.seed,
-            empty_cache=a.empty_cache, reps_large=a.reps_large, dtype=_dtype(a.dtype), resume=a.resume)
+            _strategy_list(a.strategies),
+            sizes,
+            gpus=a.gpus,
+            device=a.device,
+            out=out,
+            argv=["h2dlab", *argv],
+            progress=not a.no_progress,
+            reps=a.reps,
+            warmup=a.warmup,
+            order=a.order,
+            seed=a.seed,
+            empty_cache=a.empty_cache,
+            reps_large=a.reps_large,
+            dtype=_dtype(a.dtype),
+            resume=a.resume,
+        )
         per = df.groupby(["world", "gpu"]).size()
         print(f"wrote {out} ({len(df)} rows; rows per (GPUs at once, GPU): {per.to_dict()})", file=sys.stderr)
         return 0
     df = measure.sweep(
-        _strategy_list(a.strategies), a.sizes, device=a.device, reps=a.reps, warmup=a.warmup,
-        order=a.order, seed=a.seed, empty_cache=a.empty_cache, empty_host_cache_each_size=a.empty_host_cache,
-        reps_large=a.reps_large, dtype=_dtype(a.dtype), out=out, resume=a.resume,
-        progress=not a.no_progress, argv=["h2dlab", *argv],
+        _strategy_list(a.strategies),
+        a.sizes,
+        device=a.device,
+        reps=a.reps,
+        warmup=a.warmup,
+        order=a.order,
+        seed=a.seed,
+        empty_cache=a.empty_cache,
+        empty_host_cache_each_size=a.empty_host_cache,
+        reps_large=a.reps_large,
+        dtype=_dtype(a.dtype),
+        out=out,
+        resume=a.resume,
+        progress=not a.no_progress,
+        argv=["h2dlab", *argv],
     )
     return _finish_measure(df, out, argv)
 
@@ -206,8 +257,16 @@ def _cmd_forum(a, argv) -> int:
             seqs = [int(v) for v in a.seqs.split(",")]
         except ValueError:
             raise CliError(f"--seqs takes whole numbers, e.g. 1,6,11; got {a.seqs!r}") from None
-    df = measure.forum(out, order=a.order, seed=a.seed, device=a.device, resume=a.resume, seqs=seqs,
-                       progress=not a.no_progress, argv=["h2dlab", *argv])
+    df = measure.forum(
+        out,
+        order=a.order,
+        seed=a.seed,
+        device=a.device,
+        resume=a.resume,
+        seqs=seqs,
+        progress=not a.no_progress,
+        argv=["h2dlab", *argv],
+    )
     return _finish_measure(df, out, argv)
 
 
@@ -259,8 +318,13 @@ def main(argv: list[str] | None = None) -> int:
             for name, desc in names().items():
                 print(f"{name:16s} {desc}")
             return 0
-        return {"measure": _cmd_measure, "forum": _cmd_forum, "overlap": _cmd_overlap, "explain": _cmd_explain,
-                "report": _cmd_report}[args.cmd](args, argv)
+        return {
+            "measure": _cmd_measure,
+            "forum": _cmd_forum,
+            "overlap": _cmd_overlap,
+            "explain": _cmd_explain,
+            "report": _cmd_report,
+        }[args.cmd](args, argv)
     except BrokenPipeError:  # e.g. `h2dlab explain ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -270,7 +270,9 @@ def timeline(name: str) -> pd.DataFrame:
     df = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
     need = {"scenario", "rep", "op", "start_ms", "end_ms", "host_return_ms"}
     if not need <= set(df.columns):
-        raise SchemaError(f"{folder}: not an overlap timeline (missing {', '.join(sorted(need - set(df.columns)))})")
+        raise SchemaError(
+            f"{folder}: not an overlap timeline (missing {', '.join(sorted(need - set(df.columns)))})"
+        )
     df.attrs["env"] = read_env(paths[0])
     df.attrs["dataset"] = name
     return df
@@ -385,7 +387,9 @@ def run_named(df: pd.DataFrame, name: str) -> pd.DataFrame:
     """The rows of the run whose file was ``<name>.csv.gz`` (see ``attrs['run_names']``)."""
     ids = [rid for rid, n in (df.attrs.get("run_names") or {}).items() if n == name]
     if not ids:
-        raise SchemaError(f"no run named {name!r}; runs: {', '.join((df.attrs.get('run_names') or {}).values())}")
+        raise SchemaError(
+            f"no run named {name!r}; runs: {', '.join((df.attrs.get('run_names') or {}).values())}"
+        )
     out = df[df["run_id"].isin(ids)].copy()
     out.attrs = {**df.attrs, "env": (df.attrs.get("envs") or {}).get(ids[0])}
     return out
@@ -412,4 +416,3 @@ def run_env(df: pd.DataFrame) -> dict[str, Any]:
 
 def empty_table() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
-

@@ -23,8 +23,13 @@ def _runs_on_disk() -> list[str]:
     base = datasets.DATA_DIR / "runs"
     if not base.is_dir():
         return []
-    found = sorted({str(p.parent if p.parent != base else p) for p in base.rglob("*.csv*")
-                    if not p.name.endswith(".partial.csv")})
+    found = sorted(
+        {
+            str(p.parent if p.parent != base else p)
+            for p in base.rglob("*.csv*")
+            if not p.name.endswith(".partial.csv")
+        }
+    )
     return [str(Path(f).relative_to(datasets.DATA_DIR.parent)) for f in found]
 
 
@@ -42,14 +47,22 @@ class Explorer:
         self.mode = resolve_mode(mode)
         self.cuda = torch.cuda.is_available()
         tables = [n for n in datasets.names() if n not in datasets.TIMELINES]
-        self.source = W.Dropdown(options=[*tables, *_runs_on_disk(), MEASURE_NOW],
-                                 value="h200_sweep" if "h200_sweep" in tables else tables[0], description="data")
+        self.source = W.Dropdown(
+            options=[*tables, *_runs_on_disk(), MEASURE_NOW],
+            value="h200_sweep" if "h200_sweep" in tables else tables[0],
+            description="data",
+        )
         self.strategies = W.SelectMultiple(options=[], rows=6, description="strategies")
-        self.sizes = W.IntRangeSlider(min=10, max=32, value=(10, 32), description="log2 size",
-                                      continuous_update=False)
+        self.sizes = W.IntRangeSlider(
+            min=10, max=32, value=(10, 32), description="log2 size", continuous_update=False
+        )
         self.view = W.ToggleButtons(options=VIEWS, value="latency", description="view")
-        self.measure_btn = W.Button(description="measure now", icon="play",
-                                    disabled=not self.cuda, tooltip="sweep this GPU, saving to data/runs/")
+        self.measure_btn = W.Button(
+            description="measure now",
+            icon="play",
+            disabled=not self.cuda,
+            tooltip="sweep this GPU, saving to data/runs/",
+        )
         self.stop_btn = W.Button(description="stop", icon="stop", disabled=True)
         self.status = W.HTML()
         self.progress = W.IntProgress(min=0, max=1, value=0, description="rows")
@@ -61,8 +74,10 @@ class Explorer:
         self._stop = None
         self._quiet = False
         if not self.cuda:
-            self.status.value = ("<i>measure now is disabled: this machine has no CUDA GPU "
-                                 "(torch.cuda.is_available() is False). Explore the recorded data instead.</i>")
+            self.status.value = (
+                "<i>measure now is disabled: this machine has no CUDA GPU "
+                "(torch.cuda.is_available() is False). Explore the recorded data instead.</i>"
+            )
         self.source.observe(lambda ch: self.load(ch["new"]), names="value")
         for w in (self.strategies, self.sizes, self.view):
             w.observe(lambda ch: self.redraw(), names="value")
@@ -148,8 +163,11 @@ class Explorer:
                 if len(fit):
                     display(fit[["strategy", "overhead_us", "gbps", "n", "median_abs_rel_err"]].round(3))
                 flagged = sel[sel.is_outlier]
-                display(flagged[["run_id", "order", "strategy", "size_bytes", "expected_ms", "cause",
-                                 "evidence"]].head(15))
+                display(
+                    flagged[
+                        ["run_id", "order", "strategy", "size_bytes", "expected_ms", "cause", "evidence"]
+                    ].head(15)
+                )
         self.redraws += 1
 
     # --- a small live sweep ---------------------------------------------------------------
@@ -164,17 +182,30 @@ class Explorer:
         out = datasets.DATA_DIR / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-explore.csv.gz"
         out.parent.mkdir(parents=True, exist_ok=True)
         self._stop = measure._StopFlag()
-        planned = measure.plan_sweep([s for s in measure.strategies.names()], measure.parse_sizes(sizes), reps, 1)
+        planned = measure.plan_sweep(
+            [s for s in measure.strategies.names()], measure.parse_sizes(sizes), reps, 1
+        )
         self.progress.max, self.progress.value = len(planned), 0
         self.measure_btn.disabled, self.stop_btn.disabled = True, False
         self.status.value = f"measuring {len(planned)} copies into {out.name} ..."
 
         def work():
             try:
-                df = measure.sweep(None, measure.parse_sizes(sizes), device="cuda", reps=reps, warmup=1, out=out,
-                                   progress=False, stop=self._stop, on_row=lambda n: setattr(self.progress, "value", n))
-                self.status.value = (f"{'stopped' if df.attrs.get('stopped') else 'done'}: {len(df)} rows kept in "
-                                     f"{out.relative_to(datasets.DATA_DIR.parent)}")
+                df = measure.sweep(
+                    None,
+                    measure.parse_sizes(sizes),
+                    device="cuda",
+                    reps=reps,
+                    warmup=1,
+                    out=out,
+                    progress=False,
+                    stop=self._stop,
+                    on_row=lambda n: setattr(self.progress, "value", n),
+                )
+                self.status.value = (
+                    f"{'stopped' if df.attrs.get('stopped') else 'done'}: {len(df)} rows kept in "
+                    f"{out.relative_to(datasets.DATA_DIR.parent)}"
+                )
                 self.set_table(df)
             except Exception as exc:  # noqa: BLE001 - shown in the widget, not lost in a thread
                 self.status.value = f"<b>measurement failed:</b> {exc}"
@@ -192,11 +223,20 @@ class Explorer:
     def widget(self):
         import ipywidgets as W
 
-        return W.VBox([
-            W.HBox([self.source, self.view]),
-            W.HBox([self.strategies, W.VBox([self.sizes, W.HBox([self.measure_btn, self.stop_btn]), self.progress])]),
-            self.status, self.fig_out, self.table_out,
-        ])
+        return W.VBox(
+            [
+                W.HBox([self.source, self.view]),
+                W.HBox(
+                    [
+                        self.strategies,
+                        W.VBox([self.sizes, W.HBox([self.measure_btn, self.stop_btn]), self.progress]),
+                    ]
+                ),
+                self.status,
+                self.fig_out,
+                self.table_out,
+            ]
+        )
 
     def _ipython_display_(self):
         from IPython.display import display

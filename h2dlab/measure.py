@@ -30,8 +30,21 @@ import torch
 from h2dlab import datasets, strategies
 from h2dlab.env import collect_env
 
-UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
-         "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "tb": 1000**4, "tib": 1024**4}
+UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
 _SIZE_RE = re.compile(r"^\s*(-?[0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 #: Execution orders of a sweep (see plan_sweep).
@@ -57,7 +70,9 @@ def parse_size(text: str) -> int:
     m = _SIZE_RE.match(str(text))
     unit = m.group(2).lower() if m else None
     if not m or unit not in UNITS:
-        raise ValueError(f"cannot read size {text!r}: write a number and a unit such as 4096, 1KiB, 64MiB, 1GiB")
+        raise ValueError(
+            f"cannot read size {text!r}: write a number and a unit such as 4096, 1KiB, 64MiB, 1GiB"
+        )
     value = float(m.group(1)) * UNITS[unit]
     if value <= 0:
         raise ValueError(f"size {text!r} must be positive")
@@ -344,7 +359,9 @@ def _tile(block: torch.Tensor, n: int) -> torch.Tensor:
 def random_source(nbytes: int, seed: int) -> torch.Tensor:
     """A pageable buffer of random bytes (a random 16 MiB block tiled: fast, and every page touched)."""
     gen = torch.Generator().manual_seed(seed)
-    return _tile(torch.randint(0, 256, (min(nbytes, 16 * 1024**2),), dtype=torch.uint8, generator=gen), nbytes)
+    return _tile(
+        torch.randint(0, 256, (min(nbytes, 16 * 1024**2),), dtype=torch.uint8, generator=gen), nbytes
+    )
 
 
 # --- plans ----------------------------------------------------------------------------
@@ -401,7 +418,10 @@ def _check_resume(done: pd.DataFrame, planned: list[dict[str, Any]]) -> None:
         raise ValueError(f"cannot resume: the file holds {len(done)} rows but the plan has {len(planned)}")
     for rec, want in zip(done.to_dict("records"), planned, strict=False):
         if (rec["strategy"], int(rec["size_bytes"]), int(rec["rep"]), bool(rec["warmup"])) != (
-            want["strategy"], want["size_bytes"], want["rep"], want["warmup"]
+            want["strategy"],
+            want["size_bytes"],
+            want["rep"],
+            want["warmup"],
         ):
             raise ValueError(
                 "cannot resume: the rows on disk do not follow this plan; give the same "
@@ -473,9 +493,11 @@ def sweep(
         fingerprint, ``df.attrs['stopped']`` True if a signal stopped the sweep.
     """
     dev = resolve_device(device)
-    names = list(strategies_) if strategies_ is not None else [
-        s for s in strategies.names() if not strategies.available(s, dev)
-    ]
+    names = (
+        list(strategies_)
+        if strategies_ is not None
+        else [s for s in strategies.names() if not strategies.available(s, dev)]
+    )
     for s in names:
         if s not in strategies.REGISTRY:
             raise KeyError(f"unknown strategy {s!r}; choose from {', '.join(strategies.names())}")
@@ -488,9 +510,17 @@ def sweep(
         raise ValueError(f"size {bad[0]} is not a multiple of {dtype}'s {item} bytes")
     planned = plan_sweep(names, sizes, reps, warmup, order, seed, reps_large)
     spec = {
-        "kind": "sweep", "strategies": names, "sizes": sizes, "reps": reps, "warmup": warmup,
-        "reps_large": reps_large, "order": order, "seed": seed, "empty_cache": empty_cache,
-        "empty_host_cache_each_size": empty_host_cache_each_size, "dtype": str(dtype).replace("torch.", ""),
+        "kind": "sweep",
+        "strategies": names,
+        "sizes": sizes,
+        "reps": reps,
+        "warmup": warmup,
+        "reps_large": reps_large,
+        "order": order,
+        "seed": seed,
+        "empty_cache": empty_cache,
+        "empty_host_cache_each_size": empty_host_cache_each_size,
+        "dtype": str(dtype).replace("torch.", ""),
         "device": str(dev),
     }
     check_memory(max(sizes), dev)
@@ -518,8 +548,19 @@ def sweep(
                 cell_rows, i = rows_left[i:j], j
                 if before_cell is not None:
                     before_cell()
-                _measure_cell(cell_rows, src, dev, dtype, timer, run, empty_cache,
-                              empty_host_cache_each_size, stop, bar, checked)
+                _measure_cell(
+                    cell_rows,
+                    src,
+                    dev,
+                    dtype,
+                    timer,
+                    run,
+                    empty_cache,
+                    empty_host_cache_each_size,
+                    stop,
+                    bar,
+                    checked,
+                )
                 if on_row is not None:
                     on_row(len(run.rows))
     finally:
@@ -531,8 +572,13 @@ def sweep(
 def _measure_cell(cell_rows, src, dev, dtype, timer, run, empty_cache, empty_host, stop, bar, checked):
     name, size = cell_rows[0]["strategy"], cell_rows[0]["size_bytes"]
     x = src[:size].view(dtype)
-    base = {"strategy": name, "size_bytes": size, "shape": str(tuple(x.shape)),
-            "dtype": str(dtype).replace("torch.", ""), "empty_cache": bool(empty_cache)}
+    base = {
+        "strategy": name,
+        "size_bytes": size,
+        "shape": str(tuple(x.shape)),
+        "dtype": str(dtype).replace("torch.", ""),
+        "empty_cache": bool(empty_cache),
+    }
     reason = strategies.available(name, dev)
     strat = None
     if not reason:
@@ -549,9 +595,18 @@ def _measure_cell(cell_rows, src, dev, dtype, timer, run, empty_cache, empty_hos
     for plan_row in cell_rows:
         if stop:
             break
-        row = {**base, "order": plan_row["order"], "rep": plan_row["rep"], "warmup": plan_row["warmup"],
-               "t_s": run.elapsed(), "wall_ms": np.nan, "event_ms": np.nan,
-               "host_allocs": np.nan, "device_allocs": np.nan, "error": reason}
+        row = {
+            **base,
+            "order": plan_row["order"],
+            "rep": plan_row["rep"],
+            "warmup": plan_row["warmup"],
+            "t_s": run.elapsed(),
+            "wall_ms": np.nan,
+            "event_ms": np.nan,
+            "host_allocs": np.nan,
+            "device_allocs": np.nan,
+            "error": reason,
+        }
         if not reason:
             try:
                 if empty_cache and dev.type == "cuda":
@@ -561,7 +616,9 @@ def _measure_cell(cell_rows, src, dev, dtype, timer, run, empty_cache, empty_hos
                 row.update(rec)
                 if (name, size) not in checked:  # bytewise check of the first copy of each cell
                     checked.add((name, size))
-                    if not torch.equal(y.cpu().reshape(-1).view(torch.uint8), x.reshape(-1).view(torch.uint8)):
+                    if not torch.equal(
+                        y.cpu().reshape(-1).view(torch.uint8), x.reshape(-1).view(torch.uint8)
+                    ):
                         row["error"] = "wrong result: the copy differs from the source"
                 del y
             except Exception as exc:  # noqa: BLE001
@@ -650,7 +707,9 @@ class _Run:
 # --- the forum's protocol --------------------------------------------------------------
 
 
-def plan_forum(order: str = "ascending", seed: int = 0, seqs: list[int] | None = None) -> list[dict[str, Any]]:
+def plan_forum(
+    order: str = "ascending", seed: int = 0, seqs: list[int] | None = None
+) -> list[dict[str, Any]]:
     """Three planned rows per seq (pin_memory, pinned_to_cuda, direct_to_cuda)."""
     if order not in ("shuffled", "ascending"):
         raise ValueError(f"order must be shuffled or ascending, not {order!r}")
@@ -691,8 +750,10 @@ def forum(
     process for that reason.
     """
     if torch.device(device).type != "cuda" or not torch.cuda.is_available():
-        raise RuntimeError("the forum protocol pins memory and needs CUDA, which this machine lacks: "
-                           "replay the recorded runs instead (h2dlab explain h200_forum)")
+        raise RuntimeError(
+            "the forum protocol pins memory and needs CUDA, which this machine lacks: "
+            "replay the recorded runs instead (h2dlab explain h200_forum)"
+        )
     dev = resolve_device(device)
     planned = plan_forum(order, seed, seqs)
     spec = {"kind": "forum", "order": order, "seed": seed, "seqs": seqs or "forum", "device": str(dev)}
@@ -739,11 +800,22 @@ def _forum_size(group, dev, timer, run, bar) -> None:
         if strategy not in want:
             return
         p = want[strategy]
-        row = {"order": p["order"], "strategy": strategy, "size_bytes": p["size_bytes"],
-               "shape": str(shape), "dtype": "float16", "rep": 0, "warmup": False, "t_s": t_s,
-               "wall_ms": np.nan, "event_ms": np.nan, "host_allocs": np.nan, "device_allocs": np.nan,
-               "empty_cache": strategy == "direct_to_cuda" or (strategy == "pin_memory" and p["order"] > 0),
-               "error": err}
+        row = {
+            "order": p["order"],
+            "strategy": strategy,
+            "size_bytes": p["size_bytes"],
+            "shape": str(shape),
+            "dtype": "float16",
+            "rep": 0,
+            "warmup": False,
+            "t_s": t_s,
+            "wall_ms": np.nan,
+            "event_ms": np.nan,
+            "host_allocs": np.nan,
+            "device_allocs": np.nan,
+            "empty_cache": strategy == "direct_to_cuda" or (strategy == "pin_memory" and p["order"] > 0),
+            "error": err,
+        }
         row.update(rec)
         run.write(row)
         if bar is not None:
@@ -867,13 +939,31 @@ def overlap(
                 ("copy", "c0", "c1", "default" if copy_stream is main else "side", h_copy),
                 ("compute", "k0", "k1", "default", h_comp),
             ):
-                rows.append({"run_id": run_id, "scenario": scenario, "rep": rep, "op": op, "stream": stream,
-                             "start_ms": t0.elapsed_time(ev[s0]), "end_ms": t0.elapsed_time(ev[s1]),
-                             "host_return_ms": (hret - h0) * 1e3})
+                rows.append(
+                    {
+                        "run_id": run_id,
+                        "scenario": scenario,
+                        "rep": rep,
+                        "op": op,
+                        "stream": stream,
+                        "start_ms": t0.elapsed_time(ev[s0]),
+                        "end_ms": t0.elapsed_time(ev[s1]),
+                        "host_return_ms": (hret - h0) * 1e3,
+                    }
+                )
     df = pd.DataFrame(rows, columns=TIMELINE_COLUMNS)
     env = collect_env(argv=argv)
-    env.update(spec={"kind": "overlap", "size_bytes": size_bytes, "reps": reps, "matmuls": k,
-                     "matmul": "4096x4096 bf16"}, run_id=run_id, scenarios=SCENARIOS)
+    env.update(
+        spec={
+            "kind": "overlap",
+            "size_bytes": size_bytes,
+            "reps": reps,
+            "matmuls": k,
+            "matmul": "4096x4096 bf16",
+        },
+        run_id=run_id,
+        scenarios=SCENARIOS,
+    )
     df.attrs["env"] = env
     return df
 
@@ -907,7 +997,9 @@ def parse_gpus(spec: str, available: int) -> tuple[list[int], list[int]]:
         raise ValueError(f"--gpus {spec!r} names a GPU twice")
     bad = [i for i in ids if i >= available or i < 0]
     if bad:
-        raise ValueError(f"--gpus {spec!r}: there is no device {bad[0]}; this machine has {available} (0..{available - 1})")
+        raise ValueError(
+            f"--gpus {spec!r}: there is no device {bad[0]}; this machine has {available} (0..{available - 1})"
+        )
     return ids, worlds
 
 
@@ -927,8 +1019,9 @@ def _nearest_cpus(index: int) -> list[int] | None:
         return None
 
 
-def _concurrent_worker(rank: int, ids: list[int], device_type: str, init_file: str, folder: str,
-                       kwargs: dict) -> None:
+def _concurrent_worker(
+    rank: int, ids: list[int], device_type: str, init_file: str, folder: str, kwargs: dict
+) -> None:
     import torch.distributed as dist
 
     world = len(ids)
@@ -938,8 +1031,13 @@ def _concurrent_worker(rank: int, ids: list[int], device_type: str, init_file: s
         cpus = _nearest_cpus(ids[rank]) if device_type == "cuda" else None
         if cpus:
             os.sched_setaffinity(0, cpus)
-        sweep(device=device, out=Path(folder) / f"rank{rank}.csv", before_cell=dist.barrier,
-              progress=kwargs.pop("progress", False) and rank == 0, **kwargs)
+        sweep(
+            device=device,
+            out=Path(folder) / f"rank{rank}.csv",
+            before_cell=dist.barrier,
+            progress=kwargs.pop("progress", False) and rank == 0,
+            **kwargs,
+        )
         (Path(folder) / f"rank{rank}.cpus").write_text(",".join(map(str, cpus or [])))
         dist.barrier()
     finally:
@@ -984,8 +1082,12 @@ def concurrent(
         with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.w{world}.") as folder:
             init_file = str(Path(folder) / "rendezvous")
             kw = {"strategies_": strategies_, "sizes": sizes, "progress": progress, **kwargs}
-            mp.spawn(_concurrent_worker, args=(ids[:world], dev_type, init_file, folder, kw), nprocs=world,
-                     join=True)
+            mp.spawn(
+                _concurrent_worker,
+                args=(ids[:world], dev_type, init_file, folder, kw),
+                nprocs=world,
+                join=True,
+            )
             for rank in range(world):
                 df = datasets.read(Path(folder) / f"rank{rank}.csv")
                 df["run_id"] = run_id
@@ -995,8 +1097,15 @@ def concurrent(
                 cpu_map[f"world{world}_rank{rank}"] = (Path(folder) / f"rank{rank}.cpus").read_text()
     table = pd.concat(frames, ignore_index=True)
     env = collect_env(argv=argv, gpu=dev_type == "cuda")
-    env["spec"] = {"kind": "concurrent", "gpus": ids, "worlds": worlds, "strategies": strategies_,
-                   "sizes": sizes, "device": dev_type, **{k: v for k, v in kwargs.items() if k != "dtype"}}
+    env["spec"] = {
+        "kind": "concurrent",
+        "gpus": ids,
+        "worlds": worlds,
+        "strategies": strategies_,
+        "sizes": sizes,
+        "device": dev_type,
+        **{k: v for k, v in kwargs.items() if k != "dtype"},
+    }
     env["run_id"] = run_id
     env["cpu_affinity_per_rank"] = cpu_map
     env["measured_rows"] = len(table)

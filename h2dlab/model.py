@@ -47,8 +47,9 @@ def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
-def fit(df: pd.DataFrame, *, by: tuple[str, ...] = ("run_id", "strategy"), n_boot: int = 200,
-        seed: int = 0) -> pd.DataFrame:
+def fit(
+    df: pd.DataFrame, *, by: tuple[str, ...] = ("run_id", "strategy"), n_boot: int = 200, seed: int = 0
+) -> pd.DataFrame:
     """Fit ``latency = overhead + bytes / bandwidth`` per group.
 
     Uses ``event_ms`` where present, else ``wall_ms``; warm-ups and error rows are
@@ -79,18 +80,20 @@ def fit(df: pd.DataFrame, *, by: tuple[str, ...] = ("run_id", "strategy"), n_boo
                 boots.append(_fit_one(size[i], ms[i]))
         bt = np.array(boots) if boots else np.empty((0, 2))
         pred = a + size * b
-        rows.append({
-            **dict(zip(by, key, strict=True)),
-            "overhead_us": a * 1e3,
-            "overhead_us_lo": _pct(bt[:, 0], 2.5) * 1e3,
-            "overhead_us_hi": _pct(bt[:, 0], 97.5) * 1e3,
-            "gbps": 1.0 / b / 1e6,
-            "gbps_lo": 1.0 / _pct(bt[:, 1], 97.5) / 1e6,
-            "gbps_hi": 1.0 / _pct(bt[:, 1], 2.5) / 1e6,
-            "n": len(ms),
-            "sizes": len(np.unique(size)),
-            "median_abs_rel_err": float(np.median(np.abs(ms / pred - 1))),
-        })
+        rows.append(
+            {
+                **dict(zip(by, key, strict=True)),
+                "overhead_us": a * 1e3,
+                "overhead_us_lo": _pct(bt[:, 0], 2.5) * 1e3,
+                "overhead_us_hi": _pct(bt[:, 0], 97.5) * 1e3,
+                "gbps": 1.0 / b / 1e6,
+                "gbps_lo": 1.0 / _pct(bt[:, 1], 97.5) / 1e6,
+                "gbps_hi": 1.0 / _pct(bt[:, 1], 2.5) / 1e6,
+                "n": len(ms),
+                "sizes": len(np.unique(size)),
+                "median_abs_rel_err": float(np.median(np.abs(ms / pred - 1))),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -103,8 +106,9 @@ def medians(df: pd.DataFrame) -> pd.DataFrame:
     """Per (strategy, size): median and quartiles of the timing, n, and GB/s."""
     t = timed(df).assign(_v=lambda d: value_ms(d))
     g = t.groupby(["strategy", "size_bytes"])["_v"]
-    out = g.agg(median_ms="median", q1_ms=lambda v: v.quantile(0.25), q3_ms=lambda v: v.quantile(0.75),
-                n="size").reset_index()
+    out = g.agg(
+        median_ms="median", q1_ms=lambda v: v.quantile(0.25), q3_ms=lambda v: v.quantile(0.75), n="size"
+    ).reset_index()
     out["gbps"] = out["size_bytes"] / out["median_ms"] / 1e6
     out["iqr_over_median"] = (out["q3_ms"] - out["q1_ms"]) / out["median_ms"]
     return out
@@ -133,8 +137,13 @@ CASES = {
 }
 
 
-def advise(size_bytes: float, *, reuse: bool | None = None, df: pd.DataFrame | None = None,
-           one_off: pd.DataFrame | None = None) -> pd.DataFrame:
+def advise(
+    size_bytes: float,
+    *,
+    reuse: bool | None = None,
+    df: pd.DataFrame | None = None,
+    one_off: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Which strategy is fastest for a copy of ``size_bytes``, by case, from measured data.
 
     Parameters
@@ -168,8 +177,14 @@ def advise(size_bytes: float, *, reuse: bool | None = None, df: pd.DataFrame | N
         try:
             alloc = datasets.load("h200_allocator")
             env_runs = alloc.attrs.get("envs", {})
-            cold = [r for r, e in env_runs.items() if e and "empty_host_cache_each_size" in str(e.get("spec"))
-                    and e["spec"].get("empty_host_cache_each_size") and not e.get("PYTORCH_CUDA_ALLOC_CONF")]
+            cold = [
+                r
+                for r, e in env_runs.items()
+                if e
+                and "empty_host_cache_each_size" in str(e.get("spec"))
+                and e["spec"].get("empty_host_cache_each_size")
+                and not e.get("PYTORCH_CUDA_ALLOC_CONF")
+            ]
             one_off = alloc[alloc.run_id.isin(cold)]
         except Exception:  # noqa: BLE001 - the case then goes without pin_then_copy
             one_off = None
@@ -186,19 +201,45 @@ def advise(size_bytes: float, *, reuse: bool | None = None, df: pd.DataFrame | N
     cases: list[tuple[str, dict[str, float], float, str]] = []
     one = {s: ms.get(s, np.nan) for s in ("pageable", "pageable_non_blocking", "host_register", "staged")}
     one["pin_then_copy"] = cold_pin
-    cases.append(("one-off copy of a pageable tensor", one, 0.0,
-                  "pin_then_copy here pays a cold cudaHostAlloc (host cache emptied before the copy)"))
+    cases.append(
+        (
+            "one-off copy of a pageable tensor",
+            one,
+            0.0,
+            "pin_then_copy here pays a cold cudaHostAlloc (host cache emptied before the copy)",
+        )
+    )
     loop = {s: ms.get(s, np.nan) for s in ("pageable", "pageable_non_blocking", "pin_then_copy", "staged")}
-    cases.append(("data you cannot pin ahead (a new tensor each step)", loop, 0.0,
-                  "pin_then_copy here reuses the host allocator's cached pinned block (steady state)"))
+    cases.append(
+        (
+            "data you cannot pin ahead (a new tensor each step)",
+            loop,
+            0.0,
+            "pin_then_copy here reuses the host allocator's cached pinned block (steady state)",
+        )
+    )
     reg_cost = max(ms.get("host_register", np.nan) - ms.get("pinned_reuse", np.nan), 0.0)
-    cases.append(("the same buffer copied again and again", {"pinned_reuse": ms.get("pinned_reuse", np.nan),
-                                                           "staged": ms.get("staged", np.nan),
-                                                           "pageable": ms.get("pageable", np.nan)},
-                  reg_cost, "pin it once in place (h2dlab.transfer.pinned), then every copy is a pinned copy; "
-                  "upfront_ms = host_register minus pinned_reuse, measured"))
-    cases.append(("data already pinned", {"pinned_reuse": ms.get("pinned_reuse", np.nan)}, 0.0,
-                  "copy with non_blocking=True; nothing faster exists on this link"))
+    cases.append(
+        (
+            "the same buffer copied again and again",
+            {
+                "pinned_reuse": ms.get("pinned_reuse", np.nan),
+                "staged": ms.get("staged", np.nan),
+                "pageable": ms.get("pageable", np.nan),
+            },
+            reg_cost,
+            "pin it once in place (h2dlab.transfer.pinned), then every copy is a pinned copy; "
+            "upfront_ms = host_register minus pinned_reuse, measured",
+        )
+    )
+    cases.append(
+        (
+            "data already pinned",
+            {"pinned_reuse": ms.get("pinned_reuse", np.nan)},
+            0.0,
+            "copy with non_blocking=True; nothing faster exists on this link",
+        )
+    )
     rows: list[dict[str, Any]] = []
     for case, cands, upfront, note in cases:
         if reuse is True and case != "the same buffer copied again and again":
@@ -211,10 +252,21 @@ def advise(size_bytes: float, *, reuse: bool | None = None, df: pd.DataFrame | N
         best, best_ms = ranked[0]
         ru, ru_ms = ranked[1] if len(ranked) > 1 else ("", float("nan"))
         base = ms.get("pageable", np.nan)
-        rows.append({"case": case, "size_bytes": int(size_bytes), "best": best, "best_ms": best_ms,
-                     "best_gbps": size_bytes / best_ms / 1e6, "runner_up": ru, "runner_up_ms": ru_ms,
-                     "pageable_ms": base, "speedup_vs_pageable": base / best_ms,
-                     "upfront_ms": upfront if best == "pinned_reuse" else 0.0, "note": note})
+        rows.append(
+            {
+                "case": case,
+                "size_bytes": int(size_bytes),
+                "best": best,
+                "best_ms": best_ms,
+                "best_gbps": size_bytes / best_ms / 1e6,
+                "runner_up": ru,
+                "runner_up_ms": ru_ms,
+                "pageable_ms": base,
+                "speedup_vs_pageable": base / best_ms,
+                "upfront_ms": upfront if best == "pinned_reuse" else 0.0,
+                "note": note,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -227,13 +279,20 @@ def concurrency(df: pd.DataFrame) -> pd.DataFrame:
     overlap); ``scaling`` is aggregate over the one-GPU bandwidth of the same run.
     """
     if "world" not in df.columns or "gpu" not in df.columns:
-        raise ValueError("not a concurrent run: the table has no gpu and world columns (h2dlab measure --gpus)")
+        raise ValueError(
+            "not a concurrent run: the table has no gpu and world columns (h2dlab measure --gpus)"
+        )
     t = timed(df).assign(_v=lambda d: value_ms(d))
-    per = (t.groupby(["strategy", "size_bytes", "world", "gpu"])["_v"].median().rename("ms").reset_index())
+    per = t.groupby(["strategy", "size_bytes", "world", "gpu"])["_v"].median().rename("ms").reset_index()
     per["gbps"] = per["size_bytes"] / per["ms"] / 1e6
-    out = per.groupby(["strategy", "size_bytes", "world"]).agg(
-        per_gpu_gbps=("gbps", "mean"), aggregate_gbps=("gbps", "sum"), gpus=("gpu", "nunique")).reset_index()
+    out = (
+        per.groupby(["strategy", "size_bytes", "world"])
+        .agg(per_gpu_gbps=("gbps", "mean"), aggregate_gbps=("gbps", "sum"), gpus=("gpu", "nunique"))
+        .reset_index()
+    )
     single = out[out.world == 1].set_index(["strategy", "size_bytes"])["aggregate_gbps"]
-    out["single_gpu_gbps"] = [single.get((s, n), np.nan) for s, n in zip(out.strategy, out.size_bytes, strict=True)]
+    out["single_gpu_gbps"] = [
+        single.get((s, n), np.nan) for s, n in zip(out.strategy, out.size_bytes, strict=True)
+    ]
     out["scaling"] = out["aggregate_gbps"] / out["single_gpu_gbps"]
     return out

@@ -64,7 +64,9 @@ def robust_curve(size: np.ndarray, log_y: np.ndarray):
     return lambda s: np.log(a + np.asarray(s, float) * b)
 
 
-def detect(df: pd.DataFrame, *, z_threshold: float = Z_THRESHOLD, min_ratio: float = MIN_RATIO) -> pd.DataFrame:
+def detect(
+    df: pd.DataFrame, *, z_threshold: float = Z_THRESHOLD, min_ratio: float = MIN_RATIO
+) -> pd.DataFrame:
     """Add ``expected_ms``, ``robust_z`` and ``is_outlier`` to every row.
 
     Groups are (run_id, strategy). Error rows get NaN and are never flagged. Warm-up
@@ -215,10 +217,12 @@ def _specific_cause(row, val, strategy, first_order, bucket, new_bucket, dev_typ
             return "context_init", (
                 f"first timed operation of the run: {wall:.1f} ms by the host clock, of which "
                 f"{wall - event:.1f} ms passed before the GPU recorded the start event (CUDA context "
-                f"start-up); the operation itself took {event:.2f} ms by CUDA events")
+                f"start-up); the operation itself took {event:.2f} ms by CUDA events"
+            )
         return "context_init", (
             f"first timed operation of the run, {wall:.1f} ms ({wall / exp:.0f}x the {exp:.2f} ms expected): "
-            f"it includes CUDA context start-up")
+            f"it includes CUDA context start-up"
+        )
     block = _mib(2.0**bucket)
     if strategy in PINNING_STRATEGIES:
         allocs = row["host_allocs"]
@@ -226,18 +230,21 @@ def _specific_cause(row, val, strategy, first_order, bucket, new_bucket, dev_typ
             return "host_alloc_growth", (
                 f"{slow}; num_host_alloc rose by {int(allocs)}: the pinned request of "
                 f"{_mib(row['size_bytes'])} rounds up to a {block} block and no cached block was free in "
-                f"that size, so the host allocator called cudaHostAlloc")
+                f"that size, so the host allocator called cudaHostAlloc"
+            )
         if not np.isfinite(allocs) and new_bucket:
             return "host_alloc_growth", (
                 f"{slow}; the pinned request of {_mib(row['size_bytes'])} rounds up to a {block} block, larger "
                 f"or other than any block an earlier request in this run needed, so the host allocator had to "
-                f"call cudaHostAlloc (inferred from sizes and order: the table has no counters)")
+                f"call cudaHostAlloc (inferred from sizes and order: the table has no counters)"
+            )
     dallocs = row["device_allocs"]
     if np.isfinite(dallocs) and dallocs > 0 and (not np.isfinite(dev_typ) or dallocs > dev_typ):
         pre = "empty_cache() before this copy released the cached segment, so " if row["empty_cache"] else ""
         return "device_alloc", (
             f"{slow}; {pre}the copy waited on {int(dallocs)} new cudaMalloc segment(s), where its neighbours "
-            f"needed {0 if not np.isfinite(dev_typ) else int(dev_typ)}")
+            f"needed {0 if not np.isfinite(dev_typ) else int(dev_typ)}"
+        )
     return None
 
 
@@ -247,15 +254,18 @@ def _generic_cause(row, val, episode) -> tuple[str, str]:
     if episode >= 0:
         return "episode", (
             f"{slow}; one of a stretch of consecutive slow copies in time order (episode {episode}): a "
-            f"time-correlated slowdown, not a property of this size")
+            f"time-correlated slowdown, not a property of this size"
+        )
     why = []
     if np.isfinite(row["host_allocs"]) and row["host_allocs"] == 0:
         why.append("no new pinned block")
     if np.isfinite(dallocs):
         why.append(f"{int(dallocs)} new device segment(s), no more than its neighbours")
     if row["empty_cache"] and not np.isfinite(dallocs):
-        why.append("empty_cache() ran before it, as before every copy of its kind, and the table has no "
-                   "counters to tell more")
+        why.append(
+            "empty_cache() ran before it, as before every copy of its kind, and the table has no "
+            "counters to tell more"
+        )
     tail = "; ".join(why) if why else "the table carries no counters for it"
     return "unexplained", f"{slow}; an isolated slow copy: {tail}"
 

@@ -17,12 +17,23 @@ from h2dlab import datasets, model
 from h2dlab.env import PCIE_X16_GBPS, describe
 
 PALETTE = {
-    "pageable": "#d62728", "pageable_non_blocking": "#ff9896", "pin_then_copy": "#9467bd",
-    "pinned_reuse": "#2ca02c", "host_register": "#8c564b", "staged": "#1f77b4",
-    "pin_memory": "#9467bd", "pinned_to_cuda": "#2ca02c", "direct_to_cuda": "#d62728",
+    "pageable": "#d62728",
+    "pageable_non_blocking": "#ff9896",
+    "pin_then_copy": "#9467bd",
+    "pinned_reuse": "#2ca02c",
+    "host_register": "#8c564b",
+    "staged": "#1f77b4",
+    "pin_memory": "#9467bd",
+    "pinned_to_cuda": "#2ca02c",
+    "direct_to_cuda": "#d62728",
 }
-CAUSE_COLORS = {"context_init": "#000000", "host_alloc_growth": "#9467bd", "device_alloc": "#ff7f0e",
-                "episode": "#17becf", "unexplained": "#7f7f7f"}
+CAUSE_COLORS = {
+    "context_init": "#000000",
+    "host_alloc_growth": "#9467bd",
+    "device_alloc": "#ff7f0e",
+    "episode": "#17becf",
+    "unexplained": "#7f7f7f",
+}
 
 
 def _ax(ax):
@@ -75,8 +86,17 @@ def latency(df: pd.DataFrame, *, ax=None, strategies=None, fitted: bool = True, 
         if m.empty:
             continue
         c = PALETTE.get(s)
-        ax.errorbar(m.size_bytes, m.median_ms, yerr=[m.median_ms - m.q1_ms, m.q3_ms - m.median_ms],
-                    fmt="o-", ms=3, lw=1.2, capsize=2, color=c, label=s)
+        ax.errorbar(
+            m.size_bytes,
+            m.median_ms,
+            yerr=[m.median_ms - m.q1_ms, m.q3_ms - m.median_ms],
+            fmt="o-",
+            ms=3,
+            lw=1.2,
+            capsize=2,
+            color=c,
+            label=s,
+        )
         if len(fits) and s in set(fits.strategy):
             f = fits[fits.strategy == s].iloc[0]
             xs = np.geomspace(m.size_bytes.min(), m.size_bytes.max(), 100)
@@ -108,15 +128,25 @@ def bandwidth(df: pd.DataFrame, *, ax=None, strategies=None, name=None, peak_str
     ref = med[med.strategy == peak_strategy] if (med.strategy == peak_strategy).any() else med
     peak = float(ref["gbps"].max())
     ax.axhline(peak, color="#2ca02c", lw=1, ls=":")
-    ax.annotate(f"measured peak {peak:.1f} GB/s ({ref.loc[ref.gbps.idxmax(), 'strategy']})",
-                (med.size_bytes.min(), peak), xytext=(0, 4),
-                textcoords="offset points", fontsize=8, color="#2ca02c")
+    ax.annotate(
+        f"measured peak {peak:.1f} GB/s ({ref.loc[ref.gbps.idxmax(), 'strategy']})",
+        (med.size_bytes.min(), peak),
+        xytext=(0, 4),
+        textcoords="offset points",
+        fontsize=8,
+        color="#2ca02c",
+    )
     lim = pcie_limit_gbps(datasets.run_env(df))
     if lim:
         env = datasets.run_env(df)
         ax.axhline(lim, color="k", lw=1, ls="--")
-        ax.annotate(f"PCIe Gen{env['pcie_gen_max']} x{env['pcie_width_max']} on paper: {lim:.0f} GB/s",
-                    (med.size_bytes.min(), lim), xytext=(0, 4), textcoords="offset points", fontsize=8)
+        ax.annotate(
+            f"PCIe Gen{env['pcie_gen_max']} x{env['pcie_width_max']} on paper: {lim:.0f} GB/s",
+            (med.size_bytes.min(), lim),
+            xytext=(0, 4),
+            textcoords="offset points",
+            fontsize=8,
+        )
     size_axis(ax)
     ax.set_ylabel("bandwidth (GB/s, from the median time)")
     ax.set_ylim(0, max(peak, lim or 0) * 1.15)
@@ -142,13 +172,26 @@ def timeline(explained: pd.DataFrame, *, ax=None, strategy=None, run_id=None, na
             ax.plot(g["order"], g["expected_ms"], "-", lw=0.6, color=PALETTE.get(s, "#333333"), alpha=0.35)
     if "episode" in d:
         for _, g in d[d.episode >= 0].groupby("episode"):
-            ax.axvspan(g["order"].min() - 0.5, g["order"].max() + 0.5, color=CAUSE_COLORS["episode"], alpha=0.18,
-                       lw=0)
+            ax.axvspan(
+                g["order"].min() - 0.5,
+                g["order"].max() + 0.5,
+                color=CAUSE_COLORS["episode"],
+                alpha=0.18,
+                lw=0,
+            )
     if "is_outlier" in d:
         f = d[d.is_outlier]
         for cause, g in f.groupby("cause"):
-            ax.scatter(g["order"], v[g.index], s=28, facecolors="none", edgecolors=CAUSE_COLORS.get(cause, "k"),
-                       linewidths=1.2, label=f"flagged: {cause}", zorder=3)
+            ax.scatter(
+                g["order"],
+                v[g.index],
+                s=28,
+                facecolors="none",
+                edgecolors=CAUSE_COLORS.get(cause, "k"),
+                linewidths=1.2,
+                label=f"flagged: {cause}",
+                zorder=3,
+            )
     if log:
         ax.set_yscale("log")
     ax.set_xlabel("execution order (time →)")
@@ -175,14 +218,24 @@ def annotate(explained: pd.DataFrame, *, ax, x: str = "order", max_labels: int =
     picked = pd.concat([firsts, f.drop(firsts.index)]).head(max_labels)
     v = model.value_ms(picked)
     for k, (i, r) in enumerate(picked.iterrows()):
-        short = {"context_init": "context start-up", "host_alloc_growth": "new pinned block",
-                 "device_alloc": "cudaMalloc after empty_cache", "episode": "episode",
-                 "unexplained": "unexplained"}.get(r.cause, r.cause)
+        short = {
+            "context_init": "context start-up",
+            "host_alloc_growth": "new pinned block",
+            "device_alloc": "cudaMalloc after empty_cache",
+            "episode": "episode",
+            "unexplained": "unexplained",
+        }.get(r.cause, r.cause)
         label = f"{short}\n{v[i]:.3g} ms vs {r.expected_ms:.2g} expected"
         dy = 18 + 14 * (k % 3)
-        ax.annotate(label, (r[x], v[i]), xytext=(8, dy), textcoords="offset points", fontsize=7,
-                    color=CAUSE_COLORS.get(r.cause, "k"),
-                    arrowprops={"arrowstyle": "->", "color": CAUSE_COLORS.get(r.cause, "k"), "lw": 0.8})
+        ax.annotate(
+            label,
+            (r[x], v[i]),
+            xytext=(8, dy),
+            textcoords="offset points",
+            fontsize=7,
+            color=CAUSE_COLORS.get(r.cause, "k"),
+            arrowprops={"arrowstyle": "->", "color": CAUSE_COLORS.get(r.cause, "k"), "lw": 0.8},
+        )
     return ax
 
 
@@ -208,8 +261,17 @@ def pow2_boundaries(ax, lo: float, hi: float, *, label=True) -> None:
     for k in range(math.ceil(math.log2(lo)), math.floor(math.log2(hi)) + 1):
         ax.axvline(2**k, color="#9467bd", lw=0.7, ls=":", alpha=0.7)
         if label:
-            ax.text(2**k, 1.0, f" {size_label(2**k)}", transform=ax.get_xaxis_transform(), fontsize=6,
-                    color="#9467bd", rotation=90, va="top", ha="left")
+            ax.text(
+                2**k,
+                1.0,
+                f" {size_label(2**k)}",
+                transform=ax.get_xaxis_transform(),
+                fontsize=6,
+                color="#9467bd",
+                rotation=90,
+                va="top",
+                ha="left",
+            )
 
 
 def allocator_growth(df: pd.DataFrame, *, ax=None, strategy="pin_memory", name=None):
@@ -220,8 +282,15 @@ def allocator_growth(df: pd.DataFrame, *, ax=None, strategy="pin_memory", name=N
     v = model.value_ms(g)
     new = g["host_allocs"] > 0
     ax.plot(g.loc[~new, "size_bytes"], v[~new], ".", ms=4, color="#777777", label="cached block reused")
-    ax.plot(g.loc[new, "size_bytes"], v[new], "o", ms=6, mfc="none", color=PALETTE.get(strategy, "#9467bd"),
-            label="num_host_alloc went up: a new pinned block")
+    ax.plot(
+        g.loc[new, "size_bytes"],
+        v[new],
+        "o",
+        ms=6,
+        mfc="none",
+        color=PALETTE.get(strategy, "#9467bd"),
+        label="num_host_alloc went up: a new pinned block",
+    )
     size_axis(ax)
     ax.set_yscale("log")
     pow2_boundaries(ax, g.size_bytes.min(), g.size_bytes.max())
@@ -243,9 +312,21 @@ def overlap(tl: pd.DataFrame, *, ax=None, rep: int | None = None, name=None, env
     for y, s in enumerate(scen):
         for _, r in d[d.scenario == s].iterrows():
             off = 0.18 if r.op == "copy" else -0.18
-            ax.barh(y + off, r.end_ms - r.start_ms, left=r.start_ms, height=0.32, color=colors[r.op],
-                    label=r.op if y == 0 else None)
-            ax.plot([r.host_return_ms], [y + off], "k|", ms=12, label="host regains control" if (y == 0 and r.op == "copy") else None)
+            ax.barh(
+                y + off,
+                r.end_ms - r.start_ms,
+                left=r.start_ms,
+                height=0.32,
+                color=colors[r.op],
+                label=r.op if y == 0 else None,
+            )
+            ax.plot(
+                [r.host_return_ms],
+                [y + off],
+                "k|",
+                ms=12,
+                label="host regains control" if (y == 0 and r.op == "copy") else None,
+            )
     ax.set_yticks(range(len(scen)), [s.replace("_", " ") for s in scen])
     ax.invert_yaxis()
     ax.set_xlabel("ms after the start event")

@@ -43,12 +43,16 @@ def explain_cli(source: str, *, out: str | None = None, show_all: bool = False) 
     env = datasets.run_env(df)
     from h2dlab.env import describe
 
-    print(f"{source}: {len(df)} rows, {df['run_id'].nunique()} run(s); {describe(env) if env else 'no env.json'}")
+    print(
+        f"{source}: {len(df)} rows, {df['run_id'].nunique()} run(s); {describe(env) if env else 'no env.json'}"
+    )
     fitted = model.fit(df, n_boot=100)
     if len(fitted):
         print("\nlatency = overhead + bytes / bandwidth, fitted robustly per run and strategy (95% CI):")
         show = fitted.assign(
-            overhead_us=lambda f: f.apply(lambda r: f"{r.overhead_us:8.1f} [{r.overhead_us_lo:.1f}, {r.overhead_us_hi:.1f}]", axis=1),
+            overhead_us=lambda f: f.apply(
+                lambda r: f"{r.overhead_us:8.1f} [{r.overhead_us_lo:.1f}, {r.overhead_us_hi:.1f}]", axis=1
+            ),
             gbps=lambda f: f.apply(lambda r: f"{r.gbps:6.2f} [{r.gbps_lo:.2f}, {r.gbps_hi:.2f}]", axis=1),
             fit_err=lambda f: (100 * f.median_abs_rel_err).map(lambda v: f"{v:.0f}%"),
         )[["run_id", "strategy", "overhead_us", "gbps", "n", "fit_err"]]
@@ -101,8 +105,10 @@ def resolve_mode(mode: str = "auto") -> str:
         raise ValueError(f"unknown mode {mode!r}: use auto, replay or live (H2DLAB_MODE)")
     cuda = torch.cuda.is_available()
     if mode == "live" and not cuda:
-        raise RuntimeError("live mode needs CUDA and this machine has none: use H2DLAB_MODE=replay "
-                           "(or auto) to replay the recorded H200 data")
+        raise RuntimeError(
+            "live mode needs CUDA and this machine has none: use H2DLAB_MODE=replay "
+            "(or auto) to replay the recorded H200 data"
+        )
     if mode == "auto":
         return "live" if cuda else "replay"
     return mode
@@ -121,22 +127,62 @@ class Session:
     #: arguments, extra environment. The same experiments as data/record_h200.sh, capped
     #: at 1 GiB and with fewer repetitions so that a whole live report takes minutes.
     REG = {"PYTORCH_CUDA_ALLOC_CONF": "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"}
-    PIN = ["measure", "--sizes", "forum", "--strategies", "pin_then_copy", "--reps", "2", "--warmup", "0",
-           "--order", "ascending"]
-    DEV = ["measure", "--sizes", "1KiB..256MiB", "--strategies", "pageable,pinned_reuse", "--reps", "5",
-           "--warmup", "1"]
+    PIN = [
+        "measure",
+        "--sizes",
+        "forum",
+        "--strategies",
+        "pin_then_copy",
+        "--reps",
+        "2",
+        "--warmup",
+        "0",
+        "--order",
+        "ascending",
+    ]
+    DEV = [
+        "measure",
+        "--sizes",
+        "1KiB..256MiB",
+        "--strategies",
+        "pageable,pinned_reuse",
+        "--reps",
+        "5",
+        "--warmup",
+        "1",
+    ]
     LIVE = {
         "h200_forum": [(f"ascending-{i}", ["forum"], {}) for i in (1, 2, 3)]
         + [("shuffled-1", ["forum", "--order", "shuffled", "--seed", "1"], {})],
         "h200_sweep": [
-            ("pow2", ["measure", "--sizes", "1KiB..1GiB", "--reps", "10", "--reps-large", "3", "--warmup", "2"], {}),
-            ("forum-sizes", ["measure", "--sizes", "forum", "--strategies", "pageable,pinned_reuse", "--reps", "3",
-                             "--warmup", "1"], {}),
+            (
+                "pow2",
+                ["measure", "--sizes", "1KiB..1GiB", "--reps", "10", "--reps-large", "3", "--warmup", "2"],
+                {},
+            ),
+            (
+                "forum-sizes",
+                [
+                    "measure",
+                    "--sizes",
+                    "forum",
+                    "--strategies",
+                    "pageable,pinned_reuse",
+                    "--reps",
+                    "3",
+                    "--warmup",
+                    "1",
+                ],
+                {},
+            ),
         ],
         "h200_allocator": [
-            ("pin-warm", PIN, {}), ("pin-emptied", [*PIN, "--empty-host-cache"], {}),
-            ("pin-register-warm", PIN, REG), ("pin-register-emptied", [*PIN, "--empty-host-cache"], REG),
-            ("device-cache-kept", DEV, {}), ("device-empty-cache", [*DEV, "--empty-cache"], {}),
+            ("pin-warm", PIN, {}),
+            ("pin-emptied", [*PIN, "--empty-host-cache"], {}),
+            ("pin-register-warm", PIN, REG),
+            ("pin-register-emptied", [*PIN, "--empty-host-cache"], REG),
+            ("device-cache-kept", DEV, {}),
+            ("device-empty-cache", [*DEV, "--empty-cache"], {}),
         ],
         "h200_overlap": [("overlap", ["overlap", "--size", "256MiB", "--reps", "5"], {})],
     }
@@ -190,24 +236,33 @@ class Session:
         if self.mode == "replay":
             envs = [datasets.run_env(d) for d in self._cache.values() if hasattr(d, "attrs")]
             rec = next((e for e in envs if e and e.get("gpu_name")), {})
-            what = (f"<b>Replay</b> of recorded data ({', '.join(self.sources.values()) or 'none yet'}), "
-                    f"measured on {describe(rec) if rec else 'the machine named in each figure'}.")
-            why = ("No CUDA GPU here" if not here.get("cuda_available") else "Replay was asked for") + \
-                ": set <code>H2DLAB_MODE=live</code> on a GPU machine to measure it instead."
+            what = (
+                f"<b>Replay</b> of recorded data ({', '.join(self.sources.values()) or 'none yet'}), "
+                f"measured on {describe(rec) if rec else 'the machine named in each figure'}."
+            )
+            why = (
+                "No CUDA GPU here" if not here.get("cuda_available") else "Replay was asked for"
+            ) + ": set <code>H2DLAB_MODE=live</code> on a GPU machine to measure it instead."
         else:
             what = f"<b>Live</b> measurement on this machine: {describe(here)}."
             why = "Runs are saved under <code>data/runs/</code> with their env.json."
         return HTML(
             f'<div class="h2dlab-banner" style="border-left:4px solid #1f77b4;padding:6px 10px;'
             f'background:#f3f7fb;font-size:90%">{what} {why}<br><small>executed '
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by h2dlab</small></div>")
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by h2dlab</small></div>"
+        )
 
 
 # --- the rendered report ------------------------------------------------------------------
 
 
-def build(outdir: str | Path = "reports", mode: str | None = None, notebooks: list[str] | None = None,
-          inplace: bool = False, timeout: int = 600) -> int:
+def build(
+    outdir: str | Path = "reports",
+    mode: str | None = None,
+    notebooks: list[str] | None = None,
+    inplace: bool = False,
+    timeout: int = 600,
+) -> int:
     """Execute the notebooks and render ``reports/*.html`` plus an Excel workbook.
 
     ``inplace`` also writes the executed notebooks back to ``notebooks/`` (how the
@@ -236,8 +291,12 @@ def build(outdir: str | Path = "reports", mode: str | None = None, notebooks: li
         print(f"[{k}/{len(names)}] executing {name} ({resolved}) ...", flush=True)
         failed = None
         try:
-            NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                           resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+            NotebookClient(
+                nb,
+                timeout=timeout,
+                kernel_name="python3",
+                resources={"metadata": {"path": str(ROOT / "notebooks")}},
+            ).execute()
         except CellExecutionError as exc:
             failed = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         if inplace:
@@ -246,8 +305,11 @@ def build(outdir: str | Path = "reports", mode: str | None = None, notebooks: li
         html, _ = exporter.from_notebook_node(nb)
         (out / f"{name}.html").write_text(html)
         if failed:
-            print(f"h2dlab: error: notebook {name} failed ({failed}); the error is shown in "
-                  f"{out / (name + '.html')}", file=sys.stderr)
+            print(
+                f"h2dlab: error: notebook {name} failed ({failed}); the error is shown in "
+                f"{out / (name + '.html')}",
+                file=sys.stderr,
+            )
             return 1
         print(f"      wrote {out / (name + '.html')} in {time.time() - t0:.0f} s", flush=True)
     workbook(out / "h2dlab-tables.xlsx")
@@ -268,8 +330,20 @@ def workbook(path: str | Path) -> Path:
     for name in ("forum_a100", "h200_forum", "h200_allocator"):
         e = outliers.explain(datasets.load(name))
         sheets[f"flagged_{name}"] = e[e.is_outlier][
-            ["run_id", "order", "strategy", "size_bytes", "wall_ms", "event_ms", "expected_ms", "robust_z",
-             "episode", "cause", "evidence"]]
+            [
+                "run_id",
+                "order",
+                "strategy",
+                "size_bytes",
+                "wall_ms",
+                "event_ms",
+                "expected_ms",
+                "robust_z",
+                "episode",
+                "cause",
+                "evidence",
+            ]
+        ]
     import pandas as pd
 
     path = Path(path)

@@ -28,7 +28,11 @@ def run_cli(*args, timeout=300, env=None, cwd=None):
         e.update(env)
     return subprocess.run(
         [sys.executable, "-m", "h2dlab.cli", *args],
-        capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd or ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=e,
+        cwd=cwd or ROOT,
     )
 
 
@@ -55,8 +59,15 @@ def rendered(tmp_path_factory):
 
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @pytest.fixture(scope="session")

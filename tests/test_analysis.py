@@ -31,12 +31,25 @@ def synthetic_run(seed, *, reps=10, n_sizes=21, spikes=5, episode_len=15, noise=
     for i in rng.choice(free, spikes, replace=False):
         factor[i] = rng.uniform(2, 10)
     ms = base * factor * np.exp(rng.normal(0, noise, n))
-    df = pd.DataFrame({
-        "run_id": f"synthetic-{seed}", "order": np.arange(n), "strategy": "synthetic", "size_bytes": size,
-        "shape": "", "dtype": "uint8", "rep": 0, "warmup": False, "t_s": np.arange(n) * 0.01,
-        "wall_ms": ms * 1.01, "event_ms": ms, "host_allocs": 0.0, "device_allocs": 0.0,
-        "empty_cache": False, "error": "",
-    })
+    df = pd.DataFrame(
+        {
+            "run_id": f"synthetic-{seed}",
+            "order": np.arange(n),
+            "strategy": "synthetic",
+            "size_bytes": size,
+            "shape": "",
+            "dtype": "uint8",
+            "rep": 0,
+            "warmup": False,
+            "t_s": np.arange(n) * 0.01,
+            "wall_ms": ms * 1.01,
+            "event_ms": ms,
+            "host_allocs": 0.0,
+            "device_allocs": 0.0,
+            "empty_cache": False,
+            "error": "",
+        }
+    )
     return datasets.validate(df), factor, (start, start + episode_len)
 
 
@@ -100,8 +113,11 @@ def test_forum_a100_causes():
     assert pin[pin.cause == "context_init"]["order"].tolist() == [0]
     assert len(pin) <= 12  # few other pin_memory rows
     # The slowly decaying stretches come out as episodes.
-    for strategy, (a, b) in [("pinned_to_cuda", (89, 101)), ("pinned_to_cuda", (180, 200)),
-                             ("direct_to_cuda", (180, 202))]:
+    for strategy, (a, b) in [
+        ("pinned_to_cuda", (89, 101)),
+        ("pinned_to_cuda", (180, 200)),
+        ("direct_to_cuda", (180, 202)),
+    ]:
         g = e[(e.strategy == strategy) & e.order.between(a, b)]
         assert (g["episode"] >= 0).mean() >= 0.9, (strategy, a, b)
         assert g["episode"][g["episode"] >= 0].nunique() == 1
@@ -156,5 +172,7 @@ def test_advise_h200():
     rep = a.loc["the same buffer copied again and again"]
     assert rep["best"] == "pinned_reuse" and rep["upfront_ms"] > 0
     small = model.advise(4096).set_index("case")
-    assert small.loc["one-off copy of a pageable tensor", "best"] != "staged" or \
-        small.loc["one-off copy of a pageable tensor", "speedup_vs_pageable"] < 1.5
+    assert (
+        small.loc["one-off copy of a pageable tensor", "best"] != "staged"
+        or small.loc["one-off copy of a pageable tensor", "speedup_vs_pageable"] < 1.5
+    )

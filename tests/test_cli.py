@@ -29,18 +29,21 @@ def _one_line_error(r, *needles):
 M = ["measure", "--device", "cpu", "--no-progress"]
 
 
-@pytest.mark.parametrize("args,needles", [
-    (["--strategies", "teleport", "--sizes", "1KiB"], ["unknown strategy", "pageable"]),
-    (["--sizes", "12QB"], ["12QB", "unit"]),
-    (["--sizes", "0"], ["must be positive"]),
-    (["--sizes=-4KiB"], ["must be positive"]),
-    (["--sizes", "1GiB..1KiB"], ["backwards"]),
-    (["--sizes", "1KiB", "--reps", "0"], ["--reps", "at least 1"]),
-    (["--sizes", "1KiB", "--warmup", "-1"], ["--warmup"]),
-    (["--sizes", "1KiB", "--dtype", "float128"], ["unknown dtype"]),
-    (["--sizes", "1TiB"], ["host memory", "available"]),
-    (["--sizes", "1023", "--dtype", "float32"], ["multiple"]),
-])
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        (["--strategies", "teleport", "--sizes", "1KiB"], ["unknown strategy", "pageable"]),
+        (["--sizes", "12QB"], ["12QB", "unit"]),
+        (["--sizes", "0"], ["must be positive"]),
+        (["--sizes=-4KiB"], ["must be positive"]),
+        (["--sizes", "1GiB..1KiB"], ["backwards"]),
+        (["--sizes", "1KiB", "--reps", "0"], ["--reps", "at least 1"]),
+        (["--sizes", "1KiB", "--warmup", "-1"], ["--warmup"]),
+        (["--sizes", "1KiB", "--dtype", "float128"], ["unknown dtype"]),
+        (["--sizes", "1TiB"], ["host memory", "available"]),
+        (["--sizes", "1023", "--dtype", "float32"], ["multiple"]),
+    ],
+)
 def test_measure_bad_input(tmp_path, args, needles):
     r = run_cli(*M, *args, "--out", str(tmp_path / "r.csv"))
     _one_line_error(r, *needles)
@@ -114,7 +117,9 @@ def test_explain_bad_inputs(tmp_path):
     old = tmp_path / "old.csv"
     datasets.save(datasets.load("forum_a100").head(30), old, env={"schema_version": 0})
     _one_line_error(run_cli("explain", str(old)), "schema version 0", "re-run")
-    _one_line_error(run_cli("explain", "forum_a100", "--out", str(tmp_path / "x" / "a.csv")), "does not exist")
+    _one_line_error(
+        run_cli("explain", "forum_a100", "--out", str(tmp_path / "x" / "a.csv")), "does not exist"
+    )
     _one_line_error(run_cli("explain", "forum_a100", "--out", str(tmp_path / "a.json")), "cannot write")
 
 
@@ -142,10 +147,26 @@ def test_measure_cpu_writes_all_columns(tmp_path):
 
 def _start_and_interrupt(tmp_path, sig):
     out = tmp_path / "i.csv.gz"
-    args = [*M, "--sizes", "8MiB,16MiB", "--strategies", "pageable,pageable_non_blocking", "--reps", "150",
-            "--warmup", "1", "--out", str(out)]
-    p = subprocess.Popen([sys.executable, "-m", "h2dlab.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    args = [
+        *M,
+        "--sizes",
+        "8MiB,16MiB",
+        "--strategies",
+        "pageable,pageable_non_blocking",
+        "--reps",
+        "150",
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+    ]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "h2dlab.cli", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     partial = out.with_name(out.name + ".partial.csv")
     t0 = time.time()
     while time.time() - t0 < 60:

@@ -9,12 +9,25 @@ from h2dlab import datasets
 
 def _synthetic_table(n=6):
     """A synthetic table (not a measurement) to exercise save/read."""
-    return pd.DataFrame({
-        "run_id": "synthetic", "order": range(n), "strategy": "pageable", "size_bytes": 1024,
-        "shape": "(1024,)", "dtype": "uint8", "rep": range(n), "warmup": [True] + [False] * (n - 1),
-        "t_s": np.arange(n) * 0.1, "wall_ms": 1.0 + np.arange(n), "event_ms": np.nan,
-        "host_allocs": np.nan, "device_allocs": np.nan, "empty_cache": False, "error": "",
-    })
+    return pd.DataFrame(
+        {
+            "run_id": "synthetic",
+            "order": range(n),
+            "strategy": "pageable",
+            "size_bytes": 1024,
+            "shape": "(1024,)",
+            "dtype": "uint8",
+            "rep": range(n),
+            "warmup": [True] + [False] * (n - 1),
+            "t_s": np.arange(n) * 0.1,
+            "wall_ms": 1.0 + np.arange(n),
+            "event_ms": np.nan,
+            "host_allocs": np.nan,
+            "device_allocs": np.nan,
+            "empty_cache": False,
+            "error": "",
+        }
+    )
 
 
 @pytest.mark.parametrize("ext", [".csv", ".csv.gz", ".parquet", ".xlsx"])
@@ -70,9 +83,15 @@ def test_forum_a100_matches_published_table():
     w = df.pivot(index="order", columns="strategy", values="wall_ms")
     # Figures read straight from the post (row: pin, pinned->cuda, direct).
     published = {
-        0: (1245.59, 0.33, 0.24), 13: (1.04, 1.67, 91.19), 19: (1.16, 120.73, 3.93),
-        69: (72.38, 7.37, 13.43), 137: (140.9, 14.22, 26.63), 180: (13.51, 161.89, 187.27),
-        193: (14.29, 74.24, 113.4), 205: (14.92, 20.91, 39.28), 209: (15.01, 21.29, 39.89),
+        0: (1245.59, 0.33, 0.24),
+        13: (1.04, 1.67, 91.19),
+        19: (1.16, 120.73, 3.93),
+        69: (72.38, 7.37, 13.43),
+        137: (140.9, 14.22, 26.63),
+        180: (13.51, 161.89, 187.27),
+        193: (14.29, 74.24, 113.4),
+        205: (14.92, 20.91, 39.28),
+        209: (15.01, 21.29, 39.89),
     }
     for row, (pin, pinned, direct) in published.items():
         assert w.loc[row, "pin_memory"] == pin
@@ -87,7 +106,7 @@ def test_forum_a100_matches_published_table():
 
 def test_forum_csv_equals_the_post():
     """Every number of the transcription appears, in order, in the forum post itself."""
-    post = (datasets.DATA_DIR.parent.parent / "shared" / "reference" / "forum-post.txt")
+    post = datasets.DATA_DIR.parent.parent / "shared" / "reference" / "forum-post.txt"
     if not post.exists():
         pytest.skip("shared/reference is not beside this checkout")
     lines = [ln.strip() for ln in post.read_text().splitlines()]

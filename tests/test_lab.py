@@ -44,8 +44,11 @@ def lab(tmp_path_factory):
     if not Path("/usr/bin/chromium").exists():
         pytest.skip("Chromium is not installed (apt-get install chromium); .ci/run installs it")
     root = tmp_path_factory.mktemp("labroot")
-    names = [_clean_copy("05-explore", root), _clean_copy("01-forum-experiment-revisited", root),
-             _clean_copy("05-explore", root, extra_cell='raise ValueError("broken on purpose")')]
+    names = [
+        _clean_copy("05-explore", root),
+        _clean_copy("01-forum-experiment-revisited", root),
+        _clean_copy("05-explore", root, extra_cell='raise ValueError("broken on purpose")'),
+    ]
     port, token = _free_port(), secrets.token_hex(16)
     # Render every cell (Lab 4 draws only the cells in view by default), so that the
     # checks below see every prompt and output.
@@ -53,15 +56,35 @@ def lab(tmp_path_factory):
         settings = base / "@jupyterlab" / "notebook-extension"
         settings.mkdir(parents=True)
         (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
-    env = dict(os.environ, H2DLAB_MODE="replay", MPLBACKEND="module://matplotlib_inline.backend_inline",
-               JUPYTER_CONFIG_DIR=str(root / ".jupyter"), JUPYTER_RUNTIME_DIR=str(root / ".runtime"),
-               JUPYTERLAB_SETTINGS_DIR=str(root / ".settings"))
+    env = dict(
+        os.environ,
+        H2DLAB_MODE="replay",
+        MPLBACKEND="module://matplotlib_inline.backend_inline",
+        JUPYTER_CONFIG_DIR=str(root / ".jupyter"),
+        JUPYTER_RUNTIME_DIR=str(root / ".runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(root / ".settings"),
+    )
     log = open(root / "lab.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False",
-         "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--allow-root"],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--ServerApp.open_browser=False",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--allow-root",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         t0 = time.time()
@@ -117,7 +140,9 @@ def run_all(page, url, token, name, timeout_s=240):
 def errors(page) -> list[str]:
     """Texts of error outputs shown in the notebook (tracebacks), if any."""
     texts = page.eval_on_selector_all(
-        ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']", "els => els.map(e => e.innerText)")
+        ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+        "els => els.map(e => e.innerText)",
+    )
     return [t for t in texts if "Traceback" in t or "Error" in t.split("\n")[0]]
 
 
@@ -135,17 +160,26 @@ def test_explore_runs_and_widgets_redraw(lab, browser):
     assert len(images(page)) >= 2  # the widget's figure and the static snapshot
     # Choose one strategy only: the explorer must redraw its figure.
     page.locator(".widget-select-multiple select").select_option(["pinned_reuse"])
-    page.wait_for_function("b => { const i = document.querySelector('.widget-output img'); return i && i.src !== b; }",
-                           arg=before, timeout=60_000)
+    page.wait_for_function(
+        "b => { const i = document.querySelector('.widget-output img'); return i && i.src !== b; }",
+        arg=before,
+        timeout=60_000,
+    )
     # And the view toggle redraws it as a bandwidth figure.
     page.wait_for_timeout(1000)  # let the first redraw finish before asking for the next
     before = page.eval_on_selector(".widget-output img", "e => e.src")
     toggle = page.locator(".widget-toggle-buttons button", has_text="bandwidth")
     toggle.click()
-    page.wait_for_function("() => [...document.querySelectorAll('.widget-toggle-buttons button.mod-active')]"
-                           ".some(b => b.innerText.includes('bandwidth'))", timeout=30_000)
-    page.wait_for_function("b => { const i = document.querySelector('.widget-output img'); return i && i.src !== b; }",
-                           arg=before, timeout=120_000)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.widget-toggle-buttons button.mod-active')]"
+        ".some(b => b.innerText.includes('bandwidth'))",
+        timeout=30_000,
+    )
+    page.wait_for_function(
+        "b => { const i = document.querySelector('.widget-output img'); return i && i.src !== b; }",
+        arg=before,
+        timeout=120_000,
+    )
     # Without CUDA, measuring now is disabled with a visible reason.
     import torch
 
@@ -176,6 +210,10 @@ def test_a_broken_cell_is_caught(lab, browser):
 
 
 def test_lab_has_the_h2dlab_kernel_registered():
-    out = subprocess.run([sys.executable, "-m", "jupyter", "kernelspec", "list", "--json"], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "jupyter", "kernelspec", "list", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "h2dlab" in json.loads(out.stdout)["kernelspecs"]

@@ -54,8 +54,17 @@ def test_reps_large_applies_from_one_gib():
 
 def test_cpu_sweep_rows_with_fake_clock(tmp_path):
     ticks = itertools.count(0, 0.001)  # every clock read advances 1 ms: wall_ms is exactly 1
-    df = measure.sweep(["pageable", "pin_then_copy"], [1024, 4096], device="cpu", reps=3, warmup=1,
-                       seed=1, out=tmp_path / "r.csv", progress=False, clock=lambda: next(ticks))
+    df = measure.sweep(
+        ["pageable", "pin_then_copy"],
+        [1024, 4096],
+        device="cpu",
+        reps=3,
+        warmup=1,
+        seed=1,
+        out=tmp_path / "r.csv",
+        progress=False,
+        clock=lambda: next(ticks),
+    )
     assert list(df.columns) == list(datasets.COLUMNS)
     assert len(df) == 16 and df["run_id"].nunique() == 1
     ok = df[df.strategy == "pageable"]
@@ -97,8 +106,14 @@ def test_no_cuda_is_a_clear_error():
 
 
 def test_registry_names_and_unknown():
-    assert {"pageable", "pageable_non_blocking", "pin_then_copy", "pinned_reuse", "host_register",
-            "staged"} <= set(strategies.names())
+    assert {
+        "pageable",
+        "pageable_non_blocking",
+        "pin_then_copy",
+        "pinned_reuse",
+        "host_register",
+        "staged",
+    } <= set(strategies.names())
     with pytest.raises(KeyError, match="choose from"):
         strategies.get("teleport")
 
@@ -127,24 +142,37 @@ def test_parse_gpus():
 
 
 def test_interleaved_plan_spreads_reps_over_time():
-    p = measure.plan_sweep(["pageable", "staged"], [1024, 2048, 4096], reps=4, warmup=1, order="interleaved",
-                           seed=3)
+    p = measure.plan_sweep(
+        ["pageable", "staged"], [1024, 2048, 4096], reps=4, warmup=1, order="interleaved", seed=3
+    )
     assert len(p) == 6 * 5
     assert all(r["warmup"] for r in p[:6]) and not any(r["warmup"] for r in p[6:])
     # Each round of 6 timed rows visits every cell once, with rep == round number.
     for k in range(4):
         rnd = p[6 + 6 * k : 12 + 6 * k]
-        assert {(r["strategy"], r["size_bytes"]) for r in rnd} == {(s, n) for s in ("pageable", "staged")
-                                                                   for n in (1024, 2048, 4096)}
+        assert {(r["strategy"], r["size_bytes"]) for r in rnd} == {
+            (s, n) for s in ("pageable", "staged") for n in (1024, 2048, 4096)
+        }
         assert {r["rep"] for r in rnd} == {k}
     # Two consecutive timed rows can share a cell only across a round boundary (3 here).
-    same = sum(a["size_bytes"] == b["size_bytes"] and a["strategy"] == b["strategy"] for a, b in zip(p[6:], p[7:], strict=False))
+    same = sum(
+        a["size_bytes"] == b["size_bytes"] and a["strategy"] == b["strategy"]
+        for a, b in zip(p[6:], p[7:], strict=False)
+    )
     assert same <= 3
 
 
 def test_interleaved_cpu_sweep(tmp_path):
     out = tmp_path / "i.csv"
-    df = measure.sweep(["pageable"], [1024, 4096, 16384], device="cpu", reps=3, warmup=1, order="interleaved",
-                       out=out, progress=False)
+    df = measure.sweep(
+        ["pageable"],
+        [1024, 4096, 16384],
+        device="cpu",
+        reps=3,
+        warmup=1,
+        order="interleaved",
+        out=out,
+        progress=False,
+    )
     assert len(df) == 12 and (df["error"] == "").all()
     assert df.groupby("size_bytes").size().tolist() == [4, 4, 4]

@@ -17,8 +17,11 @@ NAMES = report.NOTEBOOKS
 @pytest.mark.parametrize("name", NAMES)
 def test_no_function_or_class_definitions(name):
     tree = ast.parse((NB / f"{name}.py").read_text())
-    bad = [type(n).__name__ for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                                      ast.ClassDef, ast.Lambda))]
+    bad = [
+        type(n).__name__
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+    ]
     assert not bad, f"{name} defines {bad}: move it into the h2dlab package"
 
 

@@ -29,16 +29,24 @@ def test_latency_draws_each_strategy_and_fit(pow2):
     # The median points are the medians of the table.
     med = model.medians(pow2)
     pr = med[med.strategy == "pinned_reuse"].sort_values("size_bytes")
-    line = next(ln for ln in ax.get_lines() if ln.get_color() == plots.PALETTE["pinned_reuse"]
-                and ln.get_linestyle() == "-")
+    line = next(
+        ln
+        for ln in ax.get_lines()
+        if ln.get_color() == plots.PALETTE["pinned_reuse"] and ln.get_linestyle() == "-"
+    )
     assert np.allclose(line.get_ydata(), pr.median_ms)
     assert "h200_sweep" in _footnote(ax)[0] and "NVIDIA H200" in _footnote(ax)[0]
 
 
 def test_bandwidth_peak_and_pcie_lines(pow2):
     ax = plots.bandwidth(pow2)
-    h = sorted({round(ln.get_ydata()[0], 3) for ln in ax.get_lines() if len(set(ln.get_ydata())) == 1
-                and len(ln.get_ydata()) == 2})
+    h = sorted(
+        {
+            round(ln.get_ydata()[0], 3)
+            for ln in ax.get_lines()
+            if len(set(ln.get_ydata())) == 1 and len(ln.get_ydata()) == 2
+        }
+    )
     peak = model.medians(pow2).query("strategy == 'pinned_reuse'").gbps.max()
     assert round(peak, 3) in h and 63.0 in h
     labels = " ".join(t.get_text() for t in ax.texts)

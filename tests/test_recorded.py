@@ -42,8 +42,14 @@ def test_sweep_covers_every_strategy_and_size_with_enough_reps():
     pow2 = datasets.run_named(df, "pow2")
     t = pow2[~pow2.warmup]
     reps = t.groupby(["strategy", "size_bytes"]).size()
-    assert set(t.strategy) == {"pageable", "pageable_non_blocking", "pin_then_copy", "pinned_reuse",
-                               "host_register", "staged"}
+    assert set(t.strategy) == {
+        "pageable",
+        "pageable_non_blocking",
+        "pin_then_copy",
+        "pinned_reuse",
+        "host_register",
+        "staged",
+    }
     assert sorted(t.size_bytes.unique()) == [2**k for k in range(10, 33)]
     assert (reps[reps.index.get_level_values(1) < 2**30] >= 10).all() and (reps >= 3).all()
     assert pow2.warmup.any()

@@ -29,8 +29,10 @@ def _rand(shape, dtype, seed=0):
 
 def _same_bytes(a, b):
     a, b = a.cpu().contiguous(), b.cpu().contiguous()
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(
-        a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
+    return (
+        a.shape == b.shape
+        and a.dtype == b.dtype
+        and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
     )
 
 
@@ -49,8 +51,9 @@ def test_every_strategy_is_bytewise_correct(name, nbytes):
 
 def test_sweep_rows_and_event_vs_host_clock(tmp_path):
     out = tmp_path / "s.csv"
-    df = measure.sweep(["pinned_reuse", "pageable"], [64 * MiB], device="cuda", reps=15, warmup=2,
-                       out=out, progress=False)
+    df = measure.sweep(
+        ["pinned_reuse", "pageable"], [64 * MiB], device="cuda", reps=15, warmup=2, out=out, progress=False
+    )
     assert len(df) == 2 * 17 and (df["error"] == "").all()
     timed = df[~df["warmup"]]
     # The host clock encloses the events (launch before, synchronisation after), so it
@@ -67,8 +70,9 @@ def test_sweep_rows_and_event_vs_host_clock(tmp_path):
 
 
 def test_empty_cache_forces_device_alloc():
-    df = measure.sweep(["pageable"], [32 * MiB], device="cuda", reps=4, warmup=1, empty_cache=True,
-                       progress=False)
+    df = measure.sweep(
+        ["pageable"], [32 * MiB], device="cuda", reps=4, warmup=1, empty_cache=True, progress=False
+    )
     assert (df.loc[~df.warmup, "device_allocs"] >= 1).all()
     df2 = measure.sweep(["pageable"], [32 * MiB], device="cuda", reps=4, warmup=1, progress=False)
     assert (df2.loc[~df2.warmup, "device_allocs"] == 0).all()
@@ -176,8 +180,16 @@ def test_oom_row_is_kept_and_sweep_goes_on(tmp_path):
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction(0.001)
     try:
-        df = measure.sweep(["pageable"], [1 * MiB, 512 * MiB], device="cuda", reps=2, warmup=0,
-                           order="ascending", out=tmp_path / "o.csv", progress=False)
+        df = measure.sweep(
+            ["pageable"],
+            [1 * MiB, 512 * MiB],
+            device="cuda",
+            reps=2,
+            warmup=0,
+            order="ascending",
+            out=tmp_path / "o.csv",
+            progress=False,
+        )
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
         torch.cuda.empty_cache()
@@ -197,10 +209,29 @@ def test_cli_bad_cuda_index(tmp_path):
 
 def test_cli_interrupt_and_resume_on_gpu(tmp_path):
     out = tmp_path / "i.csv"
-    args = ["measure", "--device", "cuda", "--sizes", "256MiB", "--strategies", "pageable",
-            "--reps", "60", "--warmup", "0", "--out", str(out), "--no-progress"]
-    p = subprocess.Popen([sys.executable, "-m", "h2dlab.cli", *args], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = [
+        "measure",
+        "--device",
+        "cuda",
+        "--sizes",
+        "256MiB",
+        "--strategies",
+        "pageable",
+        "--reps",
+        "60",
+        "--warmup",
+        "0",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "h2dlab.cli", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     partial = tmp_path / "i.csv.partial.csv"
     t0 = time.time()
     while time.time() - t0 < 120:
@@ -227,5 +258,7 @@ def test_overlap_timelines(tmp_path):
     w = df[df.rep == 1].set_index(["scenario", "op"])
     # On one stream the compute starts after the copy ends; on two streams with a
     # pinned source it starts before the copy ends.
-    assert w.loc[("serial_pinned", "compute"), "start_ms"] >= w.loc[("serial_pinned", "copy"), "end_ms"] - 0.01
+    assert (
+        w.loc[("serial_pinned", "compute"), "start_ms"] >= w.loc[("serial_pinned", "copy"), "end_ms"] - 0.01
+    )
     assert w.loc[("overlap_pinned", "compute"), "start_ms"] < w.loc[("overlap_pinned", "copy"), "end_ms"]
