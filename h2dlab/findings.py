@@ -1,0 +1,345 @@
+"""Every claim the notebooks make about the forum experiment, computed from a table.
+
+Each function takes its data explicitly (DataFrames from ``datasets.load`` or a live run)
+and returns a :class:`Finding`: the numbers with their spread, a ``holds`` flag and a
+``verdict`` sentence whose wording follows the data (a live run on another GPU may get
+the opposite sentence). Bandwidth, pinning cost and the advice table live in
+:mod:`h2dlab.advice`. No torch here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from h2dlab.model import timed, value_ms
+
+__all__ = [
+    "ALLOCATOR_RULE",
+    "EMPTY_CACHE_NOTE",
+    "Finding",
+    "block_bytes",
+    "clocks",
+    "context_startup",
+    "device_alloc_cost",
+    "forum_bytes",
+    "host_alloc_growth",
+    "spread",
+]
+
+#: PyTorch's caching host allocator (aten/src/ATen/core/CachingHostAllocator.h), stated exactly.
+ALLOCATOR_RULE = (
+    "PyTorch's caching host allocator rounds every pinned request up to a power of two "
+    "(PowerOf2Ceil) and keeps freed blocks in one free list per power of two; a request is "
+    "served only from the free list of its own class (a larger block is never split or "
+    "borrowed), and only when that list is empty does it make a new block with cudaHostAlloc "
+    "(or cudaHostRegister under pinned_use_cuda_host_register), counted by num_host_alloc"
+)
+#: What ``torch.cuda.empty_cache()`` does and does not release.
+EMPTY_CACHE_NOTE = (
+    "torch.cuda.empty_cache() returns the device allocator's unused segments to the driver "
+    "(so the next copy waits on cudaMalloc); it leaves PyTorch's pinned host cache alone. "
+    "That one is emptied by torch.accelerator.empty_host_cache() in torch 2.13, "
+    "torch._C._host_emptyCache() in the torch 2.11 that recorded the bundled runs"
+)
+#: The forum's tensors: shape (24, 2, 1, seq, 4096), float16.
+FORUM_ELEMENTS_PER_SEQ = 24 * 2 * 1 * 4096
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A computed claim: ``values`` (numbers and their spread), ``holds`` (the claim's
+    truth on this data), ``verdict`` (one sentence that says so) and the supporting
+    ``table``."""
+
+    verdict: str
+    holds: bool
+    values: dict[str, Any] = field(default_factory=dict)
+    table: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def __str__(self) -> str:
+        return self.verdict
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+
+def spread(x: pd.Series | np.ndarray) -> dict[str, float]:
+    """Median, quartiles, min, max and n of ``x`` (NaNs dropped)."""
+    v = pd.Series(np.asarray(x, float)).dropna()
+    if v.empty:
+        return {k: float("nan") for k in ("median", "q1", "q3", "min", "max")} | {"n": 0}
+    return {
+        "median": float(v.median()),
+        "q1": float(v.quantile(0.25)),
+        "q3": float(v.quantile(0.75)),
+        "min": float(v.min()),
+        "max": float(v.max()),
+        "n": int(len(v)),
+    }
+
+
+def forum_bytes(seq: int) -> int:
+    """Bytes of the forum's float16 tensor of shape (24, 2, 1, seq, 4096)."""
+    return int(seq) * FORUM_ELEMENTS_PER_SEQ * 2
+
+
+def block_bytes(size_bytes: float) -> int:
+    """The power-of-two block the caching host allocator gives a request of ``size_bytes``."""
+    return int(2 ** math.ceil(math.log2(max(float(size_bytes), 1.0))))
+
+
+def _first_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The first executed row of each run (ties in ``order``: table order)."""
+    return df.sort_values("order", kind="stable").groupby("run_id", sort=False).head(1)
+
+
+def _runs(df: pd.DataFrame) -> dict[str, str]:
+    return df.attrs.get("run_names") or {}
+
+
+def context_startup(df: pd.DataFrame, *, min_excess_ms: float = 50.0) -> Finding:
+    """Is the first timed operation of each run slow because CUDA starts up?
+
+    Compares each run's first row with the median of the same strategy's next five rows,
+    and (where CUDA events exist) splits the host time into start-up (host clock minus
+    events) and the operation. ``holds`` when the first operation exceeds the typical one
+    by ``min_excess_ms`` or more in the median run.
+    """
+    rows = []
+    for rid, run in df.groupby("run_id", sort=False):
+        first = _first_rows(run).iloc[0]
+        nxt = run[(run.strategy == first.strategy) & (run.order > first.order)].sort_values("order").head(5)
+        rows.append(
+            {
+                "run": _runs(df).get(rid, rid),
+                "strategy": first.strategy,
+                "size_bytes": int(first.size_bytes),
+                "wall_ms": float(first.wall_ms),
+                "event_ms": float(first.event_ms),
+                "startup_ms": float(first.wall_ms - first.event_ms),
+                "typical_ms": float(nxt.wall_ms.median()),
+            }
+        )
+    t = pd.DataFrame(rows)
+    excess = t.wall_ms - t.typical_ms
+    holds = bool(excess.median() >= min_excess_ms)
+    w, s = spread(t.wall_ms), spread(t.startup_ms)
+    span = f"{w['min']:.0f}–{w['max']:.0f} ms" if w["n"] > 1 else f"{w['min']:.0f} ms"
+    if holds:
+        verdict = f"The first timed operation took {span} by the host clock against a typical {t.typical_ms.median():.2f} ms"
+        if s["n"]:
+            verdict += (
+                f"; {s['min']:.0f}–{s['max']:.0f} ms of it passed before the GPU recorded the start event"
+            )
+        verdict += ": that is CUDA starting up, not the copy. Warm up before you measure."
+    else:
+        verdict = (
+            f"The first timed operation ({span}) was not markedly slower than the ones after it "
+            f"(typical {t.typical_ms.median():.2f} ms): no start-up cost in the timings, the run was warm."
+        )
+    return Finding(verdict, holds, {"first_wall_ms": w, "startup_ms": s, "excess_ms": spread(excess)}, t)
+
+
+def host_alloc_growth(
+    df: pd.DataFrame,
+    *,
+    strategies: tuple[str, ...] = ("pin_memory", "pin_then_copy"),
+    emptied_each_size: bool = False,
+    min_block_bytes: int = 16 * MIB,
+) -> Finding:
+    """Where the pinned host cache grew, against the allocator's rule, and what it cost.
+
+    The rule (:data:`ALLOCATOR_RULE`) predicts a new block at the first request of each
+    power-of-two class in execution order (with ``emptied_each_size``, at the first
+    repetition of every size). ``observed`` is ``host_allocs > 0`` where the table has the
+    counter. ``extra_ms`` is a growth row's time minus the median of the rows that reused
+    a block of the same class; ``ms_per_mib`` that extra per MiB of new block, over blocks
+    of ``min_block_bytes`` or more. ``holds`` when every observed growth is predicted and
+    every predicted growth observed (without counters: when the predicted rows are the
+    slow ones, i.e. their median extra is positive).
+    """
+    d = df[df.strategy.isin(strategies) & (df.error == "")].sort_values(["order", "rep"], kind="stable")
+    d = d.assign(_v=value_ms(d), block_bytes=d.size_bytes.map(block_bytes))
+    parts = []
+    for (_, _), g in d.groupby(["run_id", "strategy"], sort=False):
+        if emptied_each_size:
+            pred = ~g.duplicated(["size_bytes"])
+        else:
+            pred = ~g.duplicated(["block_bytes"])
+        parts.append(g.assign(predicted=pred.to_numpy()))
+    d = pd.concat(parts)
+    d["observed"] = np.where(d.host_allocs.notna(), d.host_allocs > 0, np.nan)
+    new = d.observed.fillna(d.predicted).astype(bool)
+    cached = d[~new].groupby(["run_id", "strategy", "block_bytes"])["_v"].median().rename("cached_ms")
+    g = d[new].join(cached, on=["run_id", "strategy", "block_bytes"])
+    g = g.assign(
+        run=g.run_id.map(lambda r: _runs(df).get(r, r)),
+        size_mib=g.size_bytes / MIB,
+        block_mib=g.block_bytes / MIB,
+        ms=g._v,
+        extra_ms=g._v - g.cached_ms,
+    )
+    smallest = d.groupby(["run_id", "strategy", "block_bytes"]).size_bytes.min().rename("_min")
+    g = g.join(smallest, on=["run_id", "strategy", "block_bytes"])
+    g["smallest_of_class"] = g.size_bytes == g._min
+    g["ms_per_mib"] = g.extra_ms / g.block_mib
+    cols = ["run", "strategy", "order", "rep", "size_mib", "block_mib", "ms", "cached_ms", "extra_ms"]
+    table = g[cols + ["ms_per_mib", "predicted", "observed", "smallest_of_class"]].reset_index(drop=True)
+    counted = d[d.observed.notna()]
+    mismatch = int((counted.observed.astype(bool) != counted.predicted).sum())
+    big = table[table.block_mib * MIB >= min_block_bytes]
+    cost = spread(big.ms_per_mib)
+    values = {
+        "new_blocks": len(table),
+        "rows_with_counters": len(counted),
+        "mismatches": mismatch,
+        "ms_per_mib": cost,
+        "smallest_of_class_share": float(table.smallest_of_class.mean()) if len(table) else float("nan"),
+    }
+    if len(counted):
+        holds = mismatch == 0
+        head = (
+            f"All {len(table)} new pinned blocks (num_host_alloc went up) came at the first request of "
+            f"their power-of-two class, as the rule predicts"
+            if holds
+            else f"{mismatch} of {len(counted)} rows break the rule: num_host_alloc and the prediction disagree"
+        )
+    else:
+        holds = bool(spread(table.extra_ms)["median"] > 0)
+        head = (
+            f"The rule, applied to the sizes in their order (the table has no counters), predicts "
+            f"{len(table)} new blocks, and those rows are "
+            + (
+                "slower than the rows that reuse a block"
+                if holds
+                else "no slower than the rows that reuse a block"
+            )
+        )
+    k = int(table.smallest_of_class.sum())
+    tail = (
+        f"; {k} of {len(table)} were at the smallest size of their class, "
+        + (
+            "i.e. just past a power of two, as sizes ascending make it"
+            if k == len(table)
+            else "so growth follows the order of first use, not the size alone"
+        )
+        if len(table)
+        else ""
+    )
+    if cost["n"]:
+        tail += (
+            f"; a new block of {min_block_bytes // MIB} MiB or more cost {cost['median']:.2f} ms per MiB "
+            f"(IQR {cost['q1']:.2f}–{cost['q3']:.2f}, {cost['n']} blocks)"
+        )
+    return Finding(head + tail + ".", holds, values, table)
+
+
+def device_alloc_cost(
+    forum: pd.DataFrame,
+    reuse: pd.DataFrame,
+    *,
+    strategy: str = "pinned_to_cuda",
+    baseline: str = "pinned_reuse",
+    min_ratio: float = 1.05,
+) -> Finding:
+    """What ``empty_cache()`` costs the forum protocol: its ``strategy`` steps (each after
+    ``empty_cache()``, so the output needs a fresh ``cudaMalloc``) against ``baseline``
+    copies into a reused device buffer at the same sizes (``reuse``, e.g. the sweep's
+    ``forum-sizes`` run). Ratios are per size (forum median over runs / baseline median).
+    ``holds`` when the median ratio exceeds ``min_ratio``."""
+    f = forum[(forum.strategy == strategy) & (forum.error == "")]
+    f = f[~f.index.isin(_first_rows(forum).index)]
+    b = timed(reuse[reuse.strategy == baseline])
+    fm = f.assign(_v=value_ms(f)).groupby("size_bytes")["_v"].median()
+    bm = b.assign(_v=value_ms(b)).groupby("size_bytes")["_v"].median()
+    both = pd.DataFrame({"forum_ms": fm, "reuse_ms": bm}).dropna()
+    if both.empty:
+        raise ValueError(
+            f"no size has both {strategy} rows and {baseline} rows: pass tables over the same sizes"
+        )
+    both["ratio"] = both.forum_ms / both.reuse_ms
+    both["extra_ms"] = both.forum_ms - both.reuse_ms
+    allocs = spread(f.device_allocs)
+    r, x = spread(both.ratio), spread(both.extra_ms)
+    holds = bool(r["median"] > min_ratio)
+    segs = (
+        f"made a median {allocs['median']:.0f} new device segment(s) (cudaMalloc, {allocs['min']:.0f}–{allocs['max']:.0f}) "
+        if allocs["n"]
+        else ""
+    )
+    verdict = (
+        f"Each `{strategy}` step of the forum protocol {segs}after empty_cache() and, over {r['n']} sizes, took "
+        f"{r['median']:.2f}x (IQR {r['q1']:.2f}–{r['q3']:.2f}) the time of a `{baseline}` copy into a reused "
+        f"device buffer, {x['median']:.2f} ms more per copy (median): "
+        + (
+            "empty_cache() in the loop makes every copy pay for device allocation."
+            if holds
+            else "no measurable cost."
+        )
+    )
+    return Finding(verdict, holds, {"ratio": r, "extra_ms": x, "device_allocs": allocs}, both.reset_index())
+
+
+def clocks(df: pd.DataFrame, *, tolerance: float = 0.05, large_bytes: int = 4 * MIB) -> Finding:
+    """Host clock against CUDA events, first operation of each run left out.
+
+    ``holds`` when the claim "for copies of ``large_bytes`` and up the two agree" is true:
+    under ``tolerance`` (5 %) of large rows disagree by more than ``tolerance``. Also
+    reports, per strategy, the median event / host-clock ratio: near 1.0 for host-only
+    work (``pin_memory``) means the events bracketed host work on an idle GPU.
+    """
+    d = df[(df.error == "") & df.event_ms.notna() & (df.event_ms > 0)]
+    d = d[~d.index.isin(_first_rows(df).index)]
+    if d.empty:
+        raise ValueError("the table has no CUDA event times: clocks() compares the host clock with events")
+    rel = d.wall_ms / d.event_ms - 1
+    off = rel > tolerance
+    large = d.size_bytes >= large_bytes
+    by = (
+        d.assign(disagree=off, large=large, ratio=d.event_ms / d.wall_ms)
+        .groupby(["strategy", "large"])
+        .agg(rows=("ratio", "size"), event_over_wall=("ratio", "median"), disagree_share=("disagree", "mean"))
+        .reset_index()
+    )
+    gap = spread((d.wall_ms - d.event_ms) * 1000)
+    large_share = float(off[large].mean()) if large.any() else float("nan")
+    off_large = float(large[off].mean()) if off.any() else float("nan")
+    holds = bool(large_share < tolerance)
+    ratio = d.event_ms / d.wall_ms
+    host = {s: float(ratio[d.strategy == s].median()) for s in d.strategy.unique()}
+    verdict = (
+        f"Over {len(d)} steps the host clock read a median {gap['median']:.0f} µs more than the events; "
+        f"{off.mean():.0%} of steps differ by over {tolerance:.0%}, and {off_large:.0%} of those are copies of "
+        f"{large_bytes // MIB} MiB or more. "
+        + (
+            f"At {large_bytes // MIB} MiB and up the two agree ({large_share:.0%} of those steps differ)."
+            if holds
+            else f"Large copies disagree too ({large_share:.0%} of steps of {large_bytes // MIB} MiB or more): "
+            "say which clock you used."
+        )
+    )
+    if "pin_memory" in host:
+        r = host["pin_memory"]
+        verdict += f" `pin_memory()`, host work only, read {r:.2f}x its host-clock time by CUDA events: " + (
+            "with the GPU idle, events bracket host work too; they are no proof that time was spent on the GPU."
+            if r > 0.8
+            else "the events left most of the host work out."
+        )
+    return Finding(
+        verdict,
+        holds,
+        {
+            "gap_us": gap,
+            "share_over": float(off.mean()),
+            "large_share_over": large_share,
+            "over_that_are_large": off_large,
+            "event_over_wall": host,
+        },
+        by,
+    )

@@ -1,0 +1,261 @@
+"""Findings on the bundled tables, checked against values computed here with plain pandas,
+and on small synthetic tables (named synthetic) where the verdict goes the other way."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from h2dlab import datasets, findings, forum_claims, outliers
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return datasets.load("h200_forum")
+
+
+@pytest.fixture(scope="module")
+def a100():
+    return datasets.load("forum_a100")
+
+
+@pytest.fixture(scope="module")
+def forum_sizes():
+    return datasets.run_named(datasets.load("h200_sweep"), "forum-sizes")
+
+
+@pytest.fixture(scope="module")
+def ea(a100):
+    return outliers.explain(a100)
+
+
+def synthetic(rows, run_id="synthetic"):
+    """A synthetic measurement table from dicts (defaults for the columns not given)."""
+    base = {
+        "run_id": run_id,
+        "rep": 0,
+        "warmup": False,
+        "shape": "",
+        "dtype": "float16",
+        "t_s": 0.0,
+        "event_ms": np.nan,
+        "host_allocs": np.nan,
+        "device_allocs": np.nan,
+        "empty_cache": False,
+        "error": "",
+    }
+    df = pd.DataFrame([{**base, **r} for r in rows])
+    if "order" not in df:
+        df["order"] = range(len(df))
+    return df
+
+
+# -- context start-up ------------------------------------------------------------------------
+
+
+def test_context_startup_on_the_reruns(h200):
+    f = findings.context_startup(h200)
+    first = h200.loc[h200.groupby("run_id")["order"].idxmin()]
+    assert f.holds
+    assert f["first_wall_ms"]["min"] == pytest.approx(first.wall_ms.min())
+    assert f["first_wall_ms"]["max"] == pytest.approx(first.wall_ms.max())
+    assert f["startup_ms"]["max"] == pytest.approx((first.wall_ms - first.event_ms).max())
+    assert f"{first.wall_ms.min():.0f}–{first.wall_ms.max():.0f} ms" in f.verdict
+
+
+def test_context_startup_a100_first_row(a100):
+    f = findings.context_startup(a100)
+    assert f.holds and f["first_wall_ms"]["median"] == pytest.approx(a100.wall_ms.iloc[0])
+
+
+def test_context_startup_synthetic_warm_run_flips():
+    df = synthetic([{"strategy": "pinned_reuse", "size_bytes": 2**20, "wall_ms": 0.1} for _ in range(8)])
+    f = findings.context_startup(df)
+    assert not f.holds and "warm" in f.verdict
+
+
+# -- host allocator growth -------------------------------------------------------------------
+
+
+def test_host_alloc_growth_matches_the_counter_and_the_rule(h200):
+    f = findings.host_alloc_growth(h200)
+    pm = h200[h200.strategy == "pin_memory"].sort_values("order")
+    counted = int((pm.host_allocs > 0).sum())
+    blocks = pm.size_bytes.map(lambda n: 2 ** math.ceil(math.log2(n)))
+    first_of_class = ~pd.concat([blocks, pm.run_id], axis=1).duplicated()
+    assert (first_of_class == (pm.host_allocs > 0)).all()  # the rule, checked independently
+    assert f.holds and f["new_blocks"] == counted == 36 and f["mismatches"] == 0
+    sh = f.table[f.table.run == "shuffled-1"]
+    assert {7.875, 15.375, 26.625, 36.0, 163.5} <= set(sh.size_mib)
+    # Growth only "just past a power of two" in the size-ordered runs.
+    assert f.table[f.table.run.str.startswith("ascending")].smallest_of_class.all()
+    assert not sh.smallest_of_class.all()
+    assert "29 of 36" in f.verdict
+
+
+def test_host_alloc_growth_cost_per_mib(h200):
+    f = findings.host_alloc_growth(h200)
+    t = f.table[f.table.block_mib >= 16]
+    pm = h200[(h200.strategy == "pin_memory") & (h200.host_allocs == 0)]
+    pm = pm.assign(block=pm.size_bytes.map(lambda n: 2 ** math.ceil(math.log2(n)) / 2**20))
+    cached = pm.groupby(["run_id", "block"]).event_ms.median()
+    names = {v: k for k, v in h200.attrs["run_names"].items()}
+    per = [(r.ms - cached[(names[r.run], r.block_mib)]) / r.block_mib for r in t.itertuples()]
+    assert f["ms_per_mib"]["median"] == pytest.approx(np.median(per))
+    assert 0.3 < f["ms_per_mib"]["median"] < 1.0
+
+
+def test_host_alloc_growth_synthetic_counter_breaks_rule():
+    rows = [
+        {"strategy": "pin_memory", "size_bytes": s, "wall_ms": 1.0, "host_allocs": a}
+        for s, a in ((3 * 2**20, 1), (3 * 2**20, 1), (5 * 2**20, 1))
+    ]
+    f = findings.host_alloc_growth(synthetic(rows))
+    assert not f.holds and f["mismatches"] == 1 and "break the rule" in f.verdict
+
+
+def test_allocator_rule_is_stated():
+    assert "power of two" in findings.ALLOCATOR_RULE and "cudaHostAlloc" in findings.ALLOCATOR_RULE
+    assert "empty_host_cache" in findings.EMPTY_CACHE_NOTE and "_host_emptyCache" in findings.EMPTY_CACHE_NOTE
+
+
+# -- empty_cache() and device allocation ----------------------------------------------------
+
+
+def test_device_alloc_cost_forum_vs_reused_buffer(h200, forum_sizes):
+    f = findings.device_alloc_cost(h200, forum_sizes)
+    firsts = h200.groupby("run_id")["order"].transform("min") == h200["order"]
+    p = h200[(h200.strategy == "pinned_to_cuda") & ~firsts].groupby("size_bytes").event_ms.median()
+    r = forum_sizes[(forum_sizes.strategy == "pinned_reuse") & ~forum_sizes.warmup]
+    r = r.groupby("size_bytes").event_ms.median()
+    ratio = (p / r).dropna()
+    assert f.holds and f["ratio"]["median"] == pytest.approx(ratio.median())
+    assert f["ratio"]["n"] == 210 and f["device_allocs"]["min"] >= 1
+    assert f"{ratio.median():.2f}x" in f.verdict
+
+
+def test_device_alloc_cost_synthetic_no_cost_flips():
+    rows = [
+        {"strategy": "pinned_to_cuda", "size_bytes": s, "wall_ms": 1.0, "event_ms": 1.0, "device_allocs": 1}
+        for s in (2**20, 2**20, 2**21)
+    ]
+    reuse = synthetic(
+        [
+            {"strategy": "pinned_reuse", "size_bytes": s, "wall_ms": 1.0, "event_ms": 1.0}
+            for s in (2**20, 2**21)
+        ]
+    )
+    f = findings.device_alloc_cost(synthetic(rows), reuse)
+    assert not f.holds and "no measurable cost" in f.verdict
+
+
+# -- host clock vs CUDA events ---------------------------------------------------------------
+
+
+def test_clocks_on_the_reruns(h200):
+    f = findings.clocks(h200)
+    d = h200[h200.groupby("run_id")["order"].transform("min") != h200["order"]]
+    off = d.wall_ms / d.event_ms - 1 > 0.05
+    assert f["share_over"] == pytest.approx(off.mean())
+    assert f["over_that_are_large"] == pytest.approx((d[off].size_bytes >= 4 * 2**20).mean())
+    assert f["over_that_are_large"] > 0.5  # most disagreements are at >= 4 MiB: the old claim was wrong
+    assert not f.holds and "disagree too" in f.verdict
+    pm = d[d.strategy == "pin_memory"]
+    assert f["event_over_wall"]["pin_memory"] == pytest.approx((pm.event_ms / pm.wall_ms).median())
+    assert "bracket host work" in f.verdict
+
+
+def test_clocks_synthetic_agreement_flips():
+    rows = [
+        {"strategy": "pinned_reuse", "size_bytes": 2**23, "wall_ms": 1.01, "event_ms": 1.0} for _ in range(6)
+    ]
+    f = findings.clocks(synthetic(rows))
+    assert f.holds and "agree" in f.verdict
+
+
+def test_clocks_without_events_is_a_value_error(a100):
+    with pytest.raises(ValueError, match="no CUDA event"):
+        findings.clocks(a100)
+
+
+# -- one shot per size -----------------------------------------------------------------------
+
+
+def test_single_shot_spread(forum_sizes):
+    f = forum_claims.single_shot_spread(forum_sizes)
+    t = forum_sizes[~forum_sizes.warmup]
+    c = t.groupby(["strategy", "size_bytes"]).event_ms.agg(["max", "median"])
+    worst = (c["max"] / c["median"]).groupby("strategy").max()
+    assert f["by_strategy"]["pageable"]["worst_max"] == pytest.approx(worst["pageable"])
+    assert f.holds
+
+
+def test_single_shot_spread_synthetic_steady_flips():
+    rows = [{"strategy": "pageable", "size_bytes": 2**20, "wall_ms": 1.0} for _ in range(5)]
+    assert not forum_claims.single_shot_spread(synthetic(rows)).holds
+
+
+# -- episodes, the A100 slow stretch, 966 vs 1026, the link --------------------------------
+
+
+def test_episodes_a100_and_none_on_h200(ea, h200):
+    f = forum_claims.episodes(ea)
+    e = ea[ea.episode >= 0].groupby(["strategy", "episode"]).order.agg(["min", "max"])
+    assert f.holds and f["count"] == len(e) == 3
+    assert sorted(zip(f.table.first_row, f.table.last_row, strict=True)) == sorted(
+        zip(e["min"], e["max"], strict=True)
+    )
+    g = forum_claims.episodes(outliers.explain(h200))
+    assert not g.holds and g.verdict.startswith("No episode")
+
+
+def test_slow_stretch_host_column_normal_device_columns_slow(ea):
+    f = forum_claims.slow_stretch(ea)
+    lo, hi = f["rows"]
+    w = ea[ea.order.between(lo, hi)]
+    r = (w.wall_ms / w.expected_ms).groupby(w.strategy).median()
+    assert (lo, hi) == (179, 202)
+    assert f.holds and r["pin_memory"] < 1.1 and r["pinned_to_cuda"] > 2 and r["direct_to_cuda"] > 2
+    assert f["host_ratio"] == pytest.approx(r["pin_memory"])
+
+
+def test_slow_stretch_synthetic_host_also_slow_flips(ea):
+    e = ea.copy()
+    m = (e.strategy == "pin_memory") & e.order.between(179, 202)
+    e.loc[m, "wall_ms"] = e.loc[m, "expected_ms"] * 3  # synthetic: the host column slowed too
+    assert not forum_claims.slow_stretch(e).holds
+
+
+def test_size_pair_rows_and_spread(ea, h200):
+    f = forum_claims.size_pair(ea, h200)
+    rows = sorted(ea[ea["shape"].isin(["(24, 2, 1, 966, 4096)", "(24, 2, 1, 1026, 4096)"])].order.unique())
+    assert f["rows"] == tuple(rows) == (193, 205)
+    s, b = (seq * 24 * 2 * 4096 * 2 for seq in (966, 1026))
+    p = h200[h200.size_bytes.isin([s, b])].pivot_table(
+        index=["run_id", "strategy"], columns="size_bytes", values="event_ms"
+    )
+    faster = (p[b] < p[s]).groupby("strategy").sum()
+    for strat, n in faster.items():
+        assert f["by_strategy"][strat]["larger_faster"] == n
+    assert not f.holds and "run-to-run spread" in f.verdict
+    assert "row 193" in f.verdict and "row 205" in f.verdict
+
+
+def test_size_pair_synthetic_larger_always_faster_flips(ea, h200):
+    s, b = (seq * 24 * 2 * 4096 * 2 for seq in (966, 1026))
+    h = h200.copy()
+    h.loc[h.size_bytes == b, "event_ms"] = h.loc[h.size_bytes == s, "event_ms"].min() / 2  # synthetic
+    assert forum_claims.size_pair(ea, h).holds
+
+
+def test_link_estimate(a100, h200, forum_sizes):
+    from h2dlab import model
+
+    f = forum_claims.link_estimate(a100, h200, forum_sizes)
+    g = model.fit(a100[a100.strategy == "pinned_to_cuda"], by=("strategy",), n_boot=0).gbps.iloc[0]
+    assert f["a100_gbps"] == pytest.approx(g)
+    assert f["corrected_gbps"] == pytest.approx(g * f["reuse_gbps"] / f["forum_gbps"])
+    assert f["factor"] > 1 and f.holds and "Gen4" in f.verdict
+    # Against a Gen3 link (15.75 GB/s on paper) the same numbers do not fit.
+    assert not forum_claims.link_estimate(a100, h200, forum_sizes, gen=3).holds

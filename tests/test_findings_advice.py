@@ -1,0 +1,184 @@
+"""The advice table and the bandwidth findings, against plain pandas on the bundled sweep,
+and on synthetic tables (named synthetic) where the verdict flips."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from h2dlab import advice, datasets
+
+GiB, MiB, KiB = 2**30, 2**20, 2**10
+
+
+@pytest.fixture(scope="module")
+def inter():
+    return datasets.run_named(datasets.load("h200_sweep"), "pow2-interleaved")
+
+
+@pytest.fixture(scope="module")
+def cold():
+    return datasets.run_named(datasets.load("h200_allocator"), "pin-emptied")
+
+
+def timed(df, strategy, size):
+    d = df[(df.strategy == strategy) & (df.size_bytes == size) & ~df.warmup & (df.error == "")]
+    return d.event_ms
+
+
+def synthetic_sweep(ms):
+    """A synthetic sweep: {strategy: {size: [event_ms, ...]}}."""
+    rows = []
+    for s, by in ms.items():
+        for size, vals in by.items():
+            for i, v in enumerate(vals):
+                rows.append(
+                    {
+                        "run_id": "synthetic",
+                        "order": len(rows),
+                        "strategy": s,
+                        "size_bytes": size,
+                        "rep": i,
+                        "warmup": False,
+                        "wall_ms": v,
+                        "event_ms": v,
+                        "host_allocs": 0.0,
+                        "device_allocs": 0.0,
+                        "empty_cache": False,
+                        "error": "",
+                        "shape": "",
+                        "dtype": "",
+                        "t_s": 0.0,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def test_advice_rows_are_the_medians(inter, cold):
+    t = advice.advice(inter, GiB, cold=cold).set_index("way")
+    assert list(t.index) == [w for w, _, _ in advice.WAYS]
+    assert t.loc["pageable", "per_copy_ms"] == pytest.approx(timed(inter, "pageable", GiB).median())
+    assert t.loc["pinned_reuse", "per_copy_ms"] == pytest.approx(timed(inter, "pinned_reuse", GiB).median())
+    assert t.loc["staged", "per_copy_ms"] == pytest.approx(timed(inter, "staged", GiB).median())
+    pin = inter[(inter.strategy == "pin_then_copy") & (inter.size_bytes == GiB)]
+    assert t.loc["pin_cached", "per_copy_ms"] == pytest.approx(
+        pin[(pin.host_allocs == 0) & ~pin.warmup].event_ms.median()
+    )
+    assert t.loc["pin_cold", "per_copy_ms"] == pytest.approx(pin[pin.host_allocs > 0].event_ms.median())
+    reg = timed(inter, "host_register", GiB).median() - timed(inter, "pinned_reuse", GiB).median()
+    assert t.loc["pinned_in_place", "upfront_ms"] == pytest.approx(reg)
+    assert t.loc["pageable", "verdict"] == "same as x.to()"
+    assert t.loc["pin_cold", "verdict"] == "slower than x.to()"
+    assert t.loc["pinned_reuse", "vs_pageable"] > 5
+
+
+def test_advice_scales_cold_cost_from_neighbouring_sizes(inter, cold):
+    t = advice.advice(inter, 64 * MiB, cold=cold).set_index("way")
+    new = pd.concat(
+        [cold[cold.host_allocs > 0], inter[(inter.strategy == "pin_then_copy") & (inter.host_allocs > 0)]]
+    )
+    near = new[new.size_bytes.between(16 * MiB, 256 * MiB)]
+    gbps = (near.size_bytes / near.event_ms / 1e6).median()
+    assert "scaled" in t.loc["pin_cold", "basis"]
+    assert t.loc["pin_cold", "per_copy_ms"] == pytest.approx(64 * MiB / gbps / 1e6)
+
+
+def test_pin_first_pays_cached_yes_cold_no(inter, cold):
+    f = advice.pin_first_pays(advice.advice(inter, GiB, cold=cold))
+    assert f.holds and not f["cold_pays"]
+    assert "holds exactly when a new pinned block is made" in f.verdict
+
+
+def test_pin_first_pays_synthetic_never_flips():
+    s = synthetic_sweep(
+        {
+            "pageable": {GiB: [10, 10, 10]},
+            "pin_then_copy": {GiB: [20, 20, 20]},
+            "pinned_reuse": {GiB: [5, 5, 5]},
+        }
+    )
+    s.loc[s.strategy == "pin_then_copy", "host_allocs"] = [1.0, 0.0, 0.0]
+    f = advice.pin_first_pays(advice.advice(s, GiB))
+    assert not f.holds and "does not pay" in f.verdict
+
+
+def test_best_way_once_and_many(inter, cold):
+    t = advice.advice(inter, GiB, cold=cold)
+    once = advice.best_way(t, 1)
+    per = t.set_index("way")
+    fresh = per.drop(index=["pinned_reuse", "pin_cached"]).once_ms
+    assert once["way"] == fresh.idxmin() == "staged"
+    assert advice.best_way(t, 100)["way"] in ("pinned_reuse", "pinned_in_place")
+
+
+def test_registering_cost_one_number(inter):
+    f = advice.registering_cost(inter, GiB)
+    hr, pr = timed(inter, "host_register", GiB), timed(inter, "pinned_reuse", GiB)
+    assert f["ms"]["median"] == pytest.approx((hr - pr.median()).median())
+    assert f"{f['ms']['median']:.0f} ms" in f.verdict
+    with pytest.raises(ValueError, match="host_register"):
+        advice.registering_cost(inter, 3 * MiB)
+
+
+def test_memory_kind_at_64_kib_is_not_overhead_only(inter):
+    f = advice.memory_kind(inter, 64 * KiB)
+    r = timed(inter, "pageable", 64 * KiB).median() / timed(inter, "pinned_reuse", 64 * KiB).median()
+    assert f["ratio"] == pytest.approx(r) and r > 1.5
+    assert f.holds and "matters" in f.verdict
+
+
+def test_memory_kind_synthetic_same_flips():
+    s = synthetic_sweep({"pageable": {KiB: [0.05, 0.05, 0.05]}, "pinned_reuse": {KiB: [0.05, 0.05, 0.05]}})
+    f = advice.memory_kind(s, KiB)
+    assert not f.holds and "overhead" in f.verdict
+
+
+def test_small_copy_floor_real_spread(inter):
+    f = advice.small_copy_floor(inter)
+    t = inter[(inter.size_bytes == KiB) & ~inter.warmup].groupby("strategy").event_ms.median() * 1e3
+    assert f["lo_us"] == pytest.approx(t.min()) and f["hi_us"] == pytest.approx(t.max())
+    assert not f.holds and "matters even here" in f.verdict
+    assert t.idxmax() == "host_register"
+
+
+def test_small_copy_floor_synthetic_same_flips():
+    s = synthetic_sweep({"pageable": {KiB: [0.02] * 3}, "staged": {KiB: [0.021] * 3}})
+    assert advice.small_copy_floor(s).holds
+
+
+def test_bandwidth_peak_and_order(inter):
+    f = advice.bandwidth(inter)
+    t = inter[~inter.warmup].groupby(["strategy", "size_bytes"]).event_ms.median().reset_index()
+    gbps = t.size_bytes / t.event_ms / 1e6
+    assert f["peak_gbps"] == pytest.approx(gbps.max())
+    assert f.holds and next(iter(f["at_largest"])) == "pinned_reuse"
+    m = f.table[(f.table.strategy == "pinned_reuse") & (f.table.size_bytes == 128 * MiB)].iloc[0]
+    assert m.gbps > 50  # the interleaved run has no 43 GB/s ordering dip at 128 MiB
+    assert m.gbps_lo <= m.gbps <= m.gbps_hi
+
+
+def test_bandwidth_synthetic_pageable_fastest_flips():
+    s = synthetic_sweep({"pageable": {GiB: [10.0] * 3}, "pinned_reuse": {GiB: [20.0] * 3}})
+    assert not advice.bandwidth(s).holds
+
+
+def test_host_copy_ceiling():
+    b = datasets.load_benchmark("h200")
+    f = advice.host_copy_ceiling(b)
+    rows = pd.DataFrame(b["rows"])
+    best = rows[rows.method == "to_device"].gbps_median.max()
+    assert f["best_gbps"] == pytest.approx(best)
+    ceil = max(v for k, v in b["ceilings"].items() if k.startswith("host_copy"))
+    assert f.holds == (best <= ceil)
+    one_gib = b["ceilings"]["host_copy_1GiB_gbps"]
+    assert best > one_gib  # the 1 GiB "ceiling" of notebook 02 is below what to_device reached
+    synthetic = {
+        "rows": [{"method": "to_device", "size_bytes": GiB, "gbps_median": 50.0}],
+        "ceilings": {"host_copy_1GiB_gbps": 25.0},
+    }
+    g = advice.host_copy_ceiling(synthetic)
+    assert not g.holds and "no ceiling" in g.verdict
+
+
+def test_size_text():
+    assert advice.size_text(GiB) == "1 GiB" and advice.size_text(64 * KiB) == "64 KiB"
+    assert np.isfinite(advice.advice(datasets.run_named(datasets.load("h200_sweep"), "pow2"), GiB).gbps).all()
