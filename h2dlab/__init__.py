@@ -8,4 +8,4 @@ Only the measuring modules are imported here, so ``import h2dlab`` stays light
 __version__ = "0.1.0"
 
 # Bumped whenever the measurement method or the table's columns change (pyperf style).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: direction, n_tensors, page faults, cpu_ms, gc_count, SM clock, GPU procs

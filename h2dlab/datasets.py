@@ -1,228 +1,95 @@
-"""The measurement table: schema checks, save/read (.csv, .csv.gz, .parquet, .xlsx),
-and the recorded datasets, loadable by name.
+"""The recorded datasets, loadable by name, and every table function in one place.
 
-A run is a table plus its fingerprint, ``<stem>.env.json`` beside it.
+``load(name)`` reads a bundled dataset or any table or folder of tables. The schema
+(``h2dlab.schema``) and the file functions (``h2dlab.tableio``: save, read, env.json)
+are re-exported here, so ``datasets.read``, ``datasets.COLUMNS`` ... keep working.
+
+The bundled datasets ship inside the package (a wheel maps the checkout's ``data/`` to
+``h2dlab/data``); in a source checkout they are read from ``data/`` directly.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import os
-import tempfile
+import re
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from h2dlab import SCHEMA_VERSION
+from h2dlab.schema import (
+    ADDED_V2,
+    COLUMNS,
+    DEFAULTS,
+    KEY,
+    OPTIONAL_COLUMNS,
+    REQUIRED,
+    SchemaError,
+    empty_table,
+    validate,
+)
+from h2dlab.tableio import SUFFIXES, atomic_write, env_path, read, read_env, save, suffix_of, write_env
 
-#: The table's columns and their dtypes, in order (DESIGN.md).
-COLUMNS: dict[str, str] = {
-    "run_id": "str",
-    "order": "int",
-    "strategy": "str",
-    "size_bytes": "int",
-    "shape": "str",
-    "dtype": "str",
-    "rep": "int",
-    "warmup": "bool",
-    "t_s": "float",
-    "wall_ms": "float",
-    "event_ms": "float",
-    "host_allocs": "float",
-    "device_allocs": "float",
-    "empty_cache": "bool",
-    "error": "str",
-}
-#: Columns a multi-GPU run adds; optional elsewhere.
-OPTIONAL_COLUMNS: dict[str, str] = {"gpu": "int", "world": "int"}
-
-SUFFIXES = (".csv", ".csv.gz", ".parquet", ".xlsx")
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-
-
-class SchemaError(ValueError):
-    """A file or frame is not a measurement table; the message says what is wrong."""
-
-
-def suffix_of(path: str | Path) -> str:
-    name = str(path).lower()
-    for s in sorted(SUFFIXES, key=len, reverse=True):
-        if name.endswith(s):
-            return s
-    return Path(name).suffix
-
-
-def env_path(path: str | Path) -> Path:
-    """Where the fingerprint of the table at ``path`` lives: ``<stem>.env.json``."""
-    p = Path(path)
-    suf = suffix_of(p)
-    stem = p.name[: -len(suf)] if suf and p.name.lower().endswith(suf) else p.stem
-    return p.with_name(stem + ".env.json")
-
-
-def _coerce(df: pd.DataFrame) -> pd.DataFrame:
-    out = df.copy()
-    for col, kind in {**COLUMNS, **OPTIONAL_COLUMNS}.items():
-        if col not in out:
-            continue
-        if kind == "str":
-            v = out[col].astype(object)
-            out[col] = v.where(v.notna(), "").astype(str)
-        elif kind == "int":
-            out[col] = pd.to_numeric(out[col], errors="raise").astype("int64")
-        elif kind == "float":
-            out[col] = pd.to_numeric(out[col], errors="raise").astype("float64")
-        elif kind == "bool":
-            v = out[col]
-            if v.dtype != bool:
-                v = v.map(lambda s: str(s).strip().lower() in ("true", "1", "1.0"))
-            out[col] = v.astype(bool)
-    return out
+__all__ = [
+    "ADDED_V2",
+    "BENCHMARK_DIR",
+    "COLUMNS",
+    "DATASETS",
+    "DATA_DIR",
+    "DEFAULTS",
+    "KEY",
+    "OPTIONAL_COLUMNS",
+    "PACKAGED",
+    "REQUIRED",
+    "SUFFIXES",
+    "SchemaError",
+    "TIMELINES",
+    "atomic_write",
+    "empty_table",
+    "env_path",
+    "load",
+    "load_benchmark",
+    "load_forum_a100",
+    "names",
+    "read",
+    "read_env",
+    "run_env",
+    "run_named",
+    "runs_dir",
+    "save",
+    "suffix_of",
+    "timeline",
+    "validate",
+    "write_env",
+]
 
 
-def validate(df: pd.DataFrame, *, source: str = "table") -> pd.DataFrame:
-    """Check ``df`` against the schema and return it with the schema's dtypes.
+def _data_dirs() -> tuple[Path, Path, bool]:
+    """(datasets, benchmark results, whether they are the installed package's copy)."""
+    inside = Path(str(resources.files("h2dlab") / "data"))
+    if inside.is_dir():  # an installed wheel: the build mapped data/ in
+        return inside, inside / "benchmarks", True
+    root = Path(__file__).resolve().parent.parent  # a source checkout (editable install)
+    return root / "data", root / "benchmarks" / "results", False
 
-    Raises
-    ------
-    SchemaError
-        Naming the missing columns or the column that holds wrong values.
+
+#: The bundled datasets; read-only (recordings go to ``runs_dir()``).
+DATA_DIR, BENCHMARK_DIR, PACKAGED = _data_dirs()
+
+
+def runs_dir() -> Path:
+    """The default folder for recordings made on this machine (never site-packages).
+
+    ``$H2DLAB_RUNS`` if set; in a source checkout ``data/runs`` (ignored by git);
+    otherwise ``h2dlab-runs`` in the current folder.
     """
-    if not isinstance(df, pd.DataFrame):
-        raise SchemaError(f"{source}: expected a pandas DataFrame, got {type(df).__name__}")
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise SchemaError(
-            f"{source} is not an h2dlab measurement table: missing column(s) {', '.join(missing)}"
-        )
-    try:
-        out = _coerce(df)
-    except (ValueError, TypeError) as exc:
-        raise SchemaError(f"{source}: a column holds values of the wrong type ({exc})") from None
-    if (out["size_bytes"] < 0).any():
-        raise SchemaError(f"{source}: size_bytes must not be negative")
-    ok = out["error"] == ""
-    if (out.loc[ok, "wall_ms"].isna()).any():
-        raise SchemaError(f"{source}: a row without an error has no wall_ms")
-    return out
-
-
-def atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=path.name, dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a table is not a secret
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def save(df: pd.DataFrame, path: str | Path, env: dict[str, Any] | None = None) -> Path:
-    """Write a table (write to a temporary file, then rename: never a half file).
-
-    The format follows the extension: .csv, .csv.gz, .parquet or .xlsx. With
-    ``env``, the fingerprint is written beside it as ``<stem>.env.json``.
-    """
-    path = Path(path)
-    suf = suffix_of(path)
-    if suf not in SUFFIXES:
-        raise SchemaError(f"cannot write {path.name}: use one of {', '.join(SUFFIXES)}")
-    df = validate(df, source=str(path))
-    cols = list(COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in df.columns]
-    df = df[cols]
-    if suf in (".csv", ".csv.gz"):
-        writer = lambda p: df.to_csv(p, index=False, compression="gzip" if suf == ".csv.gz" else None)  # noqa: E731
-    elif suf == ".parquet":
-        writer = lambda p: df.to_parquet(p, index=False)  # noqa: E731
-    else:
-        writer = lambda p: df.to_excel(p, index=False, engine="openpyxl")  # noqa: E731
-    try:
-        atomic_write(path, writer)
-    except ImportError as exc:
-        raise SchemaError(f"cannot write {suf} here ({exc}); install h2dlab[notebooks] or use .csv") from None
-    if env is not None:
-        write_env(env, env_path(path))
-    return path
-
-
-def write_env(env: dict[str, Any], path: str | Path) -> None:
-    text = json.dumps(env, indent=2, sort_keys=True, default=str) + "\n"
-    atomic_write(Path(path), lambda p: Path(p).write_text(text))
-
-
-def read_env(path: str | Path) -> dict[str, Any] | None:
-    """The fingerprint beside a table, or None if there is none."""
-    p = env_path(path)
-    if not p.exists():
-        return None
-    try:
-        return json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SchemaError(f"{p}: not a readable env.json ({exc})") from None
-
-
-def read(path: str | Path) -> pd.DataFrame:
-    """Read and validate a table; its fingerprint (if any) is in ``df.attrs['env']``.
-
-    A CSV whose last line was cut off mid-write (an interrupted run) is read up to
-    the last whole line.
-
-    Raises
-    ------
-    SchemaError
-        If the file is missing, unreadable, not a measurement table, or written by a
-        different schema version.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise SchemaError(f"{path}: no such file")
-    suf = suffix_of(path)
-    try:
-        if suf in (".csv", ".csv.gz"):
-            df = pd.read_csv(io.StringIO(_whole_lines(path, suf)), keep_default_na=True)
-        elif suf == ".parquet":
-            df = pd.read_parquet(path)
-        elif suf == ".xlsx":
-            df = pd.read_excel(path, engine="openpyxl")
-        else:
-            raise SchemaError(f"{path}: unknown extension; h2dlab reads {', '.join(SUFFIXES)}")
-    except SchemaError:
-        raise
-    except ImportError as exc:
-        raise SchemaError(f"{path}: cannot read {suf} here ({exc}); install h2dlab[notebooks]") from None
-    except Exception as exc:  # noqa: BLE001 - any parser failure is a bad file, said in one line
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SchemaError(f"{path}: not a readable {suf} table ({first})") from None
-    env = read_env(path)
-    if env is not None and env.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
-        raise SchemaError(
-            f"{path}: written with table schema version {env.get('schema_version')}, "
-            f"this h2dlab reads version {SCHEMA_VERSION}; re-run the measurement"
-        )
-    df = validate(df, source=str(path))
-    df.attrs["env"] = env
-    return df
-
-
-def _whole_lines(path: Path, suf: str) -> str:
-    """The CSV text up to its last newline: a row cut off mid-write is dropped."""
-    if suf == ".csv.gz":
-        with gzip.open(path, "rt", newline="") as fh:
-            text = fh.read()
-    else:
-        with open(path, newline="") as fh:
-            text = fh.read()
-    if text and not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]
-    return text
+    chosen = os.environ.get("H2DLAB_RUNS", "").strip()
+    if chosen:
+        return Path(chosen).expanduser()
+    return Path.cwd() / "h2dlab-runs" if PACKAGED else DATA_DIR / "runs"
 
 
 # --- recorded datasets -------------------------------------------------------------
@@ -264,7 +131,11 @@ TIMELINES: dict[str, tuple[str, str]] = {
 def timeline(name: str) -> pd.DataFrame:
     """Load an overlap timeline by name or folder; its fingerprint is in ``attrs['env']``."""
     folder = DATA_DIR / TIMELINES[name][0] if name in TIMELINES else Path(name)
-    paths = sorted(folder.glob("*.csv*")) if folder.is_dir() else [folder]
+    paths = (
+        sorted(p for p in folder.glob("*.csv*") if suffix_of(p) in (".csv", ".csv.gz"))
+        if folder.is_dir()
+        else [folder]
+    )
     if not paths or not paths[0].exists():
         raise SchemaError(f"no timeline at {folder}")
     df = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
@@ -289,10 +160,40 @@ def names() -> dict[str, str]:
 
 
 def _tables(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if suffix_of(p) in SUFFIXES)
+    """The finished tables in ``folder`` (a run's ``.partial.csv`` is still being written)."""
+    return sorted(
+        p for p in folder.iterdir() if suffix_of(p) in SUFFIXES and not p.name.endswith(".partial.csv")
+    )
 
 
-def load(name: str) -> pd.DataFrame:
+def _where(name: str | os.PathLike[str]) -> Path:
+    """The folder or file a ``load()`` argument that is not a dataset name points to."""
+    if not isinstance(name, (str, os.PathLike)) or isinstance(os.fspath(name), bytes):
+        raise TypeError(f"load() takes a dataset name or a path, not {type(name).__name__}")
+    text = os.fspath(name)
+    known = ", ".join(n for n in names() if n not in TIMELINES) or "none"
+    if not text.strip():
+        raise ValueError(f"empty dataset name: give a recorded dataset ({known}) or a table's path")
+    if "\x00" in text or text != text.strip():
+        raise ValueError(f"{text!r} has a NUL byte or spaces around it: give the name or path exactly")
+    if isinstance(name, str) and name in TIMELINES:
+        raise ValueError(f"{name!r} is a recorded timeline, not a measurement table: use timeline({name!r})")
+    where = Path(text)
+    only_dots = all(part in (".", "..") for part in where.parts)  # ".", "..", "../.."
+    data = DATA_DIR.resolve()
+    if only_dots or where.resolve() in (Path.cwd().resolve(), data, *data.parents):
+        raise ValueError(
+            f"{text!r} is the current folder, a folder above it, or the data folder: "
+            f"give a recorded dataset ({known}) or the path of a table or of a folder of tables"
+        )
+    if not where.exists():
+        if suffix_of(where) in SUFFIXES or re.search(r"[/\\]", text):
+            raise SchemaError(f"{text}: no such file or folder")
+        raise SchemaError(f"unknown dataset {text!r}: give a recorded dataset ({known}) or a path")
+    return where
+
+
+def load(name: str | os.PathLike[str]) -> pd.DataFrame:
     """Load a recorded dataset by name, or any table or folder of tables by path.
 
     Every run's fingerprint is in ``df.attrs['envs']`` (run_id -> env dict), and the
@@ -301,19 +202,22 @@ def load(name: str) -> pd.DataFrame:
     Raises
     ------
     SchemaError
-        For an unknown name (the message lists the valid ones) or a bad file.
+        For an unknown name (the message lists the valid ones), a missing file or a
+        bad file.
+    ValueError
+        For an empty name, or a path to the current folder, the data folder or a
+        folder above them (none of which is one run).
+    TypeError
+        For anything but a string or a path.
     """
-    if name == "forum_a100":
+    if isinstance(name, str) and name == "forum_a100":
         return load_forum_a100()
-    if name in DATASETS:
+    if isinstance(name, str) and name in DATASETS:
         folder = DATA_DIR / DATASETS[name][0]
         if not folder.is_dir() or not _tables(folder):
             raise SchemaError(f"dataset {name!r} has not been recorded in {folder}")
     else:
-        folder = Path(name)
-        if not folder.exists():
-            known = ", ".join(n for n in names() if n not in TIMELINES) or "none"
-            raise SchemaError(f"unknown dataset {name!r}: give a recorded dataset ({known}) or a path")
+        folder = _where(name)
     paths = [folder] if folder.is_file() else _tables(folder)
     if not paths:
         raise SchemaError(f"{folder}: holds no measurement table ({', '.join(SUFFIXES)})")
@@ -327,7 +231,7 @@ def load(name: str) -> pd.DataFrame:
     out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     out.attrs["envs"] = envs
     out.attrs["run_names"] = run_names
-    out.attrs["dataset"] = name
+    out.attrs["dataset"] = os.fspath(name)
     return out
 
 
@@ -396,8 +300,17 @@ def run_named(df: pd.DataFrame, name: str) -> pd.DataFrame:
 
 
 def load_benchmark(name: str = "h200") -> dict[str, Any]:
-    """``benchmarks/results/<name>.json`` as written by benchmarks/bench_transfer.py."""
-    p = DATA_DIR.parent / "benchmarks" / "results" / f"{name}.json"
+    """``benchmarks/results/<name>.json`` as written by benchmarks/bench_transfer.py.
+
+    Raises
+    ------
+    SchemaError
+        If there is no such result; ``ValueError`` for a name that is not a plain file
+        name (a path would reach outside the results folder).
+    """
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*", name):
+        raise ValueError(f"{name!r} is not a benchmark result name (letters, digits, _ . -)")
+    p = BENCHMARK_DIR / f"{name}.json"
     if not p.exists():
         raise SchemaError(f"no benchmark result {p}")
     return json.loads(p.read_text())
@@ -412,7 +325,3 @@ def run_env(df: pd.DataFrame) -> dict[str, Any]:
         if env:
             return env
     return {}
-
-
-def empty_table() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})

@@ -5,9 +5,11 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +53,15 @@ def _mem_total_gib() -> float | None:
 
 
 def _git_commit() -> str | None:
-    here = Path(__file__).resolve().parent.parent
+    """The commit of the kit's own checkout, or None (an installed wheel, or a package
+    that merely sits inside some other repository)."""
+    root = Path(__file__).resolve().parent.parent
+    pyproject = _read(str(root / "pyproject.toml")) or ""
+    if not (root / ".git").exists() or not re.search(r'(?m)^name\s*=\s*"h2dlab"\s*$', pyproject):
+        return None
     try:
         out = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"],
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
             capture_output=True,
             text=True,
             timeout=5,
@@ -64,6 +71,14 @@ def _git_commit() -> str | None:
         return None
     commit = out.stdout.strip()
     return commit if len(commit) == 40 else None
+
+
+def _kit_version() -> str | None:
+    """The installed distribution's version (package metadata), or None if not installed."""
+    try:
+        return metadata.version("h2dlab")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _pcie(index: int) -> dict[str, Any]:
@@ -117,6 +132,7 @@ def collect_env(
     """
     env: dict[str, Any] = {
         "h2dlab_version": __version__,
+        "kit_version": _kit_version(),
         "schema_version": SCHEMA_VERSION,
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(argv if argv is not None else sys.argv),

@@ -1,0 +1,229 @@
+"""The measurement table's schema: its columns, their defaults, and ``validate()``.
+
+Version 1 tables (every bundled dataset) have the ``REQUIRED`` columns; version 2 adds
+the ``ADDED_V2`` columns, which a reader fills with ``DEFAULTS`` when a table lacks them
+or leaves a cell empty (a partial CSV written before the value was known).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "ADDED_V2",
+    "COLUMNS",
+    "DEFAULTS",
+    "DIRECTIONS",
+    "KEY",
+    "OPTIONAL_COLUMNS",
+    "REQUIRED",
+    "SchemaError",
+    "empty_table",
+    "validate",
+]
+
+#: The version 1 columns, in order: every table must have them (DESIGN.md).
+REQUIRED: dict[str, str] = {
+    "run_id": "str",
+    "order": "int",
+    "strategy": "str",
+    "size_bytes": "int",
+    "shape": "str",
+    "dtype": "str",
+    "rep": "int",
+    "warmup": "bool",
+    "t_s": "float",
+    "wall_ms": "float",
+    "event_ms": "float",
+    "host_allocs": "float",
+    "device_allocs": "float",
+    "empty_cache": "bool",
+    "error": "str",
+}
+#: Columns schema version 2 adds; a table without them (version 1) reads with ``DEFAULTS``.
+ADDED_V2: dict[str, str] = {
+    "direction": "str",  # "h2d" or "d2h"; bidirectional runs give one row per direction
+    "n_tensors": "int",  # tensors moved in this copy (a batch); 1 otherwise
+    "minflt": "float",  # minor page faults during the copy (getrusage); NaN if unknown
+    "majflt": "float",  # major page faults during the copy; NaN if unknown
+    "cpu_ms": "float",  # the timing thread's CPU time during the copy, beside wall_ms
+    "gc_count": "float",  # Python GC collections during the copy
+    "sm_clock_mhz": "float",  # NVML SM clock after the copy; NaN if unknown
+    "gpu_procs": "float",  # other processes using the GPU; NaN if unknown
+}
+#: Every stored column and its kind, in the order tables are written.
+COLUMNS: dict[str, str] = {**REQUIRED, **ADDED_V2}
+#: What a missing or empty version 2 cell means.
+DEFAULTS: dict[str, object] = {
+    "direction": "h2d",
+    "n_tensors": 1,
+    **{c: np.nan for c, kind in ADDED_V2.items() if kind == "float"},
+}
+#: Columns a multi-GPU run adds; optional elsewhere.
+OPTIONAL_COLUMNS: dict[str, str] = {"gpu": "int", "world": "int"}
+DIRECTIONS = ("h2d", "d2h")
+#: One timed copy per key: no two rows of a table may share these values (plus ``gpu``
+#: and ``world`` where present: a multi-GPU run has one row per GPU for each copy).
+KEY = ("run_id", "direction", "strategy", "size_bytes", "n_tensors", "rep", "warmup")
+
+_TEXT_CHECKED = ("run_id", "strategy", "shape", "dtype", "direction")  # no control characters
+_BOOL_WORDS = {"true": True, "false": False, "1": True, "0": False, "1.0": True, "0.0": False}
+
+
+class SchemaError(ValueError):
+    """A file or frame is not a measurement table; the message says what is wrong."""
+
+
+def _reject(source: str, raw: pd.Series, bad, problem: str, hint: str) -> None:
+    """Raise naming the first offending row (0-based, header not counted) and column."""
+    bad = np.asarray(bad, dtype=bool)
+    if not bad.any():
+        return
+    i = int(np.flatnonzero(bad)[0])
+    n = int(bad.sum())
+    more = f" ({n - 1} more row{'s' if n > 2 else ''} like it)" if n > 1 else ""
+    raise SchemaError(f"{source}: row {i}, column {raw.name}: {_show(raw.iloc[i])} {problem}{more}; {hint}")
+
+
+def _show(v: object) -> str:
+    text = repr(v.item() if isinstance(v, np.generic) else v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_blank(v: pd.Series) -> np.ndarray:
+    return (v.isna() | v.astype(str).str.strip().eq("")).to_numpy()
+
+
+def _as_bool(v: object) -> bool | None:
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, float, np.integer, np.floating)) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str):
+        return _BOOL_WORDS.get(v.strip().lower())
+    return None
+
+
+def _coerce(out: pd.DataFrame, col: str, kind: str, source: str) -> None:
+    raw = out[col]
+    if kind == "str":
+        v = raw.astype(object)
+        v = v.where(v.notna(), "").astype(str)
+        if col in DEFAULTS:
+            v = v.where(v.str.strip() != "", DEFAULTS[col])
+        if col in _TEXT_CHECKED:
+            _reject(
+                source,
+                raw,
+                v.str.contains(r"[\x00-\x1f\x7f]", regex=True),
+                "holds a control character",
+                "a name is printable text: fix or drop that row",
+            )
+        out[col] = v
+    elif kind == "bool":
+        if raw.dtype == bool:
+            return
+        v = raw.map(_as_bool)
+        _reject(source, raw, v.isna(), "is not a boolean", "write True or False (or 1 or 0)")
+        out[col] = v.astype(bool)
+    else:
+        x = pd.to_numeric(raw.where(~_is_blank(raw), np.nan), errors="coerce")
+        _reject(source, raw, x.isna() & ~_is_blank(raw), "is not a number", "fix or drop that row")
+        x = x.astype("float64")
+        if col in DEFAULTS:
+            x = x.fillna(DEFAULTS[col])
+        _reject(source, raw, np.isinf(x), "is infinite", "a measurement is finite")
+        _reject(source, raw, x < 0, "is negative", f"{col} cannot be below 0")
+        if kind == "int":
+            _reject(source, raw, x.isna(), "is empty", f"every row needs a {col}")
+            _reject(source, raw, x != np.round(x), "is not a whole number", f"{col} counts")
+            _reject(source, raw, x >= 2**53, "is too large", f"{col} is not a measurement")
+            out[col] = x.astype("int64")
+        else:
+            out[col] = x
+
+
+def validate(df: pd.DataFrame, *, source: str = "table") -> pd.DataFrame:
+    """Check ``df`` against the schema and return a copy with the schema's dtypes.
+
+    Version 1 tables are accepted: missing version 2 columns (and empty version 2
+    cells) take ``DEFAULTS``. Columns outside the schema are kept as they are.
+
+    Parameters
+    ----------
+    df
+        A measurement table.
+    source
+        What to call it in messages (a file name).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Every ``COLUMNS`` column present, with dtypes str, int64, float64 or bool.
+
+    Raises
+    ------
+    SchemaError
+        Naming the missing columns, or the row (0-based) and column of a value that
+        cannot be a measurement: a time or counter that is negative or infinite, a
+        boolean that is neither True nor False, a size that is not positive, a name
+        with control characters, an unknown direction, a row that repeats another, or
+        two rows for the same copy (``KEY``).
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise SchemaError(f"{source}: expected a pandas DataFrame, got {type(df).__name__}")
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise SchemaError(
+            f"{source} is not an h2dlab measurement table: missing column(s) {', '.join(missing)}"
+        )
+    out = df.copy()
+    for col, default in DEFAULTS.items():
+        if col not in out:
+            out[col] = default
+    for col, kind in {**COLUMNS, **OPTIONAL_COLUMNS}.items():
+        if col in out:
+            _coerce(out, col, kind, source)
+    _reject(
+        source,
+        out["direction"],
+        ~out["direction"].isin(DIRECTIONS),
+        "is not a direction",
+        f"use one of {', '.join(DIRECTIONS)}",
+    )
+    _reject(source, out["size_bytes"], out["size_bytes"] <= 0, "is not positive", "a copy moves bytes")
+    _reject(source, out["n_tensors"], out["n_tensors"] < 1, "is below 1", "a copy moves a tensor")
+    ok = out["error"] == ""
+    _reject(
+        source,
+        out["wall_ms"],
+        ok & out["wall_ms"].isna(),
+        "is empty in a row without an error",
+        "a successful copy has a wall time (or say why in error)",
+    )
+    _check_duplicates(out, source)
+    return out[list(COLUMNS) + [c for c in out.columns if c not in COLUMNS]]
+
+
+def _check_duplicates(out: pd.DataFrame, source: str) -> None:
+    stored = [c for c in {**COLUMNS, **OPTIONAL_COLUMNS} if c in out]
+    same = out.duplicated(subset=stored, keep="first").to_numpy()
+    key = list(KEY) + [c for c in OPTIONAL_COLUMNS if c in out]
+    twin = out.duplicated(subset=key, keep="first").to_numpy()
+    for dup, what in ((same, "repeats row {j} in every column"), (twin, "is the same copy as row {j}")):
+        if dup.any():
+            i = int(np.flatnonzero(dup)[0])
+            cols = stored if dup is same else key
+            first = (out[cols] == out[cols].iloc[i]) | (out[cols].isna() & out[cols].iloc[i].isna())
+            j = int(np.flatnonzero(first.all(axis=1).to_numpy())[0])
+            ident = ", ".join(f"{c}={_show(out[c].iloc[i])}" for c in key)
+            raise SchemaError(
+                f"{source}: row {i} {what.format(j=j)} ({ident}); "
+                "a table holds each timed copy once: drop the repeated row"
+            )
+
+
+def empty_table() -> pd.DataFrame:
+    """A table with every column and no rows."""
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})

@@ -1,0 +1,194 @@
+"""Measurement tables on disk: save/read (.csv, .csv.gz, .parquet, .xlsx) and the
+fingerprint (env.json) beside each.
+
+A run is a table plus its fingerprint, ``<file name>.env.json`` beside it (``r.csv.gz``
+-> ``r.csv.gz.env.json``), so tables of one stem in different formats never share one.
+Tables written before schema version 2 have ``<stem>.env.json`` (``r.env.json``);
+readers still find it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from h2dlab import SCHEMA_VERSION
+from h2dlab.schema import COLUMNS, OPTIONAL_COLUMNS, SchemaError, validate
+
+__all__ = ["SUFFIXES", "atomic_write", "env_path", "read", "read_env", "save", "suffix_of", "write_env"]
+
+SUFFIXES = (".csv", ".csv.gz", ".parquet", ".xlsx")
+
+
+def suffix_of(path: str | Path) -> str:
+    """The table extension of ``path`` (``.csv.gz`` counts as one), lower-case."""
+    name = str(path).lower()
+    for s in sorted(SUFFIXES, key=len, reverse=True):
+        if name.endswith(s):
+            return s
+    return Path(name).suffix
+
+
+def env_path(path: str | Path) -> Path:
+    """Where writers put the fingerprint of the table at ``path``: ``<name>.env.json``.
+
+    The whole file name is kept, so ``r.csv.gz``, ``r.parquet`` and ``r.xlsx`` each have
+    their own (``r.csv.gz.env.json``, ...).
+    """
+    p = Path(path)
+    return p.with_name(p.name + ".env.json")
+
+
+def _legacy_env_path(path: Path) -> Path:
+    """``<stem>.env.json``: where tables written before schema version 2 kept it."""
+    suf = suffix_of(path)
+    stem = path.name[: -len(suf)] if suf and path.name.lower().endswith(suf) else path.stem
+    return path.with_name(stem + ".env.json")
+
+
+def atomic_write(path: Path, write: Callable[[str], object]) -> None:
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it onto
+    ``path``: readers see the old file or the whole new one, never a half file."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=path.name, dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a table is not a secret
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save(df: pd.DataFrame, path: str | Path, env: dict[str, Any] | None = None) -> Path:
+    """Write a table (write to a temporary file, then rename: never a half file).
+
+    The format follows the extension: .csv, .csv.gz, .parquet or .xlsx. Every
+    ``COLUMNS`` column is written (version 2). With ``env``, the fingerprint is written
+    beside it as ``env_path(path)`` (``<name>.env.json``).
+    """
+    path = Path(path)
+    suf = suffix_of(path)
+    if suf not in SUFFIXES:
+        raise SchemaError(f"cannot write {path.name}: use one of {', '.join(SUFFIXES)}")
+    df = validate(df, source=str(path))
+    cols = list(COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in df.columns]
+    df = df[cols]
+    if suf in (".csv", ".csv.gz"):
+        writer = lambda p: df.to_csv(p, index=False, compression="gzip" if suf == ".csv.gz" else None)  # noqa: E731
+    elif suf == ".parquet":
+        writer = lambda p: df.to_parquet(p, index=False)  # noqa: E731
+    else:
+        writer = lambda p: df.to_excel(p, index=False, engine="openpyxl")  # noqa: E731
+    try:
+        atomic_write(path, writer)
+    except ImportError as exc:
+        raise SchemaError(f"cannot write {suf} here ({exc}); install h2dlab[notebooks] or use .csv") from None
+    if env is not None:
+        write_env(env, env_path(path))
+    return path
+
+
+def write_env(env: dict[str, Any], path: str | Path) -> None:
+    """Write a fingerprint as JSON, atomically (see ``atomic_write``).
+
+    ``path`` is where it goes: for a table, ``env_path(table)``.
+    """
+    text = json.dumps(env, indent=2, sort_keys=True, default=str) + "\n"
+    atomic_write(Path(path), lambda p: Path(p).write_text(text))
+
+
+def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str, Any] | None:
+    """The fingerprint of the table at ``path``, or None if it has none.
+
+    ``env_path(path)`` first, then the ``<stem>.env.json`` of tables written before
+    schema version 2. An old-style fingerprint may belong to a sibling table of the same
+    stem (``r.parquet`` beside ``r.csv.gz``): given the table's ``run_ids``, one that
+    names another run is not returned.
+    """
+    path = Path(path)
+    p = env_path(path)
+    legacy = not p.exists()
+    if legacy:
+        p = _legacy_env_path(path)
+        if not p.exists():
+            return None
+    try:
+        env = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SchemaError(f"{p}: not a readable env.json ({exc})") from None
+    if not isinstance(env, dict):
+        raise SchemaError(f"{p}: not a readable env.json (a JSON object was expected)")
+    if legacy and run_ids is not None and env.get("run_id") and env["run_id"] not in set(run_ids):
+        return None
+    return env
+
+
+def read(path: str | Path) -> pd.DataFrame:
+    """Read and validate a table; its fingerprint (if any) is in ``df.attrs['env']``.
+
+    A CSV whose last line was cut off mid-write (an interrupted run) is read up to
+    the last whole line.
+
+    Tables of every schema version up to ``SCHEMA_VERSION`` are read; columns an
+    older version lacks take ``DEFAULTS``.
+
+    Raises
+    ------
+    SchemaError
+        If the file is missing, unreadable, not a measurement table, or written by a
+        newer schema version.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise SchemaError(f"{path}: no such file")
+    suf = suffix_of(path)
+    try:
+        if suf in (".csv", ".csv.gz"):
+            df = pd.read_csv(io.StringIO(_whole_lines(path, suf)), keep_default_na=True)
+        elif suf == ".parquet":
+            df = pd.read_parquet(path)
+        elif suf == ".xlsx":
+            df = pd.read_excel(path, engine="openpyxl")
+        else:
+            raise SchemaError(f"{path}: unknown extension; h2dlab reads {', '.join(SUFFIXES)}")
+    except SchemaError:
+        raise
+    except ImportError as exc:
+        raise SchemaError(f"{path}: cannot read {suf} here ({exc}); install h2dlab[notebooks]") from None
+    except Exception as exc:  # noqa: BLE001 - any parser failure is a bad file, said in one line
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SchemaError(f"{path}: not a readable {suf} table ({first})") from None
+    df = validate(df, source=str(path))
+    env = read_env(path, run_ids=df["run_id"].unique())
+    version = SCHEMA_VERSION if env is None else env.get("schema_version", SCHEMA_VERSION)
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
+        raise SchemaError(
+            f"{path}: written with table schema version {version!r}, this h2dlab reads "
+            f"versions 1 to {SCHEMA_VERSION}; upgrade h2dlab or re-run the measurement"
+        )
+    df.attrs["env"] = env
+    return df
+
+
+def _whole_lines(path: Path, suf: str) -> str:
+    """The CSV text up to its last newline: a row cut off mid-write is dropped."""
+    if suf == ".csv.gz":
+        with gzip.open(path, "rt", newline="") as fh:
+            text = fh.read()
+    else:
+        with open(path, newline="") as fh:
+            text = fh.read()
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    return text

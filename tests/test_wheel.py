@@ -1,0 +1,136 @@
+"""The wheel carries its data (issue 13, part 5): build it, install it into a clean
+virtual environment outside the checkout, and load every bundled dataset from there.
+
+The build-and-install test is marked ``wheel`` (left out of a plain ``pytest``; ``.ci/run``
+runs it: ``pytest -m wheel tests/test_wheel.py``, about 20 s). The installed venv gets
+numpy and pandas from the running interpreter's site-packages through a ``.pth`` file
+(no network); it never sees the checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from h2dlab import datasets
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = (".csv", ".csv.gz", ".env.json", ".json", ".md")
+
+PROBE = """
+import json, h2dlab
+from h2dlab import datasets
+rows = {n: len(datasets.timeline(n) if n in datasets.TIMELINES else datasets.load(n)) for n in datasets.names()}
+envs = {n: sorted(k for k, v in datasets.load(n).attrs["envs"].items() if v) for n in datasets.DATASETS}
+print(json.dumps({
+    "module": h2dlab.__file__, "data_dir": str(datasets.DATA_DIR), "packaged": datasets.PACKAGED,
+    "rows": rows, "envs": envs, "bench": sorted(datasets.load_benchmark("h200")),
+    "runs_dir": str(datasets.runs_dir()),
+}))
+"""
+
+
+def _bundled_files() -> set[str]:
+    """The files of the checkout's data/ (and benchmark results) a wheel must carry."""
+    found = {
+        "h2dlab/data/" + p.relative_to(ROOT / "data").as_posix()
+        for p in (ROOT / "data").rglob("*")
+        if p.is_file() and p.name.endswith(BUNDLED) and "runs" not in p.relative_to(ROOT / "data").parts
+    }
+    found |= {f"h2dlab/data/benchmarks/{p.name}" for p in (ROOT / "benchmarks" / "results").glob("*.json")}
+    return found
+
+
+def test_pyproject_lists_every_dataset_folder():
+    text = (ROOT / "pyproject.toml").read_text()
+    folders = {p.name for p in (ROOT / "data").iterdir() if p.is_dir() and p.name != "runs"}
+    assert {f for f, _ in {**datasets.DATASETS, **datasets.TIMELINES}.values()} <= folders
+    missing = [f for f in sorted(folders) if f'"h2dlab.data.{f}"' not in text]
+    assert not missing, f"add these to [tool.setuptools] packages in pyproject.toml: {missing}"
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kw)
+    assert out.returncode == 0, f"{' '.join(cmd)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+def _can_build_offline() -> bool:
+    try:
+        return int(metadata.version("setuptools").split(".")[0]) >= 77
+    except metadata.PackageNotFoundError:
+        return False
+
+
+@pytest.mark.wheel
+def test_installed_wheel_loads_every_bundled_dataset(tmp_path):
+    # Build from a copy, so the checkout gets no build/ or egg-info.
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, src / name)
+    skip = shutil.ignore_patterns("__pycache__", "runs", "*.pyc", "*.partial.csv", ".tmp-*")
+    shutil.copytree(ROOT / "h2dlab", src / "h2dlab", ignore=skip)
+    shutil.copytree(ROOT / "data", src / "data", ignore=skip)
+    shutil.copytree(ROOT / "benchmarks" / "results", src / "benchmarks" / "results", ignore=skip)
+    (src / "data" / "runs").mkdir()  # a checkout's own recordings must stay out of the wheel
+    (src / "data" / "runs" / "mine.csv.gz").write_bytes(b"not bundled")
+
+    build = [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q", "-w", str(tmp_path / "dist")]
+    _run(build + (["--no-build-isolation"] if _can_build_offline() else []))
+    (wheel,) = (tmp_path / "dist").glob("h2dlab-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+    assert _bundled_files() <= names, sorted(_bundled_files() - names)
+    assert not [n for n in names if "/runs/" in n or n.endswith(".sh")]
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    py = venv / "bin" / "python"
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(py),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ]
+    )
+    purelib = _run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+    ).stdout.strip()
+    # numpy and pandas from this interpreter, after the venv's own site-packages
+    Path(purelib, "zz_h2dlab_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+
+    home = tmp_path / "elsewhere"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "H2DLAB_RUNS")}
+    got = json.loads(_run([str(py), "-I", "-c", PROBE], cwd=home, env=env).stdout)
+
+    assert Path(got["module"]).is_relative_to(venv), got["module"]
+    assert got["packaged"] and Path(got["data_dir"]) == Path(got["module"]).parent / "data"
+    assert not Path(got["runs_dir"]).is_relative_to(venv)  # recordings never go into site-packages
+    want = {
+        n: len(datasets.timeline(n) if n in datasets.TIMELINES else datasets.load(n))
+        for n in datasets.names()
+    }
+    assert set(want) == set(datasets.DATASETS) | set(datasets.TIMELINES)
+    assert got["rows"] == want
+    for n in datasets.DATASETS:  # every run found its fingerprint inside the wheel too
+        assert got["envs"][n] == sorted(datasets.load(n)["run_id"].unique()), n
+    assert got["bench"] == sorted(datasets.load_benchmark("h200"))
