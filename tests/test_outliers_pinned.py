@@ -1,0 +1,45 @@
+"""explain()'s flags on the bundled recordings, pinned.
+
+``tests/data/explain_flags.csv`` holds, for every row that ``explain()`` flagged or put in
+an episode on the bundled datasets, its key (dataset, run, strategy, order, rep, size) and
+what explain() said (is_outlier, episode, cause). It was written by this file's
+``__main__`` with the PELT change-point search, before that search was replaced by a
+faster one: the test proves the replacement gives the same answers. Regenerate it only
+when the recordings themselves change (``python tests/test_outliers_pinned.py``), and say
+so in the commit.
+"""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from h2dlab import datasets, outliers
+
+FLAGS = Path(__file__).resolve().parent / "data" / "explain_flags.csv"
+DATASETS = ("forum_a100", "h200_forum", "h200_sweep", "h200_allocator")
+KEY = ["dataset", "run", "strategy", "order", "rep", "size_bytes"]
+
+
+def flag_table(name: str) -> pd.DataFrame:
+    """The rows of ``name`` that explain() flags or puts in an episode, keyed."""
+    d = datasets.load(name)
+    e = outliers.explain(d)
+    run_names = d.attrs.get("run_names") or {}
+    f = e[e["is_outlier"] | (e["episode"] >= 0)]
+    out = f.assign(dataset=name, run=f["run_id"].map(lambda r: run_names.get(r, r)))
+    return out[[*KEY, "is_outlier", "episode", "cause"]].sort_values(KEY).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_explain_flags_pinned(name):
+    want = pd.read_csv(FLAGS, keep_default_na=False)
+    want = want[want["dataset"] == name].sort_values(KEY).reset_index(drop=True)
+    got = flag_table(name)
+    assert len(want) > 0
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+
+
+if __name__ == "__main__":
+    pd.concat([flag_table(n) for n in DATASETS], ignore_index=True).to_csv(FLAGS, index=False)
+    print(f"wrote {FLAGS}")
