@@ -4,13 +4,71 @@ robustly per strategy and run; ``advise()`` turns fitted curves into a recommend
 
 from __future__ import annotations
 
+import math
+from numbers import Real
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-#: Strategies that move a pageable tensor with no preparation, by case (see advise()).
-PAGEABLE_ONE_OFF = ("pageable", "pageable_non_blocking", "pin_then_copy", "host_register", "staged")
+__all__ = [
+    "CASES",
+    "advise",
+    "cold_pin_rows",
+    "check_values",
+    "concurrency",
+    "fit",
+    "fit_line",
+    "interpolate_ms",
+    "medians",
+    "predict",
+    "timed",
+    "value_ms",
+]
+
+#: Columns a model reads; fit() and medians() refuse a table without them.
+MODEL_COLUMNS = ("run_id", "strategy", "size_bytes", "warmup", "wall_ms", "event_ms", "error")
+#: Numeric columns that no measured row may hold a negative or infinite value in.
+MEASURED_COLUMNS = (
+    "size_bytes",
+    "wall_ms",
+    "event_ms",
+    "host_allocs",
+    "device_allocs",
+    "minflt",
+    "majflt",
+    "cpu_ms",
+    "gc_count",
+    "sm_clock_mhz",
+    "gpu_procs",
+)
+
+
+def check_values(df: pd.DataFrame, required: tuple[str, ...] = MODEL_COLUMNS) -> None:
+    """Refuse a table an analysis cannot trust, naming the column.
+
+    Raises ``TypeError`` if ``df`` is not a DataFrame; ``ValueError`` if a ``required``
+    column is missing, or a row without an error holds a negative or infinite value in
+    one of ``MEASURED_COLUMNS`` (NaN means "not measured" and is allowed).
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"expected a pandas DataFrame (a measurement table), got {type(df).__name__}")
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise ValueError(f"not a measurement table: missing column(s) {', '.join(missing)}")
+    ok = df["error"] == "" if "error" in df.columns else pd.Series(True, index=df.index)
+    for col in MEASURED_COLUMNS:
+        if col not in df.columns:
+            continue
+        x = pd.to_numeric(df.loc[ok, col], errors="coerce").astype(float)
+        bad = np.isinf(x) | (x < 0)
+        if bad.any():
+            first = x.index[bad.to_numpy()][0]
+            raise ValueError(
+                f"column {col!r} holds {int(bad.sum())} negative or infinite value(s) in rows without "
+                f"an error (first at index {first!r}: {x[first]!r}); a measurement cannot be negative "
+                f"or infinite: fix or drop those rows"
+            )
 
 
 def value_ms(df: pd.DataFrame) -> pd.Series:
@@ -24,11 +82,19 @@ def timed(df: pd.DataFrame) -> pd.DataFrame:
     return df[(~df["warmup"]) & (df["error"] == "") & (v > 0)]
 
 
-def _fit_one(size: np.ndarray, ms: np.ndarray, loss: str = "huber") -> tuple[float, float]:
-    """Robust fit of ms = a + size * b in log space (so a 1 KiB copy counts as much as a
-    4 GiB one); Huber (or ``loss``) on log residuals. Returns (overhead_ms, ms_per_byte)."""
+def fit_line(size: np.ndarray, ms: np.ndarray, loss: str = "huber") -> tuple[float, float]:
+    """Robust fit of ``ms = overhead_ms + size * ms_per_byte``; returns both, positive.
+
+    The fit is in log space (so a 1 KiB copy counts as much as a 4 GiB one), with
+    ``loss`` (scipy's least_squares: "huber", "cauchy", ...) on the log residuals.
+    ``size`` needs two distinct values, ``ms`` finite positive values (else ValueError).
+    """
     from scipy.optimize import least_squares
 
+    size = np.asarray(size, float)
+    ms = np.asarray(ms, float)
+    if len(np.unique(size)) < 2 or not (np.all(np.isfinite(ms)) and np.all(ms > 0)):
+        raise ValueError("fit_line needs at least two distinct sizes and finite, positive latencies")
     ly = np.log(ms)
     # Start: the smallest sizes give the overhead, the largest the slope.
     order = np.argsort(size)
@@ -63,6 +129,7 @@ def fit(
         ``median_abs_rel_err`` (how far the straight model is from the data: a curved
         strategy such as ``pageable`` shows it here).
     """
+    check_values(df, (*MODEL_COLUMNS, *by))
     rng = np.random.default_rng(seed)
     t = timed(df).assign(_v=lambda d: value_ms(d))
     rows = []
@@ -72,12 +139,12 @@ def fit(
         ms = g["_v"].to_numpy(float)
         if len(np.unique(size)) < 2:
             continue
-        a, b = _fit_one(size, ms)
+        a, b = fit_line(size, ms)
         boots = []
         for _ in range(n_boot if len(ms) >= 8 else 0):
             i = rng.integers(0, len(ms), len(ms))
             if len(np.unique(size[i])) >= 2:
-                boots.append(_fit_one(size[i], ms[i]))
+                boots.append(fit_line(size[i], ms[i]))
         bt = np.array(boots) if boots else np.empty((0, 2))
         pred = a + size * b
         rows.append(
@@ -103,7 +170,8 @@ def predict(fitted: pd.DataFrame, size_bytes: float | np.ndarray) -> np.ndarray:
 
 
 def medians(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (strategy, size): median and quartiles of the timing, n, and GB/s."""
+    """Per (strategy, size): median and quartiles of the timing, n, and GB/s (1e9 bytes/s)."""
+    check_values(df, MODEL_COLUMNS[1:])
     t = timed(df).assign(_v=lambda d: value_ms(d))
     g = t.groupby(["strategy", "size_bytes"])["_v"]
     out = g.agg(
@@ -129,124 +197,125 @@ def interpolate_ms(med: pd.DataFrame, strategy: str, size_bytes: float) -> float
     return float(np.exp(np.interp(np.log(size_bytes), np.log(s), np.log(v))))
 
 
-CASES = {
-    "one-off copy of a pageable tensor": "the data sits in ordinary memory and is copied once",
-    "data you cannot pin ahead (a new tensor each step)": "fresh pageable tensors, copied in a loop",
-    "the same buffer copied again and again": "you may pin it once and reuse it",
-    "data already pinned": "e.g. a DataLoader with pin_memory=True",
+ONE_OFF_CASE = "one-off copy of a pageable tensor"
+REUSE_CASE = "the same buffer copied again and again"
+#: The cases advise() answers, in order: the strategies that can serve each (ties go to
+#: the first) and the note it prints.
+CASES: dict[str, tuple[tuple[str, ...], str]] = {
+    ONE_OFF_CASE: (
+        ("pageable", "pageable_non_blocking", "host_register", "staged", "pin_then_copy"),
+        "pin_then_copy here pays a cold cudaHostAlloc (host cache emptied before the copy)",
+    ),
+    "data you cannot pin ahead (a new tensor each step)": (
+        ("pageable", "pageable_non_blocking", "pin_then_copy", "staged"),
+        "pin_then_copy here reuses the host allocator's cached pinned block (steady state)",
+    ),
+    REUSE_CASE: (
+        ("pinned_reuse", "staged", "pageable"),
+        "pin it once in place (h2dlab.transfer.pinned), then every copy is a pinned copy; "
+        "upfront_ms = host_register minus pinned_reuse, measured",
+    ),
+    "data already pinned": (
+        ("pinned_reuse",),
+        "copy with non_blocking=True; nothing faster exists on this link",
+    ),
 }
+
+
+def _check_size(size_bytes: Any) -> float:
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, Real):
+        raise TypeError(f"size_bytes must be a number of bytes, got {type(size_bytes).__name__}")
+    n = float(size_bytes)
+    if not math.isfinite(n) or n <= 0:
+        raise ValueError(f"size_bytes must be a positive, finite number of bytes, got {size_bytes!r}")
+    return n
+
+
+def cold_pin_rows(one_off: pd.DataFrame) -> pd.DataFrame:
+    """The ``pin_then_copy`` rows of ``one_off`` that made a new pinned block.
+
+    Those copies paid ``cudaHostAlloc`` (``host_allocs > 0``), the cost a one-off
+    ``x.pin_memory()`` pays. Which runs were measured with the host cache emptied (and
+    with which ``PYTORCH_CUDA_ALLOC_CONF``) is the caller's choice of table, e.g.
+    ``datasets.run_named(datasets.load("h200_allocator"), "pin-emptied")``.
+
+    Raises
+    ------
+    ValueError
+        ``one_off`` has no such row (no ``pin_then_copy`` rows, or no allocator counters).
+    """
+    check_values(one_off, (*MODEL_COLUMNS[1:], "host_allocs"))
+    t = timed(one_off)
+    cold = t[(t["strategy"] == "pin_then_copy") & (t["host_allocs"] > 0)]
+    if cold.empty:
+        raise ValueError(
+            "one_off has no pin_then_copy row that made a new pinned block (host_allocs > 0): pass a "
+            "run measured with the host cache emptied before each size"
+        )
+    return cold
 
 
 def advise(
     size_bytes: float,
     *,
+    df: pd.DataFrame,
     reuse: bool | None = None,
-    df: pd.DataFrame | None = None,
     one_off: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Which strategy is fastest for a copy of ``size_bytes``, by case, from measured data.
 
+    Only the tables passed in are read; nothing is loaded behind the caller's back.
+
     Parameters
     ----------
     size_bytes
-        The payload.
+        The payload, a positive number of bytes.
+    df
+        A sweep table with the strategies (e.g. ``datasets.load("h200_sweep")``).
     reuse
         True: only the case where the same buffer is copied repeatedly; False: only
         the cases where it is copied once; None: every case.
-    df
-        A sweep table with the strategies (default: the recorded ``h200_sweep``).
     one_off
         A table whose ``pin_then_copy`` rows ran with the host cache emptied before
-        each size (default: ``h200_allocator``'s ``pin-emptied`` run), for the cold
-        cost of ``x.pin_memory()`` that a one-off copy pays. Without it, the one-off
-        case leaves ``pin_then_copy`` out.
+        each size (e.g. ``h200_allocator``'s ``pin-emptied`` run), for the cold cost of
+        ``x.pin_memory()`` that a one-off copy pays: its rows with a new pinned block
+        (see ``cold_pin_rows``). Without it, the one-off case leaves ``pin_then_copy`` out.
 
     Returns
     -------
     pandas.DataFrame
-        One row per case: ``best``, ``best_ms``, ``runner_up``, ``runner_up_ms``,
-        ``pageable_ms`` (``x.to("cuda")``), ``speedup_vs_pageable``, ``upfront_ms``
-        (what the case pays once before its first copy) and ``note``.
+        One row per case: ``best``, ``best_ms``, ``best_gbps`` (GB/s = 1e9 bytes/s),
+        ``runner_up``, ``runner_up_ms``, ``pageable_ms`` (``x.to("cuda")``),
+        ``speedup_vs_pageable``, ``upfront_ms`` (what the case pays once before its first
+        copy) and ``note``.
+
+    Raises
+    ------
+    TypeError
+        ``size_bytes`` is not a number, or ``df`` not a DataFrame.
+    ValueError
+        ``size_bytes`` is not positive and finite; ``df`` has no timed rows or bad
+        values; ``one_off`` has no cold ``pin_then_copy`` rows.
     """
-    from h2dlab import datasets
-
-    if df is None:
-        df = datasets.load("h200_sweep")
+    size_bytes = _check_size(size_bytes)
     med = medians(df)
-    if one_off is None:
-        try:
-            alloc = datasets.load("h200_allocator")
-            env_runs = alloc.attrs.get("envs", {})
-            cold = [
-                r
-                for r, e in env_runs.items()
-                if e
-                and "empty_host_cache_each_size" in str(e.get("spec"))
-                and e["spec"].get("empty_host_cache_each_size")
-                and not e.get("PYTORCH_CUDA_ALLOC_CONF")
-            ]
-            one_off = alloc[alloc.run_id.isin(cold)]
-        except Exception:  # noqa: BLE001 - the case then goes without pin_then_copy
-            one_off = None
-    ms = {s: interpolate_ms(med, s, size_bytes) for s in med["strategy"].unique()}
+    if med.empty:
+        raise ValueError("df has no timed rows (no rows without warm-up or error): nothing to advise from")
     cold_pin = float("nan")
-    if one_off is not None and len(one_off):
-        first = one_off[(one_off["rep"] == 0) & (one_off["strategy"] == "pin_then_copy")]
-        if len(first):
-            cold_pin = interpolate_ms(medians(first), "pin_then_copy", size_bytes)
+    if one_off is not None:
+        cold_pin = interpolate_ms(medians(cold_pin_rows(one_off)), "pin_then_copy", size_bytes)
+    ms = {s: interpolate_ms(med, s, size_bytes) for s in med["strategy"].unique()}
 
-    def pick(cands: dict[str, float]) -> list[tuple[str, float]]:
-        return sorted(((k, v) for k, v in cands.items() if np.isfinite(v)), key=lambda kv: kv[1])
-
-    cases: list[tuple[str, dict[str, float], float, str]] = []
-    one = {s: ms.get(s, np.nan) for s in ("pageable", "pageable_non_blocking", "host_register", "staged")}
-    one["pin_then_copy"] = cold_pin
-    cases.append(
-        (
-            "one-off copy of a pageable tensor",
-            one,
-            0.0,
-            "pin_then_copy here pays a cold cudaHostAlloc (host cache emptied before the copy)",
-        )
-    )
-    loop = {s: ms.get(s, np.nan) for s in ("pageable", "pageable_non_blocking", "pin_then_copy", "staged")}
-    cases.append(
-        (
-            "data you cannot pin ahead (a new tensor each step)",
-            loop,
-            0.0,
-            "pin_then_copy here reuses the host allocator's cached pinned block (steady state)",
-        )
-    )
     reg_cost = max(ms.get("host_register", np.nan) - ms.get("pinned_reuse", np.nan), 0.0)
-    cases.append(
-        (
-            "the same buffer copied again and again",
-            {
-                "pinned_reuse": ms.get("pinned_reuse", np.nan),
-                "staged": ms.get("staged", np.nan),
-                "pageable": ms.get("pageable", np.nan),
-            },
-            reg_cost,
-            "pin it once in place (h2dlab.transfer.pinned), then every copy is a pinned copy; "
-            "upfront_ms = host_register minus pinned_reuse, measured",
-        )
-    )
-    cases.append(
-        (
-            "data already pinned",
-            {"pinned_reuse": ms.get("pinned_reuse", np.nan)},
-            0.0,
-            "copy with non_blocking=True; nothing faster exists on this link",
-        )
-    )
     rows: list[dict[str, Any]] = []
-    for case, cands, upfront, note in cases:
-        if reuse is True and case != "the same buffer copied again and again":
+    for case, (strategies, note) in CASES.items():
+        if reuse is not None and reuse != (case == REUSE_CASE):
             continue
-        if reuse is False and case == "the same buffer copied again and again":
-            continue
-        ranked = pick(cands)
+        cands = {
+            s: cold_pin if (s, case) == ("pin_then_copy", ONE_OFF_CASE) else ms.get(s, np.nan)
+            for s in strategies
+        }
+        ranked = sorted(((k, v) for k, v in cands.items() if np.isfinite(v)), key=lambda kv: kv[1])
         if not ranked:
             continue
         best, best_ms = ranked[0]
@@ -263,7 +332,7 @@ def advise(
                 "runner_up_ms": ru_ms,
                 "pageable_ms": base,
                 "speedup_vs_pageable": base / best_ms,
-                "upfront_ms": upfront if best == "pinned_reuse" else 0.0,
+                "upfront_ms": reg_cost if case == REUSE_CASE and best == "pinned_reuse" else 0.0,
                 "note": note,
             }
         )
@@ -280,8 +349,9 @@ def concurrency(df: pd.DataFrame) -> pd.DataFrame:
     """
     if "world" not in df.columns or "gpu" not in df.columns:
         raise ValueError(
-            "not a concurrent run: the table has no gpu and world columns (h2dlab measure --gpus)"
+            "not a concurrent run: the table has no gpu and world columns (measure on several GPUs at once)"
         )
+    check_values(df, MODEL_COLUMNS[1:])
     t = timed(df).assign(_v=lambda d: value_ms(d))
     per = t.groupby(["strategy", "size_bytes", "world", "gpu"])["_v"].median().rename("ms").reset_index()
     per["gbps"] = per["size_bytes"] / per["ms"] / 1e6

@@ -9,8 +9,8 @@ in log space, so a 100x range of latencies is handled alike, and the noise scale
 median absolute deviation of those residuals. Only slow rows are flagged: a spike is a
 copy that took longer than it should.
 
-explain() then looks along time (``order``) for stretches of slow rows with a
-change-point method (ruptures' PELT), and gives every flagged row one cause:
+explain() gives every flagged row one cause from ``CAUSES`` with an evidence sentence
+(the rules live in ``h2dlab.causes``):
 
 - ``context_init``: the first timed operation of the run, seconds not milliseconds;
 - ``host_alloc_growth``: a pinned request whose power-of-two block no cached block could
@@ -18,18 +18,40 @@ change-point method (ruptures' PELT), and gives every flagged row one cause:
   ``num_host_alloc`` counter where the run has it, else from the sizes and their order;
 - ``device_alloc``: the copy made more new device segments (``cudaMalloc``) than its
   neighbours, after ``empty_cache()``;
-- ``episode``: part of a time-ordered stretch of slow rows;
-- ``unexplained``: none of the above, said plainly.
+- ``page_faults``, ``host_preempted``, ``gc_pause``, ``gpu_shared``, ``gpu_clock_low``:
+  per-copy evidence of table schema 2 (page faults, CPU time beside wall time, Python
+  GC, other processes on the GPU, the SM clock), where the table has those columns;
+- ``episode``: part of a time-ordered stretch of slow rows, found with a change-point
+  method (ruptures' kernel change-point search with a linear kernel: the l2 cost, PELT);
+- ``unexplained``: none of the above, said plainly, with what was ruled out.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
-from h2dlab.model import value_ms
+from h2dlab.causes import CAUSES, generic_cause, neighbours, specific_cause
+from h2dlab.model import MODEL_COLUMNS, check_values, fit_line, value_ms
+
+__all__ = [
+    "CAUSES",
+    "MIN_RATIO",
+    "MIN_REPS",
+    "MIN_SIGMA",
+    "Z_THRESHOLD",
+    "detect",
+    "explain",
+    "pelt_l2",
+    "robust_curve",
+    "summary",
+]
+
+#: Columns explain() reads besides the model's.
+EXPLAIN_COLUMNS = (*MODEL_COLUMNS, "order", "rep", "host_allocs", "device_allocs", "empty_cache")
 
 #: A row is flagged when it is this many noise scales slower than expected ...
 Z_THRESHOLD = 5.0
@@ -40,27 +62,15 @@ MIN_RATIO = 1.5
 MIN_SIGMA = 0.01
 #: Cells with this many timed rows use their own median as the expectation.
 MIN_REPS = 3
-#: A first operation this slow (ms) is context start-up, not an ordinary spike.
-CONTEXT_INIT_MS = 50.0
-
-PINNING_STRATEGIES = ("pin_memory", "pin_then_copy")
-CAUSES = ("context_init", "host_alloc_growth", "device_alloc", "episode", "unexplained")
 
 
-def _mib(n: float) -> str:
-    v = n / 2**20
-    return f"{v:.2f} MiB" if v < 1024 else f"{v / 1024:.2f} GiB"
-
-
-def robust_curve(size: np.ndarray, log_y: np.ndarray):
+def robust_curve(size: np.ndarray, log_y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """Expected log-time for single-shot rows: the physical model, overhead + bytes /
     bandwidth, fitted with a Cauchy loss on log residuals (a spike's pull fades to
     nothing). Two parameters, so a stretch of slow rows cannot bend it to itself; a
     smoother with more freedom was tried and bent towards the sparse small sizes of
     the forum's grid. Returns a function giving log-time at any size."""
-    from h2dlab.model import _fit_one
-
-    a, b = _fit_one(size, np.exp(log_y), loss="cauchy")
+    a, b = fit_line(size, np.exp(log_y), loss="cauchy")
     return lambda s: np.log(a + np.asarray(s, float) * b)
 
 
@@ -71,8 +81,17 @@ def detect(
 
     Groups are (run_id, strategy). Error rows get NaN and are never flagged. Warm-up
     rows are scored against the timed rows' expectation but do not shape it.
+
+    Raises
+    ------
+    ValueError
+        A column ``detect`` reads is missing, or a row without an error holds a negative
+        or infinite value (the column is named).
     """
+    check_values(df, (*MODEL_COLUMNS, "order"))
     out = df.copy()
+    # A copy without attrs: pandas deep-copies attrs (every run's env) on each row access.
+    out.attrs = {}
     out["expected_ms"] = np.nan
     out["robust_z"] = np.nan
     v = value_ms(out)
@@ -106,27 +125,67 @@ def detect(
     # Warm-ups are labelled already and expected to be slow: scored, never flagged.
     out["is_outlier"] = (out["robust_z"] > z_threshold) & (ratio > min_ratio) & ~out["warmup"].astype(bool)
     out["is_outlier"] = out["is_outlier"].fillna(False).astype(bool)
+    out.attrs = dict(df.attrs)
     return out
+
+
+def pelt_l2(x: np.ndarray, pen: float, min_size: int = 3) -> list[int]:
+    """Change points of ``x`` by PELT with the l2 cost (sum of squared deviations from
+    each segment's mean) and a penalty ``pen`` per segment.
+
+    The same search as ``ruptures.Pelt(model="l2", min_size=min_size, jump=1)`` — the
+    same admissible set, pruning and tie-breaking, so the same breakpoints (a test
+    compares them) — with each step's costs computed at once from cumulative sums
+    instead of one numpy call per candidate: milliseconds instead of seconds on a
+    few thousand points, and no ruptures (or its scipy.stats import) needed.
+
+    Returns
+    -------
+    list of int
+        Segment ends, increasing; the last is ``len(x)``.
+    """
+    x = np.asarray(x, float).ravel()
+    n = len(x)
+    if n < min_size:
+        raise ValueError(f"pelt_l2 needs at least min_size={min_size} points, got {n}")
+    x = x - x.mean()  # centred, so the cumulative sums lose little precision
+    s1 = np.concatenate([[0.0], np.cumsum(x)])
+    s2 = np.concatenate([[0.0], np.cumsum(x * x)])
+    best = np.full(n + 1, np.nan)  # best[t]: optimal penalised cost of x[:t]
+    best[0] = 0.0
+    prev = np.zeros(n + 1, dtype=np.int64)
+    admissible = np.empty(0, dtype=np.int64)
+    for end in [*range(min_size, n), n]:
+        admissible = np.append(admissible, end - min_size)
+        admissible = admissible[~np.isnan(best[admissible])]  # no partition of x[:t] exists
+        length = end - admissible
+        cost = (s2[end] - s2[admissible]) - (s1[end] - s1[admissible]) ** 2 / length
+        total = best[admissible] + (cost + pen)
+        k = int(np.argmin(total))  # the first of equals, as ruptures' min()
+        best[end], prev[end] = total[k], admissible[k]
+        admissible = admissible[total <= best[end] + pen]
+    out = [n]
+    while prev[out[-1]] > 0:
+        out.append(int(prev[out[-1]]))
+    return out[::-1]
 
 
 def _episodes(r: np.ndarray, sigma: float, min_len: int = 4) -> list[tuple[int, int]]:
     """Stretches [start, end) of slow rows in time order.
 
-    PELT (ruptures, l2 cost) cuts the residual series where its level changes; a
+    PELT (l2 cost, ``pelt_l2``) cuts the residual series where its level changes; a
     segment is slow when at least 3/4 of its rows are slow (residual above both 3
     noise scales and log 1.25), so two isolated spikes never make an episode.
     Adjacent slow segments (a decay seen as steps) are merged, and each stretch is
     grown over slow neighbours and trimmed of normal rows at its ends.
     """
-    import ruptures as rpt
-
     n = len(r)
     if n < 2 * min_len:
         return []
     hi = r > max(3.0 * sigma, math.log(1.25))
-    rc = np.clip(r, -10 * sigma, None).reshape(-1, 1)  # fast rows cannot form episodes
+    rc = np.clip(r, -10 * sigma, None)  # fast rows cannot form episodes
     pen = 3.0 * (3.0 * sigma) ** 2 * math.log(n)
-    bkps = rpt.Pelt(model="l2", min_size=3, jump=1).fit(rc).predict(pen=pen)
+    bkps = pelt_l2(rc, pen, min_size=3)
     segs: list[list[int]] = []
     start = 0
     for end in bkps:
@@ -154,35 +213,36 @@ def _episodes(r: np.ndarray, sigma: float, min_len: int = 4) -> list[tuple[int, 
 def explain(df: pd.DataFrame) -> pd.DataFrame:
     """Add ``episode`` (id or -1), ``cause`` and ``evidence`` to ``detect()``'s output.
 
-    ``cause`` and ``evidence`` are filled for flagged rows (``is_outlier``) only;
-    every other row gets empty strings. Causes with direct evidence (context start-up,
-    allocator growth) are decided first; episodes are then looked for among the rows
-    those causes leave unexplained, so a burst of first-time allocations is not
-    called a time-correlated episode.
+    ``cause`` (from ``CAUSES``) and ``evidence`` are filled for flagged rows
+    (``is_outlier``) only; every other row gets empty strings. Causes with direct
+    evidence (context start-up, allocator growth, and the per-copy evidence of schema-2
+    tables) are decided first; episodes are then looked for among the rows those causes
+    leave unexplained, so a burst of first-time allocations is not called a
+    time-correlated episode.
+
+    Raises
+    ------
+    ValueError
+        A column ``explain`` reads is missing, or a row without an error holds a negative
+        or infinite value (the column is named).
     """
+    check_values(df, EXPLAIN_COLUMNS)
     if "is_outlier" not in df.columns:
         df = detect(df)
     out = df.copy()
+    out.attrs = {}  # see detect(): row access would deep-copy them
     out["episode"] = -1
     out["cause"] = ""
     out["evidence"] = ""
     v = value_ms(out)
+    ctx = neighbours(out)
 
-    specific: dict[int, tuple[str, str]] = {}
-    for _, run in out.groupby("run_id", sort=False):
-        first_order = run["order"].min()
-        for strategy, g in run.groupby("strategy", sort=False):
-            g = g.sort_values(["order", "rep"], kind="stable")
-            seen_buckets: set[int] = set()
-            dev_typ = g["device_allocs"].median() if g["device_allocs"].notna().any() else np.nan
-            for i, row in g.iterrows():
-                bucket = int(math.ceil(math.log2(max(row["size_bytes"], 1))))
-                new_bucket = bucket not in seen_buckets
-                seen_buckets.add(bucket)
-                if row["is_outlier"]:
-                    found = _specific_cause(row, v[i], strategy, first_order, bucket, new_bucket, dev_typ)
-                    if found:
-                        specific[i] = found
+    flagged = out.index[out["is_outlier"].to_numpy(bool)]
+    specific: dict = {}
+    for i in flagged:
+        found = specific_cause(out.loc[i], ctx.loc[i], v[i])
+        if found:
+            specific[i] = found
 
     next_id = 0
     for _, g in out[out["robust_z"].notna()].groupby(["run_id", "strategy"], sort=False):
@@ -194,80 +254,13 @@ def explain(df: pd.DataFrame) -> pd.DataFrame:
             out.loc[g.index[a:b], "episode"] = next_id
             next_id += 1
 
-    for i in out.index[out["is_outlier"]]:
+    for i in flagged:
         row = out.loc[i]
-        cause, ev = specific.get(i) or _generic_cause(row, v[i], int(row["episode"]))
+        cause, ev = specific.get(i) or generic_cause(row, ctx.loc[i], v[i], int(row["episode"]))
         out.at[i, "cause"] = cause
         out.at[i, "evidence"] = ev
+    out.attrs = dict(df.attrs)
     return out
-
-
-def _slow(row, val) -> str:
-    exp = row["expected_ms"]
-    return f"{val:.2f} ms where {exp:.2f} ms was expected ({val / exp:.1f}x)"
-
-
-def _specific_cause(row, val, strategy, first_order, bucket, new_bucket, dev_typ) -> tuple[str, str] | None:
-    """context_init, host_alloc_growth or device_alloc, with evidence; else None."""
-    exp = row["expected_ms"]
-    slow = _slow(row, val)
-    wall, event = row["wall_ms"], row["event_ms"]
-    if row["order"] == first_order and row["wall_ms"] >= CONTEXT_INIT_MS:
-        if np.isfinite(event):
-            return "context_init", (
-                f"first timed operation of the run: {wall:.1f} ms by the host clock, of which "
-                f"{wall - event:.1f} ms passed before the GPU recorded the start event (CUDA context "
-                f"start-up); the operation itself took {event:.2f} ms by CUDA events"
-            )
-        return "context_init", (
-            f"first timed operation of the run, {wall:.1f} ms ({wall / exp:.0f}x the {exp:.2f} ms expected): "
-            f"it includes CUDA context start-up"
-        )
-    block = _mib(2.0**bucket)
-    if strategy in PINNING_STRATEGIES:
-        allocs = row["host_allocs"]
-        if np.isfinite(allocs) and allocs > 0:
-            return "host_alloc_growth", (
-                f"{slow}; num_host_alloc rose by {int(allocs)}: the pinned request of "
-                f"{_mib(row['size_bytes'])} rounds up to a {block} block and no cached block was free in "
-                f"that size, so the host allocator called cudaHostAlloc"
-            )
-        if not np.isfinite(allocs) and new_bucket:
-            return "host_alloc_growth", (
-                f"{slow}; the pinned request of {_mib(row['size_bytes'])} rounds up to a {block} block, larger "
-                f"or other than any block an earlier request in this run needed, so the host allocator had to "
-                f"call cudaHostAlloc (inferred from sizes and order: the table has no counters)"
-            )
-    dallocs = row["device_allocs"]
-    if np.isfinite(dallocs) and dallocs > 0 and (not np.isfinite(dev_typ) or dallocs > dev_typ):
-        pre = "empty_cache() before this copy released the cached segment, so " if row["empty_cache"] else ""
-        return "device_alloc", (
-            f"{slow}; {pre}the copy waited on {int(dallocs)} new cudaMalloc segment(s), where its neighbours "
-            f"needed {0 if not np.isfinite(dev_typ) else int(dev_typ)}"
-        )
-    return None
-
-
-def _generic_cause(row, val, episode) -> tuple[str, str]:
-    slow = _slow(row, val)
-    dallocs = row["device_allocs"]
-    if episode >= 0:
-        return "episode", (
-            f"{slow}; one of a stretch of consecutive slow copies in time order (episode {episode}): a "
-            f"time-correlated slowdown, not a property of this size"
-        )
-    why = []
-    if np.isfinite(row["host_allocs"]) and row["host_allocs"] == 0:
-        why.append("no new pinned block")
-    if np.isfinite(dallocs):
-        why.append(f"{int(dallocs)} new device segment(s), no more than its neighbours")
-    if row["empty_cache"] and not np.isfinite(dallocs):
-        why.append(
-            "empty_cache() ran before it, as before every copy of its kind, and the table has no "
-            "counters to tell more"
-        )
-    tail = "; ".join(why) if why else "the table carries no counters for it"
-    return "unexplained", f"{slow}; an isolated slow copy: {tail}"
 
 
 def summary(explained: pd.DataFrame) -> pd.DataFrame:

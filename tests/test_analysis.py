@@ -165,13 +165,19 @@ def test_fit_h200_sweep_bandwidths():
 
 
 def test_advise_h200():
-    a = model.advise(GiB).set_index("case")
+    sweep = datasets.load("h200_sweep")
+    cold = datasets.run_named(datasets.load("h200_allocator"), "pin-emptied")
+    a = model.advise(GiB, df=sweep, one_off=cold).set_index("case")
     assert a.loc["data already pinned", "best"] == "pinned_reuse"
     one = a.loc["one-off copy of a pageable tensor"]
     assert one["best"] == "staged" and one["speedup_vs_pageable"] > 3
     rep = a.loc["the same buffer copied again and again"]
     assert rep["best"] == "pinned_reuse" and rep["upfront_ms"] > 0
-    small = model.advise(4096).set_index("case")
+    # The one-off case weighs pin_then_copy at its cold cost (a new pinned block).
+    assert one["runner_up"] != "pin_then_copy"
+    cold_ms = model.interpolate_ms(model.medians(model.cold_pin_rows(cold)), "pin_then_copy", GiB)
+    assert cold_ms > 10 * one["best_ms"]
+    small = model.advise(4096, df=sweep).set_index("case")
     assert (
         small.loc["one-off copy of a pageable tensor", "best"] != "staged"
         or small.loc["one-off copy of a pageable tensor", "speedup_vs_pageable"] < 1.5

@@ -1,0 +1,271 @@
+"""Why one flagged copy was slow: the rules ``outliers.explain()`` applies to each flagged
+row, each giving a cause from ``CAUSES`` and an evidence sentence that quotes the numbers.
+
+Rules with direct evidence come first, in this order: ``context_init``,
+``host_alloc_growth``, ``device_alloc`` (allocator counters), then the per-copy evidence
+of table schema 2 — ``page_faults``, ``host_preempted``, ``gc_pause``, ``gpu_shared``,
+``gpu_clock_low``. A column a table does not have (older tables) or a NaN in it (not
+measured) makes its rule unavailable, never a guess. Every rule compares the row with its
+neighbours (same run and strategy, or same run for the GPU's state), so a condition that
+holds for every copy of a run does not explain one slow copy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "CAUSES",
+    "CLOCK_LOW",
+    "CONTEXT_INIT_MS",
+    "FAULT_SHARE",
+    "HOST_BOUND_SHARE",
+    "MIN_EXTRA_FAULTS",
+    "PAGE_BYTES",
+    "PINNING_STRATEGIES",
+    "PREEMPTED_SHARE",
+    "generic_cause",
+    "neighbours",
+    "specific_cause",
+]
+
+#: The vocabulary of ``explain()``'s ``cause`` column, in the order rules are tried.
+CAUSES: dict[str, str] = {
+    "context_init": "first timed operation of the run: CUDA context start-up",
+    "host_alloc_growth": "the pinned request outgrew every cached block, so cudaHostAlloc ran",
+    "device_alloc": "the copy waited on new device segments (cudaMalloc), e.g. after empty_cache()",
+    "page_faults": "the kernel was mapping host memory: many more page faults than its neighbours",
+    "host_preempted": "the timing thread was off the CPU: wall time far above its CPU time",
+    "gc_pause": "Python's garbage collector ran during the copy",
+    "gpu_shared": "other processes used the GPU during the copy, more than during its neighbours",
+    "gpu_clock_low": "the GPU's SM clock was well below the run's median",
+    "episode": "part of a time-ordered stretch of slow copies",
+    "unexplained": "no evidence points anywhere; the evidence says what was ruled out",
+}
+
+#: A first operation this slow (ms) is context start-up, not an ordinary spike.
+CONTEXT_INIT_MS = 50.0
+PINNING_STRATEGIES = ("pin_memory", "pin_then_copy")
+#: Page-fault granularity: one minor fault maps one 4 KiB page.
+PAGE_BYTES = 4096
+#: page_faults: at least this many faults above the neighbours' rate ...
+MIN_EXTRA_FAULTS = 8
+#: ... and at least this share of the payload's pages.
+FAULT_SHARE = 0.05
+#: host_preempted applies to host-bound copies: the strategy's copies usually spend at
+#: least this share of their wall time on the CPU ...
+HOST_BOUND_SHARE = 0.5
+#: ... and this copy spent at most this share of the usual one on the CPU (wall >= 2x CPU).
+PREEMPTED_SHARE = 0.5
+#: gpu_clock_low: the SM clock at most this share of the run's median.
+CLOCK_LOW = 0.8
+
+
+def _col(df: pd.DataFrame, name: str) -> pd.Series:
+    return df[name].astype(float) if name in df.columns else pd.Series(np.nan, index=df.index)
+
+
+def neighbours(df: pd.DataFrame) -> pd.DataFrame:
+    """Per row, what its neighbours looked like (the rules compare a row with these).
+
+    Returns a frame on ``df``'s index: ``first_order`` (the run's first ``order``),
+    ``bucket`` (log2 of the pinned block a request rounds up to) and ``new_bucket`` (no
+    earlier row of its run and strategy needed that block), ``dev_typ`` (median new
+    device segments of the run and strategy), ``faults`` (minor + major), ``fault_typ``
+    (median faults per 4 KiB page of the payload), ``cpu_share`` (cpu_ms / wall_ms) and
+    ``cpu_typ`` (its median), ``gc_typ``, and per run ``clock_med`` and ``procs_med``.
+    Medians are over timed rows (no warm-up, no error); NaN where unmeasured.
+    """
+    ctx = pd.DataFrame(index=df.index)
+    ctx["first_order"] = df.groupby("run_id", sort=False)["order"].transform("min")
+    ctx["bucket"] = np.ceil(np.log2(np.maximum(df["size_bytes"].to_numpy(float), 1))).astype(int)
+    # A stable sort by time keeps each (run, strategy)'s own order: the first row of a
+    # bucket in time is the one that needed the block first.
+    in_time = pd.concat([df[["run_id", "strategy", "order", "rep"]], ctx["bucket"]], axis=1)
+    in_time = in_time.sort_values(["order", "rep"], kind="stable")
+    ctx["new_bucket"] = ~in_time.duplicated(["run_id", "strategy", "bucket"]).reindex(df.index)
+    by = [df["run_id"], df["strategy"]]
+    ctx["dev_typ"] = _col(df, "device_allocs").groupby(by, sort=False).transform("median")
+    timed = (~df["warmup"].astype(bool)) & (df["error"] == "")
+    minflt, majflt = _col(df, "minflt"), _col(df, "majflt")
+    ctx["faults"] = minflt.fillna(0) + majflt.fillna(0)
+    ctx.loc[minflt.isna() & majflt.isna(), "faults"] = np.nan
+    pages = np.maximum(df["size_bytes"].astype(float) / PAGE_BYTES, 1.0)
+    ctx["fault_typ"] = (ctx["faults"] / pages).where(timed).groupby(by, sort=False).transform("median")
+    ctx["cpu_share"] = _col(df, "cpu_ms") / df["wall_ms"].astype(float)
+    ctx["cpu_typ"] = ctx["cpu_share"].where(timed).groupby(by, sort=False).transform("median")
+    ctx["gc_typ"] = _col(df, "gc_count").where(timed).groupby(by, sort=False).transform("median")
+    run = df["run_id"]
+    ctx["clock_med"] = _col(df, "sm_clock_mhz").where(timed).groupby(run, sort=False).transform("median")
+    ctx["procs_med"] = _col(df, "gpu_procs").where(timed).groupby(run, sort=False).transform("median")
+    return ctx
+
+
+def _mib(n: float) -> str:
+    v = n / 2**20
+    return f"{v:.2f} MiB" if v < 1024 else f"{v / 1024:.2f} GiB"
+
+
+def _slow(row: pd.Series, val: float) -> str:
+    exp = row["expected_ms"]
+    return f"{val:.2f} ms where {exp:.2f} ms was expected ({val / exp:.1f}x)"
+
+
+def _fin(x: float) -> bool:
+    return x is not None and np.isfinite(x)
+
+
+def specific_cause(row: pd.Series, ctx: pd.Series, val: float) -> tuple[str, str] | None:
+    """The cause with direct evidence for one flagged row, or None.
+
+    Parameters
+    ----------
+    row
+        The row of ``outliers.detect()``'s output.
+    ctx
+        Its row of ``neighbours()``.
+    val
+        Its timing in ms (``model.value_ms``).
+
+    Returns
+    -------
+    tuple of str or None
+        ``(cause, evidence)``.
+    """
+    exp = row["expected_ms"]
+    slow = _slow(row, val)
+    wall, event = row["wall_ms"], row["event_ms"]
+    if row["order"] == ctx["first_order"] and wall >= CONTEXT_INIT_MS:
+        if np.isfinite(event):
+            return "context_init", (
+                f"first timed operation of the run: {wall:.1f} ms by the host clock, of which "
+                f"{wall - event:.1f} ms passed before the GPU recorded the start event (CUDA context "
+                f"start-up); the operation itself took {event:.2f} ms by CUDA events"
+            )
+        return "context_init", (
+            f"first timed operation of the run, {wall:.1f} ms ({wall / exp:.0f}x the {exp:.2f} ms expected): "
+            f"it includes CUDA context start-up"
+        )
+    block = 2.0 ** ctx["bucket"]
+    faults = ctx["faults"]
+    if row["strategy"] in PINNING_STRATEGIES:
+        allocs = row["host_allocs"]
+        with_faults = (
+            f"; {int(faults)} page faults came with it ({faults / (block / PAGE_BYTES):.2f} per 4 KiB page "
+            f"of the block)"
+            if _fin(faults)
+            else ""
+        )
+        if np.isfinite(allocs) and allocs > 0:
+            return "host_alloc_growth", (
+                f"{slow}; num_host_alloc rose by {int(allocs)}: the pinned request of "
+                f"{_mib(row['size_bytes'])} rounds up to a {_mib(block)} block and no cached block was free "
+                f"in that size, so the host allocator called cudaHostAlloc{with_faults}"
+            )
+        if not np.isfinite(allocs) and ctx["new_bucket"]:
+            return "host_alloc_growth", (
+                f"{slow}; the pinned request of {_mib(row['size_bytes'])} rounds up to a {_mib(block)} block, "
+                f"larger or other than any block an earlier request in this run needed, so the host allocator "
+                f"had to call cudaHostAlloc (inferred from sizes and order: the table has no counters)"
+                f"{with_faults}"
+            )
+    dallocs, dev_typ = row["device_allocs"], ctx["dev_typ"]
+    if np.isfinite(dallocs) and dallocs > 0 and (not np.isfinite(dev_typ) or dallocs > dev_typ):
+        pre = "empty_cache() before this copy released the cached segment, so " if row["empty_cache"] else ""
+        return "device_alloc", (
+            f"{slow}; {pre}the copy waited on {int(dallocs)} new cudaMalloc segment(s), where its neighbours "
+            f"needed {0 if not np.isfinite(dev_typ) else int(dev_typ)}"
+        )
+    return _schema2_cause(row, ctx, val, slow)
+
+
+def _schema2_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
+    exp, wall = row["expected_ms"], row["wall_ms"]
+    pages = max(row["size_bytes"] / PAGE_BYTES, 1.0)
+    faults, ftyp = ctx["faults"], ctx["fault_typ"]
+    if _fin(faults) and _fin(ftyp):
+        extra = faults - ftyp * pages
+        if extra >= max(MIN_EXTRA_FAULTS, FAULT_SHARE * pages):
+            mib = faults * PAGE_BYTES / 2**20
+            return "page_faults", (
+                f"{slow}; {int(faults)} page faults during the copy ({faults / pages:.2f} per 4 KiB page of the "
+                f"payload, where its neighbours had {ftyp:.2f}): {mib:.1f} MiB of pages mapped, the extra "
+                f"{val - exp:.2f} ms is {(val - exp) / mib:.2f} ms per faulted MiB: the kernel was mapping "
+                f"host memory (first touch, or a new pinned block)"
+            )
+    share, typ = ctx["cpu_share"], ctx["cpu_typ"]
+    if _fin(share) and _fin(typ) and typ >= HOST_BOUND_SHARE and share <= PREEMPTED_SHARE * typ:
+        off = wall - row["cpu_ms"]
+        if off - (1 - typ) * exp >= 0.5 * (val - exp):
+            return "host_preempted", (
+                f"{slow}; the host clock ran {wall:.2f} ms but the timing thread was on the CPU for only "
+                f"{row['cpu_ms']:.2f} ms of it ({share:.0%}, where this strategy's copies use {typ:.0%}): the "
+                f"thread was descheduled for {off:.2f} ms"
+            )
+    gc, gtyp = row.get("gc_count", np.nan), ctx["gc_typ"]
+    if _fin(gc) and gc > 0 and (not _fin(gtyp) or gc > gtyp):
+        cpu = (
+            f"; CPU time {share:.0%} of wall, so the thread was busy, not descheduled" if _fin(share) else ""
+        )
+        return "gc_pause", (
+            f"{slow}; Python's garbage collector ran {int(gc)} time(s) during the copy (its neighbours: "
+            f"{0 if not _fin(gtyp) else gtyp:g}), pausing the thread that issues it{cpu}"
+        )
+    procs, pmed = row.get("gpu_procs", np.nan), ctx["procs_med"]
+    if _fin(procs) and procs > 0 and (not _fin(pmed) or procs > pmed):
+        return "gpu_shared", (
+            f"{slow}; {int(procs)} other process(es) used the GPU when the copy ended (NVML), where the run's "
+            f"copies usually saw {0 if not _fin(pmed) else pmed:g}: the copy shared the GPU"
+        )
+    clock, cmed = row.get("sm_clock_mhz", np.nan), ctx["clock_med"]
+    if _fin(clock) and _fin(cmed) and clock <= CLOCK_LOW * cmed:
+        return "gpu_clock_low", (
+            f"{slow}; the SM clock read {clock:.0f} MHz after the copy, {clock / cmed:.0%} of the run's median "
+            f"{cmed:.0f} MHz: the GPU was clocked down (power or thermal limit, or idling)"
+        )
+    return None
+
+
+def generic_cause(row: pd.Series, ctx: pd.Series, val: float, episode: int) -> tuple[str, str]:
+    """``episode`` (when the row lies in one) or ``unexplained``, with evidence.
+
+    An unexplained row's evidence lists what the table lets us rule out: the allocator
+    counters and, where measured, page faults, CPU time, GC, the SM clock and other
+    processes on the GPU. Same parameters as ``specific_cause`` plus the row's episode
+    id (-1 for none).
+    """
+    slow = _slow(row, val)
+    if episode >= 0:
+        return "episode", (
+            f"{slow}; one of a stretch of consecutive slow copies in time order (episode {episode}): a "
+            f"time-correlated slowdown, not a property of this size"
+        )
+    dallocs = row["device_allocs"]
+    why = []
+    if np.isfinite(row["host_allocs"]) and row["host_allocs"] == 0:
+        why.append("no new pinned block")
+    if np.isfinite(dallocs):
+        why.append(f"{int(dallocs)} new device segment(s), no more than its neighbours")
+    if row["empty_cache"] and not np.isfinite(dallocs):
+        why.append(
+            "empty_cache() ran before it, as before every copy of its kind, and the table has no "
+            "counters to tell more"
+        )
+    if _fin(ctx["faults"]):
+        f = ctx["faults"]
+        why.append("no page faults" if f == 0 else f"{int(f)} page faults, no more than its neighbours")
+    if _fin(ctx["cpu_share"]):
+        usual = f" (this strategy's copies: {ctx['cpu_typ']:.0%})" if _fin(ctx["cpu_typ"]) else ""
+        why.append(f"CPU time {ctx['cpu_share']:.0%} of wall{usual}")
+    if _fin(row.get("gc_count", np.nan)):
+        why.append("no GC" if row["gc_count"] == 0 else f"{int(row['gc_count'])} GC, as usual")
+    if _fin(row.get("sm_clock_mhz", np.nan)):
+        why.append(f"SM clock {row['sm_clock_mhz']:.0f} MHz (run median {ctx['clock_med']:.0f} MHz)")
+    if _fin(row.get("gpu_procs", np.nan)):
+        p = row["gpu_procs"]
+        why.append(
+            "no other process on the GPU" if p == 0 else f"{int(p)} other process(es) on the GPU, as usual"
+        )
+    tail = "; ".join(why) if why else "the table carries no counters for it"
+    return "unexplained", f"{slow}; an isolated slow copy: {tail}"
