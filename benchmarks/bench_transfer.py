@@ -234,9 +234,9 @@ def main(argv=None) -> int:
     reg = []
     for _ in range(5):
         t0 = time.perf_counter()
-        transfer._register(x.data_ptr(), x.numel())
+        transfer.host_register(x.data_ptr(), x.numel())
         reg.append(time.perf_counter() - t0)
-        transfer._unregister(x.data_ptr())
+        transfer.host_unregister(x.data_ptr())
     ceilings["host_register_1GiB_ms"] = float(np.median(reg) * 1e3)
     del x
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from h2dlab import datasets, measure, strategies, transfer
+from h2dlab import datasets, measure, strategies
 from tests.conftest import ROOT, run_cli
 
 MiB = 1024**2
@@ -78,84 +78,7 @@ def test_empty_cache_forces_device_alloc():
     assert (df2.loc[~df2.warmup, "device_allocs"] == 0).all()
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("numel", [0, 1, 4 * MiB - 1, 8 * MiB + 3, 3 * 8 * MiB, 50 * MiB + 7])
-def test_to_device_equals_to(dtype, numel):
-    x = _rand((numel,), dtype, seed=numel)
-    y = transfer.to_device(x, "cuda", min_bytes=0, chunk_bytes=8 * MiB, num_threads=4)
-    assert _same_bytes(y, x.to("cuda"))
-
-
-@pytest.mark.parametrize("shape", [(3, 5, 7), (1024, 1024, 3), (17, 1, 257, 129)])
-def test_to_device_shapes_and_noncontiguous(shape):
-    x = _rand(shape, torch.float32, seed=1)
-    for view in (x, x.transpose(0, -1), x[..., ::2], x.flip(0)):
-        y = transfer.to_device(view, "cuda", min_bytes=0, chunk_bytes=64 * 1024)
-        assert y.shape == view.shape
-        assert torch.equal(y.cpu(), view.contiguous())
-
-
-def test_to_device_direct_paths():
-    x = _rand((1000,), torch.float32)
-    assert torch.equal(transfer.to_device(x, "cuda").cpu(), x)  # small: .to()
-    p = x.pin_memory()
-    assert torch.equal(transfer.to_device(p, "cuda").cpu(), x)
-    g = x.cuda()
-    assert transfer.to_device(g, "cuda").data_ptr() == g.data_ptr()
-
-
-def test_to_device_non_blocking_source_may_change_after_return():
-    x = _rand((64 * MiB,), torch.uint8, seed=3)
-    ref = x.clone()
-    y = transfer.to_device(x, "cuda", non_blocking=True, chunk_bytes=4 * MiB)
-    x.zero_()  # allowed once to_device returned
-    s = y.long().sum()  # work on the current stream sees the data (an exact integer sum)
-    assert torch.equal(y.cpu(), ref)
-    assert s.item() == ref.long().sum().item()
-
-
-def test_to_device_many_calls_reuse_ring_and_free():
-    for i in range(5):
-        x = _rand((20 * MiB + i,), torch.uint8, seed=i)
-        assert _same_bytes(transfer.to_device(x, min_bytes=0), x)
-    assert transfer.ring_bytes() > 0
-    freed = transfer.free_ring()
-    assert freed > 0 and transfer.ring_bytes() == 0
-
-
-def test_to_device_error_releases_nothing_half_done(monkeypatch):
-    x = _rand((32 * MiB,), torch.uint8)
-
-    def boom(*a, **k):
-        raise OSError("disk on fire")
-
-    monkeypatch.setattr(transfer.np, "copyto", boom)
-    with pytest.raises(OSError):
-        transfer.to_device(x, min_bytes=0)
-    monkeypatch.undo()
-    assert _same_bytes(transfer.to_device(x, min_bytes=0), x)  # the ring still works
-    transfer.free_ring()
-    assert transfer.ring_bytes() == 0
-
-
-def test_pinned_in_place():
-    x = _rand((16 * MiB,), torch.uint8)
-    assert not x.is_pinned()
-    with transfer.pinned(x) as px:
-        assert px.data_ptr() == x.data_ptr() and px.is_pinned()
-        y = px.to("cuda", non_blocking=True)
-    assert not x.is_pinned()
-    assert torch.equal(y.cpu(), x)
-    with pytest.raises(ValueError, match="contiguous"):
-        with transfer.pinned(x[::2]):
-            pass
-    with pytest.raises(ValueError, match="already pinned"):
-        with transfer.pinned(x.pin_memory()):
-            pass
-    with pytest.raises(RuntimeError, match="inside"):
-        with transfer.pinned(x):
-            raise RuntimeError("inside")
-    assert not x.is_pinned()  # unregistered on the error path too
+# to_device, the Stager and pinned(): tests/gpu/test_transfer.py
 
 
 def test_forum_protocol_counters(tmp_path):

@@ -1,0 +1,362 @@
+"""A reusable staging ring: pinned slots and worker threads kept across host-to-device copies.
+
+A :class:`Stager` copies a pageable CPU tensor to one CUDA device in chunks. Its threads (the
+caller's thread is one of them) take chunk numbers from a shared counter, copy each chunk into
+one of their own pinned slots (plain ``memcpy`` through NumPy, which releases the GIL) and queue
+that slot's DMA on their own CUDA stream at once, so the host copies of later chunks overlap the
+PCIe transfers of earlier ones. A slot is refilled only once the event recorded behind its last
+DMA has completed: that is the only wait in the loop, and no thread waits for another.
+
+A copy is cut into about ``WAVES`` chunks per thread (at most a slot each): with one chunk per
+thread every thread copies at once and then every DMA runs at once, and nothing overlaps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import threading
+import time
+import weakref
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+
+from h2dlab.pinning import host_register, host_unregister
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "MAX_CHUNK_BYTES",
+    "MAX_THREADS",
+    "MIN_CHUNK_BYTES",
+    "MIN_STEP_BYTES",
+    "SLOTS_PER_THREAD",
+    "WAVES",
+    "Stager",
+    "check_count",
+    "chunk_plan",
+    "cuda_device",
+    "default_threads",
+    "takes_plain_to",
+]
+
+KiB, MiB = 1024, 1024**2
+DEFAULT_CHUNK_BYTES = 16 * MiB  # one staging slot; a chunk never exceeds its slot
+MIN_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_THREADS = 4 * KiB, 1024 * MiB, 256  # allowed options
+SLOTS_PER_THREAD = 2  # one being filled while the other's DMA runs
+WAVES = 4  # chunks per thread a copy is cut into, where slots allow (pipeline depth)
+MIN_STEP_BYTES = 1 * MiB  # but no smaller than this: below it per-chunk overhead dominates
+_ALIGN = 4 * KiB
+
+
+def default_threads() -> int:
+    """Staging threads when none are given: the usable cores, at most 12."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(12, cores or 1))
+
+
+def check_count(name: str, value: Any, lo: int, hi: int) -> int:
+    """``value`` as an int in ``[lo, hi]``; TypeError if not an integer, ValueError if out of range."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be between {lo} and {hi}, got {value}")
+    return int(value)
+
+
+def cuda_device(device: Any) -> torch.device:
+    """``device`` (``"cuda"``, ``"cuda:1"``, a ``torch.device`` or an index) as a CUDA
+    ``torch.device``, checked without touching CUDA.
+
+    Raises
+    ------
+    TypeError
+        If ``device`` is not a string, ``torch.device`` or int.
+    ValueError
+        If it names no device, a negative index, or a device that is not CUDA.
+    """
+    if isinstance(device, torch.device):
+        dev = device
+    elif isinstance(device, str):
+        try:
+            dev = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"{device!r} is not a device name; use e.g. 'cuda' or 'cuda:0'") from None
+    elif isinstance(device, (int, np.integer)) and not isinstance(device, bool):
+        if device < 0:
+            raise ValueError(f"a CUDA device index must be >= 0, got {device}")
+        dev = torch.device("cuda", int(device))
+    else:
+        raise TypeError(f"device must be a string, torch.device or int, got {type(device).__name__}")
+    if dev.type != "cuda":
+        raise ValueError(f"this copies to a CUDA device, got {str(dev)!r}; use tensor.to() for other devices")
+    return dev
+
+
+def takes_plain_to(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor.to(device)`` is already the right copy, so staging has nothing to add:
+    not a plain dense CPU tensor (on a GPU, sparse, quantized, a subclass), tracking
+    gradients (``.to()`` keeps the graph), empty, or already pinned.
+
+    Raises
+    ------
+    ValueError
+        For a meta tensor: it has no data to copy.
+    """
+    if tensor.is_meta:
+        raise ValueError("a meta tensor has no data to copy; create it on a real device first")
+    if (
+        type(tensor) is not torch.Tensor
+        or not tensor.is_cpu
+        or tensor.layout != torch.strided
+        or tensor.is_quantized
+        or tensor.requires_grad
+        or tensor.numel() == 0
+    ):
+        return True
+    return tensor.is_pinned()
+
+
+def chunk_plan(nbytes: int, threads: int, chunk_bytes: int) -> tuple[int, int]:
+    """(chunk size, number of chunks) for one copy of ``nbytes``: about ``WAVES`` chunks per
+    thread, each at least ``MIN_STEP_BYTES`` (or the slot, if smaller), at most one slot,
+    rounded up to 4 KiB."""
+    if nbytes <= 0:
+        return 0, 0
+    step = max(MIN_STEP_BYTES, -(-nbytes // (threads * WAVES)))
+    step = min(chunk_bytes, -(-step // _ALIGN) * _ALIGN)
+    return step, -(-nbytes // step)
+
+
+def _serve(inbox: queue.SimpleQueue, done: queue.SimpleQueue) -> None:
+    # A worker holds no reference to its Stager, so an unused Stager can be collected.
+    while True:
+        job = inbox.get()
+        if job is None:
+            return
+        try:
+            job()
+            done.put(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            done.put(exc)
+        del job  # the job refers to its Stager
+
+
+def _release(inboxes: list, workers: list, streams: list, buf: torch.Tensor) -> None:
+    for box in inboxes:
+        box.put(None)
+    for t in workers:
+        t.join()
+    for s in streams:  # no DMA may still read the ring
+        s.synchronize()
+    host_unregister(buf.data_ptr())
+
+
+class Stager:
+    """A pinned staging ring and its threads, kept for many copies to one CUDA device.
+
+    For a loop that copies a new pageable batch every step: the ring (``threads`` x
+    ``SLOTS_PER_THREAD`` slots of ``chunk_bytes``, registered with ``cudaHostRegister``),
+    the CUDA streams and the threads are made once, here.
+
+    Parameters
+    ----------
+    device
+        A CUDA device (``"cuda"`` is the current one, fixed at construction).
+    threads
+        Staging threads, the caller's included (default :func:`default_threads`).
+    chunk_bytes
+        Slot size (default 16 MiB), 4 KiB to 1 GiB.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For options of the wrong type or out of range, checked before CUDA is touched.
+    RuntimeError
+        If CUDA is unavailable.
+
+    Examples
+    --------
+    >>> with Stager("cuda", threads=16) as stage:  # doctest: +SKIP
+    ...     ys = [stage(batch) for batch in loader]
+    """
+
+    def __init__(
+        self,
+        device: str | torch.device | int = "cuda",
+        *,
+        threads: int | None = None,
+        chunk_bytes: int | None = None,
+    ) -> None:
+        threads = default_threads() if threads is None else check_count("threads", threads, 1, MAX_THREADS)
+        chunk = DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+        chunk = check_count("chunk_bytes", chunk, MIN_CHUNK_BYTES, MAX_CHUNK_BYTES)
+        dev = cuda_device(device)
+        if not torch.cuda.is_available():
+            raise RuntimeError("staging needs CUDA, and torch.cuda.is_available() is False")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        if dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"{dev} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+        self.device, self.threads, self.chunk_bytes = dev, threads, chunk
+        #: Set to a list to record one dict per copy with per-chunk host times and DMA events.
+        self.timeline: list | None = None
+        k = SLOTS_PER_THREAD
+        buf = torch.empty(threads * k * chunk, dtype=torch.uint8)
+        host_register(buf.data_ptr(), buf.numel())
+        self.nbytes = buf.numel()
+        slot = [buf[i * chunk : (i + 1) * chunk] for i in range(threads * k)]
+        self._slots = [slot[w * k : (w + 1) * k] for w in range(threads)]
+        self._slots_np = [[s.numpy() for s in ws] for ws in self._slots]
+        self._events = [[torch.cuda.Event() for _ in range(k)] for _ in range(threads)]
+        self._streams = [torch.cuda.Stream(device=dev) for _ in range(threads)]
+        self._next = [0] * threads  # each thread's next slot, kept across calls
+        self._lock = threading.Lock()
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._inboxes = [queue.SimpleQueue() for _ in range(threads - 1)]
+        self._workers = [
+            threading.Thread(target=_serve, args=(box, self._done), name=f"h2dlab-stage-{i + 1}", daemon=True)
+            for i, box in enumerate(self._inboxes)
+        ]
+        for t in self._workers:
+            t.start()
+        self._finalizer = weakref.finalize(self, _release, self._inboxes, self._workers, self._streams, buf)
+        self._finalizer.atexit = False  # at exit the process's memory goes anyway
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has released the ring."""
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Stop the threads, wait for the ring's last DMA, unregister and free the ring."""
+        with self._lock:
+            self._finalizer()
+
+    def __enter__(self) -> Stager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.nbytes / MiB:.0f} MiB pinned"
+        return (
+            f"Stager({str(self.device)!r}, threads={self.threads}, chunk_bytes={self.chunk_bytes}, {state})"
+        )
+
+    def to_device(self, tensor: torch.Tensor, *, non_blocking: bool = False) -> torch.Tensor:
+        """Copy ``tensor`` to this stager's device; equal to ``tensor.to(device)``.
+
+        Plain dense CPU tensors are staged (non-contiguous ones are made contiguous on the
+        host first, so the result is contiguous); others take ``tensor.to()``
+        (see :func:`takes_plain_to`). With ``non_blocking=True`` the call returns once every
+        byte has left ``tensor`` (it may be modified) and the DMAs are queued; work queued on
+        the current stream sees the data.
+        """
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+        if type(non_blocking) is not bool:
+            raise TypeError(f"non_blocking must be True or False, got {non_blocking!r}")
+        if takes_plain_to(tensor):
+            return tensor.to(self.device, non_blocking=non_blocking)
+        src = tensor.resolve_conj().resolve_neg().contiguous()
+        out = torch.empty(src.shape, dtype=src.dtype, device=self.device)
+        self._run(src.reshape(-1).view(torch.uint8).numpy(), out.reshape(-1).view(torch.uint8), non_blocking)
+        return out
+
+    __call__ = to_device
+
+    def host_copy(self, tensor: torch.Tensor) -> None:
+        """Only the host side of :meth:`to_device`: ``tensor``'s bytes copied through the ring
+        by the same threads and chunks, no DMA. For measuring what bounds a staged copy."""
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_cpu or tensor.layout != torch.strided:
+            raise TypeError("host_copy expects a dense CPU tensor")
+        src = tensor.detach().resolve_conj().resolve_neg().contiguous()
+        if src.numel():
+            self._run(src.reshape(-1).view(torch.uint8).numpy(), None, False)
+
+    def _run(self, src_np: np.ndarray, dst: torch.Tensor | None, non_blocking: bool) -> None:
+        nbytes = src_np.size
+        step, n_chunks = chunk_plan(nbytes, self.threads, self.chunk_bytes)
+        users = min(self.threads, n_chunks)
+        with self._lock:
+            if self.closed:
+                raise RuntimeError("this Stager is closed")
+            current = torch.cuda.current_stream(self.device)
+            streams = self._streams[:users]
+            trace = None
+            if self.timeline is not None:
+                ref = torch.cuda.Event(enable_timing=True)
+                ref.record(current)
+                trace = {"t0": time.perf_counter(), "ref": ref, "nbytes": nbytes, "step": step, "chunks": []}
+                self.timeline.append(trace)
+            if dst is not None:
+                for s in streams:
+                    s.wait_stream(current)  # `dst` may reuse memory still in use there
+            counter = itertools.count()  # next() is atomic under the GIL
+            failed = threading.Event()
+            work = partial(self._work, src_np=src_np, dst=dst, counter=counter, n_chunks=n_chunks, step=step)
+            work = partial(work, failed=failed, trace=trace)
+            for w in range(1, users):
+                self._inboxes[w - 1].put(partial(work, w))
+            errors = []
+            try:
+                work(0)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others stop
+                errors.append(exc)
+            for _ in range(users - 1):  # wait for all, even after a failure: none may write later
+                if (err := self._done.get()) is not None:
+                    errors.append(err)
+            if dst is not None:
+                for s in streams:
+                    current.wait_stream(s)
+                    dst.record_stream(s)
+            if errors:
+                raise errors[0]
+            if dst is not None and not non_blocking:
+                current.synchronize()
+
+    def _work(self, w, *, src_np, dst, counter, n_chunks, step, failed, trace) -> None:
+        # One thread's share: whole chunks into its own slots, each DMA queued on its own stream.
+        slots, slots_np, events, stream = self._slots[w], self._slots_np[w], self._events[w], self._streams[w]
+        nbytes, k, n_slots = src_np.size, self._next[w], len(slots)
+        clock = time.perf_counter
+        try:
+            with torch.cuda.stream(stream):
+                while not failed.is_set():
+                    i = next(counter)
+                    if i >= n_chunks:
+                        break
+                    off = i * step
+                    n = min(step, nbytes - off)
+                    j = k % n_slots
+                    k += 1
+                    t_wait = clock() if trace else 0.0
+                    events[j].synchronize()  # this slot's previous DMA has finished
+                    t_copy = clock() if trace else 0.0
+                    np.copyto(slots_np[j][:n], src_np[off : off + n])
+                    t_copied = clock() if trace else 0.0
+                    if dst is None:
+                        continue
+                    if trace:
+                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        e0.record(stream)
+                    dst[off : off + n].copy_(slots[j][:n], non_blocking=True)
+                    events[j].record(stream)
+                    if trace:
+                        e1.record(stream)
+                        trace["chunks"].append(
+                            {"thread": w, "chunk": i, "offset": off, "bytes": n, "slot": j, "wait": t_wait,
+                             "copy": t_copy, "copied": t_copied, "queued": clock(), "dma": (e0, e1)}
+                        )  # fmt: skip
+        except BaseException:
+            failed.set()
+            raise
+        finally:
+            self._next[w] = k % n_slots

@@ -1,0 +1,217 @@
+"""to_device, the Stager and pinning in place on a real GPU: bytes equal to .to() for many
+sizes, dtypes and views; a stager reused across calls; the threshold hand-over; errors and
+non-blocking semantics; the per-chunk timeline."""
+
+import gc
+import threading
+
+import pytest
+import torch
+
+from h2dlab import stager, transfer
+
+KiB, MiB = 1024, 1024**2
+DTYPES = [torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.int64, torch.bool, torch.complex64]
+
+
+def _rand(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_complex:
+        return torch.randn(shape, dtype=dtype, generator=g)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(-100 if dtype != torch.uint8 else 0, 100, shape, generator=g).to(dtype)
+
+
+def _same_bytes(a, b):
+    a, b = a.cpu().contiguous(), b.cpu().contiguous()
+    return (
+        a.shape == b.shape
+        and a.dtype == b.dtype
+        and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+    )
+
+
+@pytest.fixture(autouse=True)
+def _free_rings():
+    yield
+    transfer.free_ring()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("numel", [0, 1, 4 * MiB - 1, 8 * MiB + 3, 3 * 8 * MiB, 50 * MiB + 7])
+def test_to_device_equals_to(dtype, numel):
+    x = _rand((numel,), dtype, seed=numel)
+    y = transfer.to_device(x, "cuda", min_bytes=0, chunk_bytes=8 * MiB, num_threads=4)
+    assert _same_bytes(y, x.to("cuda"))
+
+
+@pytest.mark.parametrize(
+    ("threads", "chunk"), [(1, 4 * KiB), (3, 64 * KiB + 4096), (16, 16 * MiB), (7, 5 * MiB + 1)]
+)
+@pytest.mark.parametrize("nbytes", [1, 4095, 4097, MiB + 1, 33 * MiB + 13, 300 * MiB + 1])
+def test_staged_bytes_for_odd_sizes_threads_and_slots(threads, chunk, nbytes):
+    x = _rand((nbytes,), torch.uint8, seed=nbytes + threads)
+    assert _same_bytes(transfer.to_device(x, "cuda", min_bytes=0, chunk_bytes=chunk, num_threads=threads), x)
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 7), (1024, 1024, 3), (17, 1, 257, 129)])
+def test_to_device_shapes_and_views(shape):
+    x = _rand(shape, torch.float32, seed=1)
+    c = _rand(shape, torch.complex64, seed=2)
+    views = (
+        x,
+        x.transpose(0, -1),
+        x[..., ::2],
+        x.flip(0),
+        x[1:],
+        x.unsqueeze(0).expand(2, *shape),
+        c.conj(),
+        -c,
+    )
+    for view in views:
+        y = transfer.to_device(view, "cuda", min_bytes=0, chunk_bytes=64 * 1024)
+        assert y.shape == view.shape and y.dtype == view.dtype and y.device.type == "cuda"
+        assert torch.equal(y.cpu(), view.resolve_conj().resolve_neg().contiguous())
+    assert torch.equal(transfer.to_device(torch.tensor(2.5), min_bytes=0).cpu(), torch.tensor(2.5))
+
+
+def test_to_device_direct_paths():
+    x = _rand((1000,), torch.float32)
+    assert torch.equal(transfer.to_device(x, "cuda").cpu(), x)  # small: .to()
+    p = x.pin_memory()
+    assert torch.equal(transfer.to_device(p, "cuda", min_bytes=0).cpu(), x)
+    g = x.cuda()
+    assert transfer.to_device(g, "cuda", min_bytes=0).data_ptr() == g.data_ptr()
+    r = x.clone().requires_grad_()
+    y = transfer.to_device(r, "cuda", min_bytes=0)
+    assert y.requires_grad and y.grad_fn is not None  # .to() keeps the graph
+    assert transfer.ring_bytes() == 0  # none of these needed a ring
+    with pytest.raises(ValueError, match="does not exist"):
+        stager.Stager(f"cuda:{torch.cuda.device_count()}")
+
+
+def test_threshold_hand_over():
+    prev = transfer.use_fastpath(
+        {"format": 1, "min_bytes": 8 * MiB, "threads": 4, "chunk_bytes": 4 * MiB, "measured_on": {}}
+    )
+    try:
+        transfer.free_ring()
+        below = _rand((8 * MiB - 1,), torch.uint8, seed=5)
+        assert _same_bytes(transfer.to_device(below), below)
+        assert transfer.ring_bytes() == 0  # handed to .to()
+        at = _rand((8 * MiB,), torch.uint8, seed=6)
+        assert _same_bytes(transfer.to_device(at), at)
+        assert transfer.ring_bytes() == 4 * stager.SLOTS_PER_THREAD * 4 * MiB  # staged with the settings
+    finally:
+        transfer.use_fastpath(prev)
+
+
+def test_stager_reused_across_calls_of_different_sizes():
+    with stager.Stager("cuda", threads=6, chunk_bytes=2 * MiB) as st:
+        ring = st.nbytes
+        outs, refs = [], []
+        for i, n in enumerate((100 * MiB + 3, MiB + 1, 37 * MiB)):
+            x = _rand((n,), torch.uint8, seed=i)
+            refs.append(x.clone())
+            outs.append(st(x, non_blocking=True))
+            x.zero_()  # allowed once the call returned
+        torch.cuda.synchronize()
+        for y, ref in zip(outs, refs, strict=True):
+            assert _same_bytes(y, ref)
+        assert st.nbytes == ring == 6 * stager.SLOTS_PER_THREAD * 2 * MiB
+        f = _rand((3, 1000, 333), torch.float16, seed=9)
+        assert _same_bytes(st.to_device(f.transpose(0, 2)), f.transpose(0, 2))
+    assert st.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        st(torch.zeros(10))
+
+
+def test_non_blocking_source_may_change_after_return():
+    x = _rand((64 * MiB,), torch.uint8, seed=3)
+    ref = x.clone()
+    y = transfer.to_device(x, "cuda", non_blocking=True, chunk_bytes=4 * MiB, min_bytes=0)
+    x.zero_()
+    s = y.long().sum()  # work on the current stream sees the data (an exact integer sum)
+    assert torch.equal(y.cpu(), ref)
+    assert s.item() == ref.long().sum().item()
+
+
+def test_on_a_side_stream():
+    x = _rand((40 * MiB,), torch.uint8, seed=4)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        y = transfer.to_device(x, non_blocking=True, min_bytes=0)
+        total = y.long().sum()
+    side.synchronize()
+    assert total.item() == x.long().sum().item()
+
+
+def test_many_calls_reuse_ring_and_free():
+    for i in range(5):
+        x = _rand((20 * MiB + i,), torch.uint8, seed=i)
+        assert _same_bytes(transfer.to_device(x, min_bytes=0), x)
+    assert transfer.ring_bytes() > 0
+    freed = transfer.free_ring()
+    assert freed > 0 and transfer.ring_bytes() == 0
+
+
+def test_error_reaches_the_caller_and_the_ring_survives(monkeypatch):
+    x = _rand((32 * MiB,), torch.uint8)
+
+    def boom(*a, **k):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(stager.np, "copyto", boom)
+    with pytest.raises(OSError, match="disk on fire"):
+        transfer.to_device(x, min_bytes=0)
+    monkeypatch.undo()
+    assert _same_bytes(transfer.to_device(x, min_bytes=0), x)
+
+
+def test_unused_stager_is_collected_and_released():
+    before = threading.active_count()
+    st = stager.Stager("cuda", threads=4, chunk_bytes=MiB)
+    st(_rand((8 * MiB,), torch.uint8))
+    assert threading.active_count() == before + 3
+    del st
+    gc.collect()
+    assert threading.active_count() == before
+
+
+def test_timeline_of_one_copy():
+    x = _rand((64 * MiB,), torch.uint8, seed=8)
+    with stager.Stager("cuda", threads=4, chunk_bytes=4 * MiB) as st:
+        st.timeline = []
+        y = st(x)
+        (t,) = st.timeline
+        assert t["nbytes"] == 64 * MiB and len(t["chunks"]) == 16
+        for c in t["chunks"]:
+            e0, e1 = c["dma"]
+            start, end = t["ref"].elapsed_time(e0), t["ref"].elapsed_time(e1)
+            assert 0 <= start <= end
+            assert t["t0"] <= c["wait"] <= c["copy"] <= c["copied"] <= c["queued"]
+        st.host_copy(x)  # the host side alone; adds no timeline entry with DMA
+    assert _same_bytes(y, x)
+
+
+def test_pinned_in_place():
+    x = _rand((16 * MiB,), torch.uint8)
+    assert not x.is_pinned()
+    with transfer.pinned(x) as px:
+        assert px.data_ptr() == x.data_ptr() and px.is_pinned()
+        y = px.to("cuda", non_blocking=True)
+    assert not x.is_pinned()
+    assert torch.equal(y.cpu(), x)
+    with pytest.raises(ValueError, match="contiguous"):
+        with transfer.pinned(x[::2]):
+            pass
+    with pytest.raises(ValueError, match="already pinned"):
+        with transfer.pinned(x.pin_memory()):
+            pass
+    with pytest.raises(RuntimeError, match="inside"):
+        with transfer.pinned(x):
+            raise RuntimeError("inside")
+    assert not x.is_pinned()  # unregistered on the error path too

@@ -1,0 +1,491 @@
+"""to_device and the Stager on a CPU-only machine: every option and odd tensor is checked
+before CUDA is touched, small tensors are handed to .to() at once and cheaply, fast-path
+settings are read and checked, and the staging loop itself (threads, chunks, slots, errors)
+runs for real against a fake CUDA so its bytes can be compared."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import timeit
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from h2dlab import stager, transfer
+
+KiB, MiB, GiB = 1024, 1024**2, 1024**3
+
+
+@pytest.fixture
+def to_calls(monkeypatch):
+    """Record every Tensor.to call instead of running it (no CUDA here)."""
+    calls = []
+
+    def fake_to(self, *args, **kwargs):
+        calls.append((self, args, kwargs))
+        return self
+
+    monkeypatch.setattr(torch.Tensor, "to", fake_to)
+    return calls
+
+
+BAD_DEVICES = [
+    ("cpu", ValueError, "CUDA device"),
+    ("meta", ValueError, "CUDA device"),
+    ("cuda:x", ValueError, "not a device name"),
+    ("gpu", ValueError, "not a device name"),
+    ("", ValueError, "not a device name"),
+    (" cuda", ValueError, "not a device name"),
+    ("cuda:-1", ValueError, "not a device name"),
+    (-1, ValueError, ">= 0"),
+    (torch.device("cpu"), ValueError, "CUDA device"),
+    (1.5, TypeError, "device must be"),
+    (None, TypeError, "device must be"),
+    (True, TypeError, "device must be"),
+    (["cuda"], TypeError, "device must be"),
+]
+
+
+@pytest.mark.parametrize(("device", "exc", "msg"), BAD_DEVICES)
+def test_bad_device_is_refused_before_any_copy(to_calls, device, exc, msg):
+    with pytest.raises(exc, match=msg):
+        transfer.to_device(torch.zeros(4), device)
+    with pytest.raises(exc, match=msg):
+        stager.Stager(device)
+    assert to_calls == []
+
+
+BAD_OPTIONS = [
+    ({"num_threads": 0}, ValueError, "num_threads must be between 1 and 256, got 0"),
+    ({"num_threads": -3}, ValueError, "num_threads"),
+    ({"num_threads": 10**6}, ValueError, "num_threads"),
+    ({"num_threads": 2.5}, TypeError, "num_threads must be an integer"),
+    ({"num_threads": "4"}, TypeError, "num_threads must be an integer"),
+    ({"num_threads": True}, TypeError, "num_threads must be an integer"),
+    ({"chunk_bytes": 1}, ValueError, "chunk_bytes must be between 4096"),
+    ({"chunk_bytes": 0}, ValueError, "chunk_bytes"),
+    ({"chunk_bytes": -MiB}, ValueError, "chunk_bytes"),
+    ({"chunk_bytes": 4095}, ValueError, "chunk_bytes"),
+    ({"chunk_bytes": 2 * GiB}, ValueError, "chunk_bytes"),
+    ({"chunk_bytes": 4096.0}, TypeError, "chunk_bytes must be an integer"),
+    ({"min_bytes": -1}, ValueError, "min_bytes must be between 0"),
+    ({"min_bytes": 1e6}, TypeError, "min_bytes must be an integer"),
+    ({"min_bytes": float("nan")}, TypeError, "min_bytes"),
+    ({"non_blocking": "yes"}, TypeError, "non_blocking must be True or False"),
+    ({"non_blocking": 1}, TypeError, "non_blocking"),
+    ({"non_blocking": None}, TypeError, "non_blocking"),
+]
+
+
+@pytest.mark.parametrize(("opts", "exc", "msg"), BAD_OPTIONS)
+@pytest.mark.parametrize("nbytes", [0, 4, 64 * MiB])
+def test_bad_option_is_refused_whatever_the_size(to_calls, opts, exc, msg, nbytes):
+    # Validation comes before the size check: a small tensor does not slip through.
+    with pytest.raises(exc, match=msg):
+        transfer.to_device(torch.empty(nbytes, dtype=torch.uint8), "cuda", **opts)
+    assert to_calls == []
+
+
+@pytest.mark.parametrize(
+    ("opts", "exc", "msg"),
+    [
+        ({"threads": 0}, ValueError, "threads must be between 1"),
+        ({"threads": 1.0}, TypeError, "threads must be an integer"),
+        ({"chunk_bytes": 1}, ValueError, "chunk_bytes must be between 4096"),
+        ({"chunk_bytes": "16MiB"}, TypeError, "chunk_bytes must be an integer"),
+    ],
+)
+def test_stager_options_checked_before_cuda(opts, exc, msg):
+    with pytest.raises(exc, match=msg):
+        stager.Stager("cuda", **opts)
+
+
+def test_without_cuda_a_staged_copy_says_so():
+    assert not torch.cuda.is_available()
+    with pytest.raises(RuntimeError, match=r"needs CUDA.*is_available\(\) is False"):
+        transfer.to_device(torch.zeros(4), "cuda", min_bytes=0)
+    with pytest.raises(RuntimeError, match="needs CUDA"):
+        stager.Stager("cuda")
+
+
+@pytest.mark.parametrize("x", [12, "tensor", np.zeros(4), [1.0, 2.0], None])
+def test_not_a_tensor(to_calls, x):
+    with pytest.raises(TypeError, match="expects a torch.Tensor"):
+        transfer.to_device(x, "cuda")
+
+
+def test_meta_tensor_refused_at_any_size(to_calls):
+    for n in (0, 4, 2**30):
+        with pytest.raises(ValueError, match="meta tensor has no data"):
+            transfer.to_device(torch.empty(n, device="meta"), "cuda")
+        with pytest.raises(ValueError, match="meta tensor has no data"):
+            transfer.to_device(torch.empty(n, device="meta"), "cuda", min_bytes=0)
+    assert to_calls == []
+
+
+def _odd_tensors():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 8, generator=g)
+    c = torch.randn(5, dtype=torch.complex64, generator=g)
+    return {
+        "empty": torch.empty(0),
+        "empty_2d": torch.empty(3, 0, 5, dtype=torch.float64),
+        "scalar": torch.tensor(3.5),
+        "bool": torch.tensor([True, False, True]),
+        "complex": c,
+        "conj": c.conj(),
+        "transposed": x.t(),
+        "strided": x[:, ::2],
+        "expanded": torch.ones(1, 4).expand(1000, 4),
+        "sparse": x.to_sparse(),
+        "requires_grad": torch.ones(3, requires_grad=True),
+        "parameter": torch.nn.Parameter(torch.ones(3)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_odd_tensors()))
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_small_and_odd_tensors_go_to_plain_to(to_calls, name, non_blocking):
+    x = _odd_tensors()[name]
+    assert transfer.to_device(x, "cuda:0", non_blocking=non_blocking) is x
+    ((obj, args, kwargs),) = to_calls
+    assert obj is x and args == (torch.device("cuda", 0),) and kwargs == {"non_blocking": non_blocking}
+
+
+@pytest.mark.parametrize("name", ["empty", "empty_2d", "sparse", "requires_grad", "parameter"])
+def test_what_staging_cannot_help_goes_to_plain_to_even_when_forced(to_calls, name):
+    x = _odd_tensors()[name]
+    if name.startswith("empty") or name == "sparse":  # decided before any CUDA call
+        assert transfer.to_device(x, 1, min_bytes=0) is x
+        assert to_calls[0][1] == (torch.device("cuda", 1),)
+    assert stager.takes_plain_to(x)
+
+
+def test_takes_plain_to():
+    assert not stager.takes_plain_to(torch.zeros(4))
+    assert not stager.takes_plain_to(torch.zeros(4).t())  # dense views are staged
+    assert stager.takes_plain_to(torch.zeros(0))
+    assert stager.takes_plain_to(torch.zeros(3, requires_grad=True))
+    assert stager.takes_plain_to(torch.eye(3).to_sparse())
+    with pytest.raises(ValueError, match="meta"):
+        stager.takes_plain_to(torch.zeros(3, device="meta"))
+
+
+def test_the_threshold_decides(to_calls):
+    x = torch.empty(MiB, dtype=torch.uint8)
+    assert transfer.to_device(x, "cuda", min_bytes=MiB + 1) is x  # below: .to()
+    assert len(to_calls) == 1
+    with pytest.raises(RuntimeError, match="needs CUDA"):  # at the threshold: staged
+        transfer.to_device(x, "cuda", min_bytes=MiB)
+    assert len(to_calls) == 1
+
+
+def test_fast_path_adds_under_2us(to_calls):
+    """Below the threshold to_device costs < 2 us more than calling .to() itself
+    (best of several timings; the fake .to() makes the difference visible)."""
+    x = torch.zeros(256)
+    dev = torch.device("cuda")
+    n = 20000
+    direct = min(timeit.repeat(lambda: x.to(dev, non_blocking=False), number=n, repeat=7)) / n
+    via = min(timeit.repeat(lambda: transfer.to_device(x, "cuda"), number=n, repeat=7)) / n
+    assert via - direct < 2e-6, f"to_device adds {(via - direct) * 1e6:.2f} us"
+
+
+# --- chunking -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "threads", "chunk", "step", "n"),
+    [
+        (256 * MiB, 16, 16 * MiB, 4 * MiB, 64),  # 4 chunks per thread, not 1
+        (GiB, 16, 16 * MiB, 16 * MiB, 64),
+        (4 * GiB, 16, 16 * MiB, 16 * MiB, 256),
+        (32 * MiB, 16, 16 * MiB, MiB, 32),
+        (10, 16, 16 * MiB, MiB, 1),
+        (3 * MiB, 4, 64 * KiB, 64 * KiB, 48),
+        (0, 4, MiB, 0, 0),
+    ],
+)
+def test_chunk_plan_examples(nbytes, threads, chunk, step, n):
+    assert stager.chunk_plan(nbytes, threads, chunk) == (step, n)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    nbytes=st.integers(1, 2**36),
+    threads=st.integers(1, 256),
+    chunk=st.integers(stager.MIN_CHUNK_BYTES, stager.MAX_CHUNK_BYTES),
+)
+def test_chunk_plan_covers_every_byte_once(nbytes, threads, chunk):
+    step, n = stager.chunk_plan(nbytes, threads, chunk)
+    assert 0 < step <= chunk  # a chunk fits its slot
+    assert (n - 1) * step < nbytes <= n * step  # every byte, no empty chunk
+    assert step % 4096 == 0 or step == chunk
+    # Deep enough to overlap: no larger than WAVES chunks per thread asks (page rounding aside).
+    assert step < max(stager.MIN_STEP_BYTES, -(-nbytes // (threads * stager.WAVES))) + 4096
+
+
+# --- fast-path settings -----------------------------------------------------------------
+
+
+def _fp(**kw):
+    d = {
+        "format": 1,
+        "min_bytes": 64 * MiB,
+        "threads": 1,
+        "chunk_bytes": 8 * MiB,
+        "measured_on": {"gpu_name": "X"},
+    }
+    d.update(kw)
+    return d
+
+
+def test_read_fastpath_file(tmp_path):
+    p = tmp_path / "fastpath.json"
+    p.write_text(json.dumps(_fp()))
+    s = transfer.read_fastpath(p)
+    assert (s["min_bytes"], s["threads"], s["chunk_bytes"]) == (64 * MiB, 1, 8 * MiB)
+    assert s["source"] == str(p) and s["measured_on"] == {"gpu_name": "X"}
+
+
+def test_read_fastpath_caps_threads_at_the_cores():
+    s = transfer.read_fastpath(_fp(threads=256))
+    assert 1 <= s["threads"] <= (len(__import__("os").sched_getaffinity(0)))
+
+
+@pytest.mark.parametrize(
+    ("d", "msg"),
+    [
+        (_fp(format=2), "format 1"),
+        ([1, 2], "format 1"),
+        ({k: v for k, v in _fp().items() if k != "threads"}, "has no 'threads'"),
+        (_fp(min_bytes=-5), "min_bytes must be between"),
+        (_fp(chunk_bytes=1), "chunk_bytes must be between"),
+        (_fp(threads="16"), "threads must be an integer"),
+    ],
+)
+def test_read_fastpath_refuses_bad_settings(tmp_path, d, msg):
+    p = tmp_path / "f.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=msg):
+        transfer.read_fastpath(p)
+
+
+def test_read_fastpath_unreadable(tmp_path):
+    (tmp_path / "bad.json").write_text("{not json")
+    for p in (tmp_path / "bad.json", tmp_path / "missing.json"):
+        with pytest.raises(ValueError, match="cannot read fast-path settings"):
+            transfer.read_fastpath(p)
+
+
+def test_use_fastpath_moves_the_threshold_and_restores(to_calls):
+    x = torch.empty(2 * MiB, dtype=torch.uint8)
+    prev = transfer.use_fastpath(_fp(min_bytes=MiB))
+    try:
+        assert transfer.fastpath()["min_bytes"] == MiB
+        with pytest.raises(RuntimeError, match="needs CUDA"):  # now staged
+            transfer.to_device(x, "cuda")
+        transfer.use_fastpath(_fp(min_bytes=4 * MiB))
+        assert transfer.to_device(x, "cuda") is x and len(to_calls) == 1
+    finally:
+        transfer.use_fastpath(prev)
+    assert transfer.fastpath() == prev
+
+
+def test_shipped_settings_are_valid():
+    s = transfer.fastpath()
+    if transfer.FASTPATH_FILE.exists():
+        assert s["source"] == str(transfer.FASTPATH_FILE) and s["measured_on"]
+    else:
+        assert s["min_bytes"] == transfer.DEFAULT_MIN_BYTES
+    assert s["threads"] >= 1 and s["chunk_bytes"] >= stager.MIN_CHUNK_BYTES
+
+
+# --- the staging loop, run for real against a fake CUDA ----------------------------------
+
+
+class _FakeEvent:
+    def __init__(self, enable_timing=False):
+        self.recorded = 0
+
+    def record(self, stream=None):
+        self.recorded += 1
+
+    def synchronize(self):
+        pass
+
+
+class _FakeStream:
+    def __init__(self, device=None):
+        self.waits = 0
+
+    def wait_stream(self, other):
+        self.waits += 1
+
+    def synchronize(self):
+        pass
+
+
+class _FakeCudart:
+    def __init__(self):
+        self.registered = {}
+
+    def cudaHostRegister(self, ptr, nbytes, flags):
+        self.registered[ptr] = nbytes
+        return 0
+
+    def cudaHostUnregister(self, ptr):
+        return 0 if self.registered.pop(ptr, None) else 1
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Enough of torch.cuda for a Stager whose DMA is a CPU copy (synchronous)."""
+    rt = _FakeCudart()
+    current = _FakeStream()
+    for name, value in {
+        "is_available": lambda: True,
+        "current_device": lambda: 0,
+        "device_count": lambda: 1,
+        "cudart": lambda: rt,
+        "Event": _FakeEvent,
+        "Stream": _FakeStream,
+        "current_stream": lambda device=None: current,
+        "stream": lambda s: contextlib.nullcontext(),
+    }.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, s: None)
+    return rt
+
+
+def _cpu_stager(**kw):
+    s = stager.Stager("cuda", **kw)
+    s.device = torch.device("cpu")  # results land on the CPU: the loop is what is tested
+    return s
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.bool, torch.float16, torch.complex64, torch.int64])
+@pytest.mark.parametrize("shape", [(1,), (3 * MiB + 7,), (257, 129, 3)])
+def test_staging_loop_bytes_match(fake_cuda, dtype, shape):
+    g = torch.Generator().manual_seed(sum(shape))
+    x = torch.randint(
+        0, 255, (int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size(),), generator=g
+    )
+    x = x.to(torch.uint8).view(dtype).reshape(shape)
+    with _cpu_stager(threads=4, chunk_bytes=64 * KiB) as s:
+        y = s(x)
+        assert y.shape == x.shape and y.dtype == x.dtype and y.is_contiguous()
+        assert torch.equal(y.reshape(-1).view(torch.uint8), x.reshape(-1).view(torch.uint8))
+    assert s.closed and fake_cuda.registered == {}
+
+
+def test_staging_loop_views_conj_and_reuse(fake_cuda):
+    g = torch.Generator().manual_seed(1)
+    s = _cpu_stager(threads=3, chunk_bytes=16 * KiB)
+    s.timeline = []
+    sizes = []
+    for x in (
+        torch.randn(300, 200, generator=g).t(),
+        torch.randn(1000, 64, generator=g)[:, ::3],
+        torch.randn(5000, dtype=torch.complex64, generator=g).conj(),
+        torch.randn(7, generator=g).neg(),
+        torch.randn(40000, generator=g),
+    ):
+        y = s.to_device(x, non_blocking=True)
+        assert torch.equal(y, x.resolve_conj().resolve_neg())
+        sizes.append(x.numel() * x.element_size())
+    # Each call cut its bytes into chunks that tile it exactly, spread over the threads.
+    assert [t["nbytes"] for t in s.timeline] == sizes
+    for t in s.timeline:
+        spans = sorted((c["offset"], c["offset"] + c["bytes"]) for c in t["chunks"])
+        assert spans[0][0] == 0 and spans[-1][1] == t["nbytes"]
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+        assert all(
+            c["bytes"] <= 16 * KiB and c["wait"] <= c["copy"] <= c["copied"] <= c["queued"]
+            for c in t["chunks"]
+        )
+    s.close()
+    s.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        s.to_device(torch.zeros(10))
+
+
+def test_staging_loop_spreads_chunks_over_threads(fake_cuda, monkeypatch):
+    real = np.copyto
+
+    def slow_copy(dst, src):  # a copy long enough for every worker to wake (the GIL is free)
+        time.sleep(0.002)
+        real(dst, src)
+
+    monkeypatch.setattr(stager.np, "copyto", slow_copy)
+    s = _cpu_stager(threads=3, chunk_bytes=4 * KiB)
+    s.timeline = []
+    x = torch.arange(30 * 1024, dtype=torch.int32)  # 30 chunks
+    assert torch.equal(s(x), x)
+    assert {c["thread"] for c in s.timeline[-1]["chunks"]} == {0, 1, 2}
+    s.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        s.to_device(torch.zeros(10))
+
+
+def test_staging_loop_error_reaches_the_caller_and_the_ring_survives(fake_cuda, monkeypatch):
+    s = _cpu_stager(threads=4, chunk_bytes=8 * KiB)
+    x = torch.arange(100_000, dtype=torch.int32)
+    real = np.copyto
+    calls = []
+
+    def flaky(dst, src):
+        calls.append(1)
+        if len(calls) == 5:
+            raise OSError("disk on fire")
+        real(dst, src)
+
+    monkeypatch.setattr(stager.np, "copyto", flaky)
+    with pytest.raises(OSError, match="disk on fire"):
+        s(x)
+    n_failed = len(calls)
+    assert n_failed < stager.chunk_plan(x.numel() * 4, 4, 8 * KiB)[1]  # the others stopped early
+    monkeypatch.setattr(stager.np, "copyto", real)
+    assert torch.equal(s(x), x)
+    s.host_copy(x)  # the host side alone runs too
+    s.close()
+
+
+def test_stager_keeps_its_threads(fake_cuda):
+    import threading
+
+    before = threading.active_count()
+    s = _cpu_stager(threads=5, chunk_bytes=4 * KiB)
+    assert threading.active_count() == before + 4  # the caller is the fifth
+    for n in (10, 100_000, 3):
+        assert torch.equal(s(torch.ones(n)), torch.ones(n))
+    assert threading.active_count() == before + 4
+    assert s.nbytes == 5 * stager.SLOTS_PER_THREAD * 4 * KiB and "40 KiB" not in repr(s)
+    s.close()
+    assert threading.active_count() == before
+
+
+def test_to_device_uses_one_stager_per_device(fake_cuda, monkeypatch):
+    made = []
+
+    def spy(*a, **k):
+        made.append(_cpu_stager(**k))
+        return made[-1]
+
+    monkeypatch.setattr(transfer, "Stager", spy)
+    transfer.free_ring()
+    x = torch.arange(5000.0)
+    opts = {"min_bytes": 0, "num_threads": 2, "chunk_bytes": 4 * KiB}
+    assert torch.equal(transfer.to_device(x, "cuda", **opts), x)
+    assert transfer.ring_bytes() == 2 * 2 * 4 * KiB
+    assert torch.equal(transfer.to_device(x, "cuda", **opts), x)
+    assert len(made) == 1  # kept
+    assert torch.equal(transfer.to_device(x, "cuda", **{**opts, "num_threads": 3}), x)
+    assert len(made) == 2 and made[0].closed  # replaced, not piled up
+    assert transfer.free_ring() == 3 * 2 * 4 * KiB and transfer.ring_bytes() == 0
+    assert made[1].closed
