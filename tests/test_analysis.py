@@ -39,7 +39,7 @@ def synthetic_run(seed, *, reps=10, n_sizes=21, spikes=5, episode_len=15, noise=
             "size_bytes": size,
             "shape": "",
             "dtype": "uint8",
-            "rep": 0,
+            "rep": pd.Series(size).groupby(size).cumcount().to_numpy(),
             "warmup": False,
             "t_s": np.arange(n) * 0.01,
             "wall_ms": ms * 1.01,
