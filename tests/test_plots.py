@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from h2dlab import datasets, model, outliers, plots  # noqa: E402
+from h2dlab import advice, datasets, model, outliers, plots  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +83,151 @@ def test_allocator_growth_marks_new_blocks():
 def test_plot_into_given_axes():
     fig, ax = plt.subplots()
     assert plots.forum_columns(datasets.load("forum_a100"), ax=ax) is ax
+
+
+# -- every notebook figure: titles, legends off the data, labels apart and inside ---------------
+
+
+def text_problems(fig):
+    """Pairs of visible axes texts whose boxes overlap, and texts that leave the figure."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    texts = [t for ax in fig.axes for t in [*ax.texts, ax.title] if t.get_visible() and t.get_text().strip()]
+    boxes = [(t.get_text(), t.get_window_extent(r)) for t in texts]
+    fb = fig.bbox
+    out = [
+        a for a, b in boxes if b.x0 < fb.x0 - 1 or b.y0 < fb.y0 - 1 or b.x1 > fb.x1 + 1 or b.y1 > fb.y1 + 1
+    ]
+    overlaps = [(a, c) for i, (a, b) in enumerate(boxes) for c, d in boxes[i + 1 :] if b.overlaps(d)]
+    return overlaps, out
+
+
+def test_text_checker_catches_two_labels_at_one_spot_and_one_outside():
+    fig, ax = plt.subplots()
+    ax.annotate("same spot", (0.5, 0.5), xycoords="axes fraction")
+    ax.annotate("same spot", (0.5, 0.5), xycoords="axes fraction")
+    ax.text(3.0, 0.5, "far right", transform=ax.transAxes)
+    overlaps, out = text_problems(fig)
+    assert overlaps == [("same spot", "same spot")] and out == ["far right"]
+
+
+def test_place_labels_separates_labels_at_one_spot():
+    fig, ax = plots.subplots()
+    ax.plot([1, 2], [1, 2])
+    for _ in range(4):
+        ax.annotate("a label at one spot", (1.5, 1.5), xytext=(8, 14), textcoords="offset points")
+    plots.place_labels(ax)
+    assert text_problems(fig) == ([], [])
+
+
+def _figures():
+    """Each notebook figure, drawn from the bundled data (name, thunk returning the figure)."""
+    sweep = datasets.load("h200_sweep")
+    inter = datasets.run_named(sweep, "pow2-interleaved")
+    a100, h200 = datasets.load("forum_a100"), datasets.load("h200_forum")
+    alloc = datasets.load("h200_allocator")
+    ea = outliers.explain(a100)
+    run = datasets.run_named
+
+    def one(draw):
+        fig, ax = plots.subplots()
+        draw(ax)
+        return fig
+
+    def pair(draw):
+        fig, axs = plots.subplots(1, 2)
+        for i, ax in enumerate(axs):
+            draw(ax, i)
+        return fig
+
+    yield (
+        "latency+bandwidth",
+        lambda: pair(lambda ax, i: (plots.latency if i == 0 else plots.bandwidth)(inter, ax=ax)),
+    )
+    yield (
+        "bandwidth 2 strategies",
+        lambda: one(lambda ax: plots.bandwidth(inter, ax=ax, strategies=["pageable", "pinned_reuse"])),
+    )
+    yield (
+        "forum columns a100|h200",
+        lambda: pair(lambda ax, i: plots.forum_columns(a100 if i == 0 else run(h200, "ascending-1"), ax=ax)),
+    )
+    yield (
+        "forum columns+annotate",
+        lambda: one(
+            lambda ax: plots.annotate(ea, ax=plots.forum_columns(a100, ax=ax), x="size_bytes", max_labels=4)
+        ),
+    )
+    yield (
+        "timelines+annotate",
+        lambda: pair(
+            lambda ax, i: plots.annotate(
+                ea[ea.strategy == ("pinned_to_cuda", "direct_to_cuda")[i]],
+                ax=plots.timeline(ea, strategy=("pinned_to_cuda", "direct_to_cuda")[i], ax=ax),
+                max_labels=3,
+            )
+        ),
+    )
+    yield (
+        "timeline all+annotate",
+        lambda: one(lambda ax: plots.annotate(ea, ax=plots.timeline(ea, ax=ax), max_labels=6)),
+    )
+    yield "allocator growth", lambda: one(lambda ax: plots.allocator_growth(h200, ax=ax))
+    yield "allocator 2x2", lambda: _grid(alloc)
+    yield (
+        "cache kept vs emptied",
+        lambda: one(
+            lambda ax: plots.cache_kept_vs_emptied(
+                run(alloc, "device-cache-kept"), run(alloc, "device-empty-cache"), ax=ax
+            )
+        ),
+    )
+    yield (
+        "device alloc cost",
+        lambda: one(lambda ax: plots.device_alloc_cost(h200, run(sweep, "forum-sizes"), ax=ax)),
+    )
+    yield (
+        "pin cost",
+        lambda: one(
+            lambda ax: plots.pin_cost(
+                inter, cold=run(alloc, "pin-emptied"), register=run(alloc, "pin-register-emptied"), ax=ax
+            )
+        ),
+    )
+    yield "benchmark", lambda: one(lambda ax: plots.benchmark(datasets.load_benchmark("h200"), ax=ax))
+    yield (
+        "overlap",
+        lambda: one(lambda ax: plots.overlap(datasets.timeline("h200_overlap"), ax=ax, name="h200_overlap")),
+    )
+    yield "concurrency", lambda: one(lambda ax: plots.concurrency(datasets.load("h200x2_concurrent"), ax=ax))
+    yield (
+        "advice",
+        lambda: one(
+            lambda ax: plots.advice_bars(advice.advice(inter, 2**30, cold=run(alloc, "pin-emptied")), ax=ax)
+        ),
+    )
+
+
+def _grid(alloc):
+    fig, axs = plots.subplots(2, 2, sharex=True, sharey=True)
+    for ax, r in zip(
+        axs.flat, ["pin-warm", "pin-emptied", "pin-register-warm", "pin-register-emptied"], strict=True
+    ):
+        plots.allocator_growth(datasets.run_named(alloc, r), strategy="pin_then_copy", ax=ax)
+        ax.set_title(r)
+    return fig
+
+
+@pytest.mark.parametrize("name,draw", list(_figures()), ids=[n for n, _ in _figures()])
+def test_notebook_figures_have_titles_outside_legends_and_apart_labels(name, draw):
+    fig = draw()
+    for ax in fig.axes:
+        assert ax.get_title(), f"{name}: an axes without a title"
+        leg = ax.get_legend()
+        if leg is not None:  # legends sit outside the data area
+            fig.canvas.draw()
+            lb, ab = leg.get_window_extent(), ax.get_window_extent()
+            assert lb.x0 >= ab.x1 - 1 or lb.y1 <= ab.y0 + 1, f"{name}: legend over the data"
+    overlaps, out = text_problems(fig)
+    assert not overlaps, f"{name}: overlapping texts {overlaps[:3]}"
+    assert not out, f"{name}: texts leave the figure {out[:3]}"

@@ -1,0 +1,41 @@
+"""One naming scheme for the ways to move a tensor: the strategy registry's names, used by
+tables, plots and the benchmark alike, with the code each name stands for. No torch here.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BENCHMARK", "CODE", "canonical", "code"]
+
+#: What each name times, as a user would write it.
+CODE = {
+    "pageable": "x.to('cuda')",
+    "pageable_non_blocking": "x.to('cuda', non_blocking=True)",
+    "pin_then_copy": "x.pin_memory().to('cuda')",
+    "pin_then_copy_register": "x.pin_memory().to('cuda') with pinned_use_cuda_host_register",
+    "pinned_reuse": "dst.copy_(pinned_buffer, non_blocking=True)",
+    "host_register": "cudaHostRegister(x), copy, unregister",
+    "staged": "h2dlab.transfer.to_device(x)",
+    "tensordict": "TensorDict(...).to('cuda', non_blocking_pin=True, num_threads=8)",
+    "pin_memory": "x.pin_memory()",
+    "pinned_to_cuda": "x_pinned.to('cuda') after empty_cache()",
+    "direct_to_cuda": "x.to('cuda') after empty_cache()",
+}
+#: The benchmark's method names (benchmarks/bench_transfer.py) in the registry's names.
+BENCHMARK = {
+    "to": "pageable",
+    "to_device": "staged",
+    "pin_then_to": "pin_then_copy",
+    "pin_then_to_reg": "pin_then_copy_register",
+    "pinned_reuse": "pinned_reuse",
+    "tensordict": "tensordict",
+}
+
+
+def canonical(name: str) -> str:
+    """The registry name for a strategy or benchmark method name (unknown names unchanged)."""
+    return BENCHMARK.get(name, name)
+
+
+def code(name: str) -> str:
+    """The code a name stands for; the name itself if it has no entry."""
+    return CODE.get(canonical(name), name)
