@@ -26,6 +26,7 @@ __all__ = [
     "PINNING_STRATEGIES",
     "PREEMPTED_SHARE",
     "generic_cause",
+    "group_columns",
     "neighbours",
     "specific_cause",
 ]
@@ -62,6 +63,12 @@ PREEMPTED_SHARE = 0.5
 CLOCK_LOW = 0.8
 
 
+def group_columns(df: pd.DataFrame) -> list[str]:
+    """The columns whose values make one curve of copies: run, direction, strategy and
+    tensors per copy (the last two where the table has them, schema 2)."""
+    return [c for c in ("run_id", "direction", "strategy", "n_tensors") if c in df.columns]
+
+
 def _col(df: pd.DataFrame, name: str) -> pd.Series:
     return df[name].astype(float) if name in df.columns else pd.Series(np.nan, index=df.index)
 
@@ -71,8 +78,8 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
 
     Returns a frame on ``df``'s index: ``first_order`` (the run's first ``order``),
     ``bucket`` (log2 of the pinned block a request rounds up to) and ``new_bucket`` (no
-    earlier row of its run and strategy needed that block), ``dev_typ`` (median new
-    device segments of the run and strategy), ``faults`` (minor + major), ``fault_typ``
+    earlier row of its group needed that block), ``dev_typ`` (median new device segments
+    of its group: same ``group_columns``), ``faults`` (minor + major), ``fault_typ``
     (median faults per 4 KiB page of the payload), ``cpu_share`` (cpu_ms / wall_ms) and
     ``cpu_typ`` (its median), ``gc_typ``, and per run ``clock_med`` and ``procs_med``.
     Medians are over timed rows (no warm-up, no error); NaN where unmeasured.
@@ -82,10 +89,11 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     ctx["bucket"] = np.ceil(np.log2(np.maximum(df["size_bytes"].to_numpy(float), 1))).astype(int)
     # A stable sort by time keeps each (run, strategy)'s own order: the first row of a
     # bucket in time is the one that needed the block first.
-    in_time = pd.concat([df[["run_id", "strategy", "order", "rep"]], ctx["bucket"]], axis=1)
+    keys = group_columns(df)
+    in_time = pd.concat([df[[*keys, "order", "rep"]], ctx["bucket"]], axis=1)
     in_time = in_time.sort_values(["order", "rep"], kind="stable")
-    ctx["new_bucket"] = ~in_time.duplicated(["run_id", "strategy", "bucket"]).reindex(df.index)
-    by = [df["run_id"], df["strategy"]]
+    ctx["new_bucket"] = ~in_time.duplicated([*keys, "bucket"]).reindex(df.index)
+    by = [df[k] for k in keys]
     ctx["dev_typ"] = _col(df, "device_allocs").groupby(by, sort=False).transform("median")
     timed = (~df["warmup"].astype(bool)) & (df["error"] == "")
     minflt, majflt = _col(df, "minflt"), _col(df, "majflt")

@@ -34,7 +34,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from h2dlab.causes import CAUSES, generic_cause, neighbours, specific_cause
+from h2dlab.causes import CAUSES, generic_cause, group_columns, neighbours, specific_cause
 from h2dlab.model import MODEL_COLUMNS, check_values, fit_line, value_ms
 
 __all__ = [
@@ -79,8 +79,9 @@ def detect(
 ) -> pd.DataFrame:
     """Add ``expected_ms``, ``robust_z`` and ``is_outlier`` to every row.
 
-    Groups are (run_id, strategy). Error rows get NaN and are never flagged. Warm-up
-    rows are scored against the timed rows' expectation but do not shape it.
+    Groups are (run_id, direction, strategy, n_tensors), see ``causes.group_columns``.
+    Error rows get NaN and are never flagged. Warm-up rows are scored against the timed
+    rows' expectation but do not shape it.
 
     Raises
     ------
@@ -96,7 +97,7 @@ def detect(
     out["robust_z"] = np.nan
     v = value_ms(out)
     usable = (out["error"] == "") & (v > 0)
-    for _, g in out[usable].groupby(["run_id", "strategy"], sort=False):
+    for _, g in out[usable].groupby(group_columns(out), sort=False):
         idx = g.index
         y = np.log(v[idx].to_numpy(float))
         size = g["size_bytes"].to_numpy(float)
@@ -245,7 +246,7 @@ def explain(df: pd.DataFrame) -> pd.DataFrame:
             specific[i] = found
 
     next_id = 0
-    for _, g in out[out["robust_z"].notna()].groupby(["run_id", "strategy"], sort=False):
+    for _, g in out[out["robust_z"].notna()].groupby(group_columns(out), sort=False):
         g = g.sort_values(["order", "rep"], kind="stable")
         r = np.log(v[g.index].to_numpy(float) / g["expected_ms"].to_numpy(float))
         sigma = max(1.4826 * float(np.median(np.abs(r - np.median(r)))), MIN_SIGMA)

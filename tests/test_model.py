@@ -1,0 +1,207 @@
+"""model: advise() reads only the tables it is given and refuses bad input in library
+terms; fit_line, check_values, concurrency — on synthetic (made-up, not measured) tables."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from h2dlab import datasets, model, outliers
+
+MiB, GiB = 2**20, 2**30
+#: Synthetic GB/s and overhead (ms) per strategy: made-up numbers.
+SPEEDS = {
+    "pageable": (5.0, 0.02),
+    "pageable_non_blocking": (6.0, 0.02),
+    "staged": (30.0, 0.05),
+    "pin_then_copy": (20.0, 0.03),
+    "host_register": (8.0, 0.5),
+    "pinned_reuse": (50.0, 0.01),
+}
+
+
+def synthetic_table(strategies=SPEEDS, *, reps=3, run_id="synthetic-cpu", host_allocs=0.0, **extra):
+    """Rows of latency = overhead + bytes / GB/s exactly (no noise), sizes 1 KiB..1 GiB."""
+    rows = []
+    for s in strategies:
+        gbps, over = SPEEDS[s]
+        for size in 2 ** np.arange(10, 31, 2):
+            for rep in range(reps):
+                ms = over + size / (gbps * 1e6)
+                rows.append((s, int(size), rep, ms))
+    df = pd.DataFrame(rows, columns=["strategy", "size_bytes", "rep", "event_ms"])
+    df = df.assign(
+        run_id=run_id,
+        order=np.arange(len(df)),
+        shape="",
+        dtype="uint8",
+        warmup=False,
+        t_s=np.arange(len(df)) * 0.01,
+        wall_ms=df["event_ms"] * 1.01,
+        host_allocs=host_allocs,
+        device_allocs=0.0,
+        empty_cache=False,
+        error="",
+        **extra,
+    )
+    return datasets.validate(df)
+
+
+def test_advise_uses_only_the_table_given():
+    """A CPU run with two strategies: advice names only those, with their own times."""
+    cpu = synthetic_table(["pageable", "staged"])
+    a = model.advise(GiB, df=cpu).set_index("case")
+    assert set(a["best"]) | set(a["runner_up"]) <= {"pageable", "staged", ""}
+    assert "data already pinned" not in a.index  # no pinned_reuse rows, no such case
+    one = a.loc["one-off copy of a pageable tensor"]
+    assert one["best"] == "staged" and one["runner_up"] == "pageable"
+    assert one["best_ms"] == pytest.approx(0.05 + GiB / 30e6)
+    assert one["pageable_ms"] == pytest.approx(0.02 + GiB / 5e6)
+    assert one["speedup_vs_pageable"] == pytest.approx(one["pageable_ms"] / one["best_ms"])
+    assert one["best_gbps"] == pytest.approx(GiB / one["best_ms"] / 1e6)
+    assert one["upfront_ms"] == 0.0
+
+
+def test_advise_cases_and_upfront_cost():
+    df = synthetic_table()
+    a = model.advise(64 * MiB, df=df)
+    assert list(a["case"]) == list(model.CASES)
+    a = a.set_index("case")
+    ms = {s: o + 64 * MiB / (g * 1e6) for s, (g, o) in SPEEDS.items()}
+    rep = a.loc["the same buffer copied again and again"]
+    assert rep["best"] == "pinned_reuse" and rep["runner_up"] == "staged"
+    assert rep["upfront_ms"] == pytest.approx(ms["host_register"] - ms["pinned_reuse"])
+    loop = a.loc["data you cannot pin ahead (a new tensor each step)"]
+    assert (loop["best"], loop["runner_up"]) == ("staged", "pin_then_copy")
+    assert loop["best_ms"] == pytest.approx(ms["staged"]) and loop["runner_up_ms"] == pytest.approx(
+        ms["pin_then_copy"]
+    )
+    # Without a cold table, the one-off case leaves pin_then_copy out (its cached cost would flatter it).
+    one = a.loc["one-off copy of a pageable tensor"]
+    assert one["best"] == "staged" and one["runner_up"] == "host_register"
+    assert a.loc["data already pinned", "best"] == "pinned_reuse"
+    assert a.loc["data already pinned", "runner_up"] == ""
+    assert math.isnan(a.loc["data already pinned", "runner_up_ms"])
+    only = model.advise(64 * MiB, df=df, reuse=True)
+    assert list(only["case"]) == ["the same buffer copied again and again"]
+    others = model.advise(64 * MiB, df=df, reuse=False)
+    assert "the same buffer copied again and again" not in set(others["case"]) and len(others) == 3
+
+
+def test_advise_one_off_uses_cold_pin_rows():
+    df = synthetic_table(["pageable", "staged"])
+    cold = synthetic_table(["pin_then_copy"], host_allocs=1.0, run_id="synthetic-cold")
+    # Cold pinning 100x slower: it must not win, but it is weighed (runner-up over pageable
+    # when pageable is slower still).
+    cold = cold.assign(event_ms=cold["event_ms"] * 2, wall_ms=cold["wall_ms"] * 2)
+    one = model.advise(GiB, df=df, one_off=cold).set_index("case").loc["one-off copy of a pageable tensor"]
+    assert (one["best"], one["runner_up"]) == ("staged", "pin_then_copy")
+    assert one["runner_up_ms"] == pytest.approx(2 * (0.03 + GiB / 20e6))
+    # Only rows that made a new pinned block count as cold.
+    mixed = pd.concat([cold, synthetic_table(["pin_then_copy"], run_id="synthetic-warm")], ignore_index=True)
+    assert (model.cold_pin_rows(mixed)["run_id"] == "synthetic-cold").all()
+    with pytest.raises(ValueError, match="host_allocs > 0"):
+        model.advise(GiB, df=df, one_off=synthetic_table(["pin_then_copy"]))
+
+
+@pytest.mark.parametrize("bad", [-5, 0, float("nan"), float("inf"), -float("inf")])
+def test_advise_refuses_sizes(bad):
+    with pytest.raises(ValueError, match="size_bytes must be a positive, finite number of bytes"):
+        model.advise(bad, df=synthetic_table(["pageable"]))
+
+
+@pytest.mark.parametrize("bad", ["1GiB", None, True])
+def test_advise_refuses_non_numbers(bad):
+    with pytest.raises(TypeError, match="size_bytes must be a number"):
+        model.advise(bad, df=synthetic_table(["pageable"]))
+
+
+def test_advise_needs_its_data():
+    with pytest.raises(TypeError, match="df"):
+        model.advise(GiB)  # nothing is loaded behind the caller's back
+    with pytest.raises(ValueError, match="no timed rows"):
+        model.advise(GiB, df=datasets.empty_table())
+    warm = synthetic_table(["pageable"]).assign(warmup=True)
+    with pytest.raises(ValueError, match="no timed rows"):
+        model.advise(GiB, df=warm)
+    with pytest.raises(TypeError, match="DataFrame"):
+        model.advise(GiB, df=[1, 2])
+
+
+@pytest.mark.parametrize("col", ["wall_ms", "event_ms", "size_bytes", "minflt", "cpu_ms", "sm_clock_mhz"])
+@pytest.mark.parametrize("value", [-1.0, float("inf")])
+def test_bad_values_are_named(col, value):
+    df = synthetic_table(["pageable", "staged"], minflt=0.0, cpu_ms=0.01, sm_clock_mhz=1980.0)
+    df[col] = df[col].astype(float)
+    df.loc[7, col] = value
+    for f in (model.fit, model.medians, outliers.detect, outliers.explain):
+        with pytest.raises(ValueError, match=f"column '{col}' holds 1 negative or infinite value.*index 7"):
+            f(df)
+    # An error row may hold anything: it is not a measurement.
+    df.loc[7, "error"] = "OOM"
+    assert len(model.fit(df, n_boot=0)) == 2
+
+
+def test_missing_columns_are_named():
+    df = synthetic_table(["pageable"]).drop(columns=["error"])
+    for f in (model.fit, outliers.explain):
+        with pytest.raises(ValueError, match="missing column.*error"):
+            f(df)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(1e-3, 1.0), st.floats(1.0, 100.0))
+def test_fit_line_recovers_a_line(overhead_ms, gbps):
+    size = 2.0 ** np.arange(10, 31)
+    a, b = model.fit_line(size, overhead_ms + size / (gbps * 1e6))
+    assert a == pytest.approx(overhead_ms, rel=1e-3)
+    assert 1 / b / 1e6 == pytest.approx(gbps, rel=1e-3)
+
+
+def test_fit_line_refuses_what_it_cannot_fit():
+    with pytest.raises(ValueError, match="two distinct sizes"):
+        model.fit_line(np.full(5, 1024.0), np.ones(5))
+    with pytest.raises(ValueError, match="positive"):
+        model.fit_line(np.array([1.0, 2.0]), np.array([1.0, -1.0]))
+
+
+def test_fit_and_predict_synthetic():
+    f = model.fit(synthetic_table(["staged"]), n_boot=0).iloc[0]
+    assert f["gbps"] == pytest.approx(30, rel=1e-3) and f["overhead_us"] == pytest.approx(50, rel=1e-2)
+    assert f["median_abs_rel_err"] < 1e-3 and f["n"] == 33 and f["sizes"] == 11
+    assert float(model.predict(f, GiB)) == pytest.approx(0.05 + GiB / 30e6, rel=1e-3)
+
+
+def synthetic_concurrent():
+    """Made-up concurrent run: one GPU alone at 50 GB/s; two at once, 40 and 30 GB/s each."""
+    rows = []
+    for world, gbps in ((1, [50.0]), (2, [40.0, 30.0])):
+        for gpu, g in enumerate(gbps):
+            for rep in range(3):
+                rows.append((world, gpu, rep, 0.01 + GiB / (g * 1e6)))
+    df = pd.DataFrame(rows, columns=["world", "gpu", "rep", "event_ms"])
+    return df.assign(
+        run_id="synthetic-conc",
+        strategy="pinned_reuse",
+        size_bytes=GiB,
+        warmup=False,
+        wall_ms=df["event_ms"],
+        error="",
+    )
+
+
+def test_concurrency_scaling():
+    c = model.concurrency(synthetic_concurrent()).set_index("world")
+    one_gb = GiB / (0.01 + GiB / 50e6) / 1e6
+    two = [GiB / (0.01 + GiB / (g * 1e6)) / 1e6 for g in (40.0, 30.0)]
+    assert c.loc[1, "scaling"] == pytest.approx(1.0)
+    assert c.loc[2, "aggregate_gbps"] == pytest.approx(sum(two))
+    assert c.loc[2, "per_gpu_gbps"] == pytest.approx(sum(two) / 2)
+    assert c.loc[2, "single_gpu_gbps"] == pytest.approx(one_gb)
+    assert c.loc[2, "scaling"] == pytest.approx(sum(two) / one_gb)
+    assert c.loc[2, "gpus"] == 2
+    with pytest.raises(ValueError, match="not a concurrent run"):
+        model.concurrency(synthetic_table(["pageable"]))

@@ -1,0 +1,217 @@
+"""explain()'s causes on synthetic (made-up, not measured) tables with events injected at
+known rows: the schema-2 causes (page faults, preemption, GC, GPU clock, GPU shared),
+device allocation, what an unexplained row rules out, and the change-point search."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from h2dlab import datasets, outliers
+
+NEW_CAUSES = ("page_faults", "host_preempted", "gc_pause", "gpu_clock_low", "gpu_shared")
+#: Rows per injected event kind in one synthetic run.
+EVENTS = {**dict.fromkeys(NEW_CAUSES, 5), "none": 5}
+
+
+def synthetic_v2_run(seed: int, *, reps: int = 10, noise: float = 0.03):
+    """A synthetic schema-2 run (made-up numbers): two strategies, latency = 10 us + bytes /
+    (12 GB/s host-bound ``pageable``, 50 GB/s GPU-bound ``pinned``), lognormal noise, rows
+    in random time order. Normal rows: a few page faults, CPU time 90-100 % of wall
+    (pageable) or 5-20 % (pinned), SM clock ~1980 MHz, no GC, no other process; decoys put
+    GC and another GPU process on rows that are not slow. Injected slow rows (x1.6-x8),
+    each with its evidence: page faults (8 + 0.1-1 per 4 KiB page), preemption (the thread
+    ran about its usual CPU time; pageable only), GC, a low SM clock (900-1400 MHz),
+    another GPU process, and ``none``: slow with near misses only (up to 5 extra faults,
+    CPU time 70-100 % of usual, SM clock 1700-1900 MHz). Returns the table and the
+    injected kind per row."""
+    rng = np.random.default_rng(seed)
+    sizes = 2 ** np.arange(10, 31)
+    strategy = np.repeat(["pageable", "pinned"], len(sizes) * reps)
+    size = np.tile(np.repeat(sizes, reps), 2)
+    perm = rng.permutation(len(size))
+    strategy, size = strategy[perm], size[perm]
+    n = len(size)
+    host = strategy == "pageable"
+    base = 0.010 + size / np.where(host, 12e6, 50e6)
+    ms = base * np.exp(rng.normal(0, noise, n))
+    share = np.where(host, rng.uniform(0.9, 1.0, n), rng.uniform(0.05, 0.2, n))
+    cpu = share * ms
+    minflt = rng.poisson(2, n).astype(float)
+    gc = np.zeros(n)
+    clock = rng.normal(1980, 10, n)
+    procs = np.zeros(n)
+    kind = np.full(n, "", dtype=object)
+    free = rng.permutation(np.arange(1, n))  # row 0 would be context start-up
+    take = iter(free)
+    for k, count in EVENTS.items():
+        for _ in range(count):
+            i = next(take)
+            while k == "host_preempted" and not host[i]:
+                i = next(take)
+            kind[i] = k
+            usual = ms[i]
+            ms[i] *= rng.uniform(1.6, 8)
+            cpu[i] = share[i] * ms[i]
+            pages = max(size[i] / 4096, 1)
+            if k == "page_faults":
+                minflt[i] += np.ceil(pages * rng.uniform(0.1, 1.0)) + 8
+            elif k == "host_preempted":
+                cpu[i] = share[i] * usual * rng.uniform(1.0, 1.3)  # it ran about as long as usual
+            elif k == "none":  # near misses: a little of every kind of evidence, below the bars
+                minflt[i] += rng.integers(0, 6)
+                cpu[i] = share[i] * ms[i] * rng.uniform(0.7, 1.0)
+                clock[i] = rng.uniform(1700, 1900)
+            elif k == "gc_pause":
+                gc[i] = rng.integers(1, 4)
+            elif k == "gpu_clock_low":
+                clock[i] = rng.uniform(900, 1400)
+            elif k == "gpu_shared":
+                procs[i] = rng.integers(1, 3)
+    quiet = np.flatnonzero(kind == "")
+    gc[rng.choice(quiet, 4, replace=False)] = 1  # decoys: evidence on rows that are not slow
+    procs[rng.choice(quiet, 4, replace=False)] = 1
+    df = pd.DataFrame(
+        {
+            "run_id": f"synthetic-v2-{seed}",
+            "order": np.arange(n),
+            "strategy": strategy,
+            "size_bytes": size,
+            "shape": "",
+            "dtype": "uint8",
+            "rep": pd.Series(size).groupby([strategy, size]).cumcount().to_numpy(),
+            "warmup": False,
+            "t_s": np.arange(n) * 0.01,
+            "wall_ms": ms * 1.01,
+            "event_ms": ms,
+            "host_allocs": np.nan,
+            "device_allocs": 0.0,
+            "empty_cache": False,
+            "error": "",
+            "direction": "h2d",
+            "n_tensors": 1,
+            "minflt": minflt,
+            "majflt": 0.0,
+            "cpu_ms": cpu * 1.01,
+            "gc_count": gc,
+            "sm_clock_mhz": clock,
+            "gpu_procs": procs,
+        }
+    )
+    return datasets.validate(df), kind
+
+
+@pytest.fixture(scope="module")
+def explained_synthetic():
+    runs = [synthetic_v2_run(seed) for seed in range(10)]
+    return [(outliers.explain(df), kind) for df, kind in runs]
+
+
+@pytest.mark.parametrize("cause", NEW_CAUSES)
+def test_new_cause_precision_recall_synthetic(explained_synthetic, cause):
+    tp = fp = fn = 0
+    for e, kind in explained_synthetic:
+        said = (e["cause"] == cause).to_numpy()
+        truth = kind == cause
+        tp += int((said & truth).sum())
+        fp += int((said & ~truth).sum())
+        fn += int((~said & truth).sum())
+    precision, recall = tp / max(tp + fp, 1), tp / max(tp + fn, 1)
+    assert tp >= 40, (cause, tp)
+    assert precision >= 0.9, (cause, precision, tp, fp)
+    assert recall >= 0.9, (cause, recall, tp, fn)
+
+
+def test_unexplained_says_what_was_ruled_out(explained_synthetic):
+    for e, kind in explained_synthetic:
+        none = e[(kind == "none") & e["is_outlier"]]
+        assert len(none) >= 4
+        assert (none["cause"] == "unexplained").all()
+        for ev in none["evidence"]:
+            assert "page faults, no more than its neighbours" in ev or "no page faults" in ev
+            assert "CPU time" in ev and "of wall" in ev
+            assert "no GC" in ev and "no other process on the GPU" in ev
+            assert "SM clock" in ev and "run median" in ev
+        # Decoys (evidence on copies that were not slow) are never flagged.
+        assert not e.loc[(kind == "") & ((e["gc_count"] > 0) | (e["gpu_procs"] > 0)), "is_outlier"].any()
+
+
+def test_new_cause_evidence_quotes_numbers(explained_synthetic):
+    e, kind = explained_synthetic[0]
+    row = e[e["cause"] == "page_faults"].iloc[0]
+    assert f"{int(row['minflt'])} page faults" in row["evidence"] and "ms per faulted MiB" in row["evidence"]
+    row = e[e["cause"] == "host_preempted"].iloc[0]
+    assert f"{row['wall_ms']:.2f} ms" in row["evidence"] and f"{row['cpu_ms']:.2f} ms" in row["evidence"]
+    row = e[e["cause"] == "gc_pause"].iloc[0]
+    assert f"ran {int(row['gc_count'])} time(s)" in row["evidence"]
+    row = e[e["cause"] == "gpu_clock_low"].iloc[0]
+    assert f"{row['sm_clock_mhz']:.0f} MHz" in row["evidence"]
+    row = e[e["cause"] == "gpu_shared"].iloc[0]
+    assert f"{int(row['gpu_procs'])} other process(es)" in row["evidence"]
+    assert set(e.loc[e["is_outlier"], "cause"]) <= set(outliers.CAUSES)
+
+
+def test_unmeasured_columns_give_no_new_cause():
+    df, kind = synthetic_v2_run(3)
+    blank = df.assign(
+        **dict.fromkeys(["minflt", "majflt", "cpu_ms", "gc_count", "sm_clock_mhz", "gpu_procs"], np.nan)
+    )
+    e = outliers.explain(blank)
+    assert not e["cause"].isin(NEW_CAUSES).any()
+    old = outliers.explain(
+        blank.drop(columns=["minflt", "majflt", "cpu_ms", "gc_count", "sm_clock_mhz", "gpu_procs"])
+    )
+    pd.testing.assert_frame_equal(
+        old[["is_outlier", "episode", "cause", "evidence"]], e[["is_outlier", "episode", "cause", "evidence"]]
+    )
+    flagged = e[e["is_outlier"]]
+    assert (flagged["cause"] == "unexplained").sum() >= len(NEW_CAUSES) * 5
+
+
+def test_preemption_needs_a_host_bound_strategy():
+    """A GPU-bound copy's thread normally waits off the CPU: low CPU time says nothing."""
+    df, kind = synthetic_v2_run(4)
+    i = df.index[(df["strategy"] == "pinned") & (kind == "none")][0]
+    e = outliers.explain(df)
+    assert e.at[i, "cause"] == "unexplained"
+    assert e.at[i, "cpu_ms"] / e.at[i, "wall_ms"] < 0.25
+
+
+def test_device_alloc_cause_synthetic():
+    """A copy that waited on cudaMalloc after empty_cache() is device_alloc, not unexplained."""
+    df, kind = synthetic_v2_run(5)
+    i = df.index[(kind == "none")][0]
+    df.loc[i, ["device_allocs", "empty_cache"]] = [2.0, True]
+    e = outliers.explain(df)
+    assert e.at[i, "cause"] == "device_alloc"
+    assert "2 new cudaMalloc segment(s), where its neighbours needed 0" in e.at[i, "evidence"]
+    assert e.at[i, "evidence"].startswith(f"{e.at[i, 'event_ms']:.2f} ms where")
+    # One segment more than its neighbours is still more; as many as they need is not.
+    df.loc[:, "device_allocs"] = 2.0
+    assert outliers.explain(df).at[i, "cause"] == "unexplained"
+
+
+# --- the change-point search ------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.floats(-5, 5, allow_nan=False), min_size=3, max_size=60),
+    st.floats(0.05, 30),
+    st.integers(1, 5),
+)
+def test_pelt_l2_matches_ruptures(xs, pen, step_at):
+    rpt = pytest.importorskip("ruptures")
+    x = np.asarray(xs)
+    x[len(x) // step_at :] += 3.0  # most examples have a level change
+    want = rpt.Pelt(model="l2", min_size=3, jump=1).fit(x.reshape(-1, 1)).predict(pen=pen)
+    assert outliers.pelt_l2(x, pen, min_size=3) == want
+
+
+def test_pelt_l2_finds_steps():
+    x = np.r_[np.zeros(20), np.full(15, 4.0), np.zeros(25)]
+    assert outliers.pelt_l2(x, pen=1.0) == [20, 35, 60]
+    assert outliers.pelt_l2(np.zeros(10), pen=1.0) == [10]
+    with pytest.raises(ValueError, match="at least min_size=3"):
+        outliers.pelt_l2(np.zeros(2), pen=1.0)
