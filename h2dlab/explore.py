@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -20,7 +19,7 @@ VIEWS = ("latency", "bandwidth", "timeline")
 
 
 def _runs_on_disk() -> list[str]:
-    base = datasets.DATA_DIR / "runs"
+    base = datasets.runs_dir()  # the user's recordings, never site-packages
     if not base.is_dir():
         return []
     found = sorted(
@@ -30,7 +29,7 @@ def _runs_on_disk() -> list[str]:
             if not p.name.endswith(".partial.csv")
         }
     )
-    return [str(Path(f).relative_to(datasets.DATA_DIR.parent)) for f in found]
+    return found  # absolute: load() must find them from any working folder
 
 
 class Explorer:
@@ -61,7 +60,7 @@ class Explorer:
             description="measure now",
             icon="play",
             disabled=not self.cuda,
-            tooltip="sweep this GPU, saving to data/runs/",
+            tooltip=f"sweep this GPU, saving to {datasets.runs_dir()}",
         )
         self.stop_btn = W.Button(description="stop", icon="stop", disabled=True)
         self.status = W.HTML()
@@ -172,14 +171,14 @@ class Explorer:
 
     # --- a small live sweep ---------------------------------------------------------------
     def measure_now(self, sizes: str = "1KiB..256MiB", reps: int = 5) -> threading.Thread | None:
-        """Sweep this GPU in the background (rows saved to data/runs/ as measured); the
+        """Sweep this GPU in the background (rows saved to ``datasets.runs_dir()`` as measured); the
         stop button ends it after the copy in flight, keeping every row."""
         if not self.cuda:
             self.status.value = "<b>measure now needs a CUDA GPU</b>; this machine has none."
             return None
         from h2dlab import measure
 
-        out = datasets.DATA_DIR / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-explore.csv.gz"
+        out = datasets.runs_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-explore.csv.gz"
         out.parent.mkdir(parents=True, exist_ok=True)
         self._stop = measure._StopFlag()
         planned = measure.plan_sweep(
@@ -203,8 +202,7 @@ class Explorer:
                     on_row=lambda n: setattr(self.progress, "value", n),
                 )
                 self.status.value = (
-                    f"{'stopped' if df.attrs.get('stopped') else 'done'}: {len(df)} rows kept in "
-                    f"{out.relative_to(datasets.DATA_DIR.parent)}"
+                    f"{'stopped' if df.attrs.get('stopped') else 'done'}: {len(df)} rows kept in {out}"
                 )
                 self.set_table(df)
             except Exception as exc:  # noqa: BLE001 - shown in the widget, not lost in a thread

@@ -56,10 +56,105 @@ def test_truncated_parquet(tmp_path):
         datasets.read(p)
 
 
-def test_wrong_schema_version(tmp_path):
-    p = datasets.save(_synthetic_table(), tmp_path / "t.csv", env={"schema_version": 99})
-    with pytest.raises(datasets.SchemaError, match="version 99"):
+@pytest.mark.parametrize("version", [99, 3, 0, "2", None, True])
+def test_wrong_schema_version(tmp_path, version):
+    p = datasets.save(_synthetic_table(), tmp_path / "t.csv", env={"schema_version": version})
+    with pytest.raises(datasets.SchemaError, match=f"version {version!r}, this h2dlab reads versions 1 to 2"):
         datasets.read(p)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_every_older_schema_version_is_read(tmp_path, version):
+    p = datasets.save(_synthetic_table(), tmp_path / "t.csv", env={"schema_version": version})
+    back = datasets.read(p)
+    assert back.attrs["env"]["schema_version"] == version and (back["n_tensors"] == 1).all()
+
+
+def test_env_json_is_named_after_the_whole_file_name(tmp_path):
+    """r.csv.gz, r.parquet and r.xlsx each keep their own fingerprint (issue 15.4)."""
+    assert datasets.env_path(tmp_path / "r.csv.gz") == tmp_path / "r.csv.gz.env.json"
+    for ext in (".csv.gz", ".parquet", ".xlsx"):
+        datasets.save(_synthetic_table().assign(run_id=f"run{ext}"), tmp_path / f"r{ext}", env={"made": ext})
+    for ext in (".csv.gz", ".parquet", ".xlsx"):
+        assert (tmp_path / f"r{ext}.env.json").exists()
+        assert datasets.read(tmp_path / f"r{ext}").attrs["env"] == {"made": ext}
+    assert not (tmp_path / "r.env.json").exists()
+    assert not list(tmp_path.glob(".tmp-*"))  # written atomically: no temporary file left
+
+
+def test_old_stem_env_json_is_still_read_for_its_own_run(tmp_path):
+    """Tables written before schema 2 (every bundled one) have <stem>.env.json."""
+    p = tmp_path / "r.csv.gz"
+    datasets.save(_synthetic_table(), p)
+    datasets.write_env({"run_id": "synthetic", "schema_version": 1}, tmp_path / "r.env.json")
+    assert datasets.read(p).attrs["env"]["run_id"] == "synthetic"
+    assert datasets.read_env(p)["schema_version"] == 1
+    # a sibling of the same stem made by another run does not borrow it
+    other = datasets.save(_synthetic_table().assign(run_id="other"), tmp_path / "r.parquet")
+    assert datasets.read(other).attrs["env"] is None
+    # the new name wins over the old one
+    datasets.write_env({"run_id": "synthetic", "new": True}, datasets.env_path(p))
+    assert datasets.read(p).attrs["env"]["new"] is True
+
+
+def test_bundled_runs_find_their_old_style_env_json():
+    df = datasets.load("h200_sweep")
+    assert all(env and env["run_id"] == rid for rid, env in df.attrs["envs"].items())
+    assert not list(datasets.DATA_DIR.rglob("*.csv.gz.env.json"))  # bundled files were not renamed
+
+
+@pytest.mark.parametrize("name", ["", " ", "\t\n", ".", "./", "..", "../..", "./.."])
+def test_load_refuses_empty_names_and_the_current_folder(name, tmp_path, monkeypatch):
+    datasets.save(_synthetic_table(), tmp_path / "t.csv")  # a table here must not be picked up
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="give a recorded dataset \\(forum_a100"):
+        datasets.load(name)
+
+
+def test_load_refuses_the_data_folder_and_above():
+    for where in (datasets.DATA_DIR, datasets.DATA_DIR.parent, "/"):
+        with pytest.raises(ValueError, match="the data folder"):
+            datasets.load(str(where))
+
+
+def test_load_says_no_such_file_for_a_missing_path(tmp_path):
+    with pytest.raises(datasets.SchemaError, match="no such file or folder"):
+        datasets.load(str(tmp_path / "run.csv.gz"))
+    with pytest.raises(datasets.SchemaError, match="no such file or folder"):
+        datasets.load("run.csv.gz")
+
+
+def test_load_other_bad_names():
+    with pytest.raises(TypeError, match="not NoneType"):
+        datasets.load(None)
+    with pytest.raises(ValueError, match="NUL byte or spaces"):
+        datasets.load(" h200_sweep")
+    with pytest.raises(ValueError, match="timeline\\('h200_overlap'\\)"):
+        datasets.load("h200_overlap")
+    with pytest.raises(ValueError, match="not a benchmark result name"):
+        datasets.load_benchmark("../../etc/passwd")
+
+
+def test_load_a_folder_and_a_path_object(tmp_path):
+    datasets.save(_synthetic_table(), tmp_path / "a.csv.gz")
+    datasets.save(_synthetic_table().assign(run_id="b"), tmp_path / "b.csv")
+    (tmp_path / "c.csv.gz.partial.csv").write_text("half a run")  # still being written: skipped
+    df = datasets.load(tmp_path)
+    assert len(df) == 12 and df.attrs["run_names"] == {"synthetic": "a", "b": "b"}
+    assert df.attrs["dataset"] == str(tmp_path)
+
+
+def test_runs_dir_is_chosen_by_the_user(monkeypatch, tmp_path):
+    monkeypatch.setenv("H2DLAB_RUNS", str(tmp_path / "mine"))
+    assert datasets.runs_dir() == tmp_path / "mine"
+    monkeypatch.delenv("H2DLAB_RUNS")
+    assert datasets.runs_dir() == datasets.DATA_DIR / "runs"  # a checkout: data/runs, ignored by git
+    assert not datasets.PACKAGED
+
+
+def test_bundled_data_and_benchmarks_are_found():
+    assert (datasets.DATA_DIR / "forum_a100" / "forum_a100.csv").is_file()
+    assert datasets.load_benchmark("h200")["rows"]
 
 
 def test_csv_cut_mid_row_reads_whole_rows(tmp_path):

@@ -63,3 +63,17 @@ def test_sweep_covers_every_strategy_and_size_with_enough_reps():
 def test_data_folder_is_small():
     total = sum(p.stat().st_size for p in datasets.DATA_DIR.rglob("*") if p.is_file())
     assert total < 25 * 2**20
+
+
+@pytest.mark.parametrize("name", ["forum_a100", *H200])
+def test_bundled_tables_validate_and_read_as_version_2(name):
+    """Every bundled table (schema version 1) passes today's validation and gains the
+    version 2 columns with their defaults; validating again changes nothing."""
+    df = datasets.load(name)
+    assert list(df.columns)[: len(datasets.COLUMNS)] == list(datasets.COLUMNS)
+    assert (df["direction"] == "h2d").all() and (df["n_tensors"] == 1).all()
+    for col in ("minflt", "majflt", "cpu_ms", "gc_count", "sm_clock_mhz", "gpu_procs"):
+        assert df[col].isna().all(), col
+    assert not df.duplicated(list(datasets.KEY) + [c for c in ("gpu", "world") if c in df]).any()
+    again = datasets.validate(df, source=name)
+    assert again[list(datasets.COLUMNS)].equals(df[list(datasets.COLUMNS)])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,14 +28,18 @@ ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = (".csv", ".csv.gz", ".env.json", ".json", ".md")
 
 PROBE = """
-import json, h2dlab
+import json, sys, h2dlab
 from h2dlab import datasets
+sys.modules["torch"] = None  # the fingerprint without torch: fast, and enough here
+from h2dlab.env import collect_env
+fingerprint = collect_env(gpu=False)
 rows = {n: len(datasets.timeline(n) if n in datasets.TIMELINES else datasets.load(n)) for n in datasets.names()}
 envs = {n: sorted(k for k, v in datasets.load(n).attrs["envs"].items() if v) for n in datasets.DATASETS}
 print(json.dumps({
     "module": h2dlab.__file__, "data_dir": str(datasets.DATA_DIR), "packaged": datasets.PACKAGED,
     "rows": rows, "envs": envs, "bench": sorted(datasets.load_benchmark("h200")),
     "runs_dir": str(datasets.runs_dir()),
+    "git_commit": fingerprint["git_commit"], "kit_version": fingerprint["kit_version"],
 }))
 """
 
@@ -134,3 +139,52 @@ def test_installed_wheel_loads_every_bundled_dataset(tmp_path):
     for n in datasets.DATASETS:  # every run found its fingerprint inside the wheel too
         assert got["envs"][n] == sorted(datasets.load(n)["run_id"].unique()), n
     assert got["bench"] == sorted(datasets.load_benchmark("h200"))
+    assert got["git_commit"] is None  # an installed wheel is no checkout
+    version = re.search(r'(?m)^version = "(.+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert got["kit_version"] == version  # from the installed wheel's metadata
+
+
+# --- the fingerprint's version fields (issue 19) --------------------------------------------
+
+FINGERPRINT = (
+    "import sys; sys.modules['torch'] = None; sys.path.insert(0, sys.argv[1]); "
+    "from h2dlab.env import collect_env; e = collect_env(gpu=False); "
+    "print(e['git_commit'], e['kit_version'] is None or isinstance(e['kit_version'], str))"
+)
+
+
+def _git(repo: Path, *args: str) -> str:
+    cmd = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args]
+    return _run(cmd).stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+@pytest.mark.parametrize("project", ["h2dlab", "someone-elses-project"])
+def test_git_commit_only_for_the_kits_own_checkout(tmp_path, project):
+    """A copy of the package inside another repository records no commit of that repository."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "h2dlab", repo / "h2dlab", ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "pyproject.toml").write_text(f'[project]\nname = "{project}"\nversion = "1"\n')
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "synthetic")
+    head = _git(repo, "rev-parse", "HEAD")
+    out = _run([sys.executable, "-I", "-c", FINGERPRINT, str(repo)], cwd=tmp_path).stdout.split()
+    assert out == [head if project == "h2dlab" else "None", "True"]
+
+
+def test_fingerprint_names_the_kit_version():
+    out = _run(
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            FINGERPRINT.replace("print(e['git_commit'], ", "print(e['kit_version'], "),
+            str(ROOT),
+        ]
+    )
+    try:
+        want = metadata.version("h2dlab")
+    except metadata.PackageNotFoundError:
+        want = "None"
+    assert out.stdout.split() == [want, "True"]
