@@ -319,6 +319,12 @@ class _FakeEvent:
     def synchronize(self):
         pass
 
+    def query(self):
+        return True
+
+    def elapsed_time(self, other):
+        return 0.0
+
 
 class _FakeStream:
     def __init__(self, device=None):
@@ -357,6 +363,8 @@ def fake_cuda(monkeypatch):
         "Stream": _FakeStream,
         "current_stream": lambda device=None: current,
         "stream": lambda s: contextlib.nullcontext(),
+        "synchronize": lambda device=None: None,
+        "empty_cache": lambda: None,
     }.items():
         monkeypatch.setattr(torch.cuda, name, value)
     monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, s: None)
