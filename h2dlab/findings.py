@@ -166,14 +166,8 @@ def host_alloc_growth(
     """
     d = df[df.strategy.isin(strategies) & (df.error == "")].sort_values(["order", "rep"], kind="stable")
     d = d.assign(_v=value_ms(d), block_bytes=d.size_bytes.map(block_bytes))
-    parts = []
-    for (_, _), g in d.groupby(["run_id", "strategy"], sort=False):
-        if emptied_each_size:
-            pred = ~g.duplicated(["size_bytes"])
-        else:
-            pred = ~g.duplicated(["block_bytes"])
-        parts.append(g.assign(predicted=pred.to_numpy()))
-    d = pd.concat(parts)
+    key = ["run_id", "strategy", "size_bytes" if emptied_each_size else "block_bytes"]
+    d = d.assign(predicted=~d.duplicated(key))  # first request of its class (of its size, if emptied)
     d["observed"] = np.where(d.host_allocs.notna(), d.host_allocs > 0, np.nan)
     new = d.observed.fillna(d.predicted).astype(bool)
     cached = d[~new].groupby(["run_id", "strategy", "block_bytes"])["_v"].median().rename("cached_ms")
@@ -189,8 +183,12 @@ def host_alloc_growth(
     g = g.join(smallest, on=["run_id", "strategy", "block_bytes"])
     g["smallest_of_class"] = g.size_bytes == g._min
     g["ms_per_mib"] = g.extra_ms / g.block_mib
+    # Independent evidence where the table has it (schema v2): page faults per 4 KiB page of the new block.
+    g["faults_per_page"] = g.minflt / (g.block_bytes / 4096) if "minflt" in g else np.nan
     cols = ["run", "strategy", "order", "rep", "size_mib", "block_mib", "ms", "cached_ms", "extra_ms"]
-    table = g[cols + ["ms_per_mib", "predicted", "observed", "smallest_of_class"]].reset_index(drop=True)
+    table = g[
+        cols + ["ms_per_mib", "faults_per_page", "predicted", "observed", "smallest_of_class"]
+    ].reset_index(drop=True)
     counted = d[d.observed.notna()]
     mismatch = int((counted.observed.astype(bool) != counted.predicted).sum())
     big = table[table.block_mib * MIB >= min_block_bytes]
@@ -200,6 +198,7 @@ def host_alloc_growth(
         "rows_with_counters": len(counted),
         "mismatches": mismatch,
         "ms_per_mib": cost,
+        "faults_per_page": spread(table.faults_per_page),
         "smallest_of_class_share": float(table.smallest_of_class.mean()) if len(table) else float("nan"),
     }
     if len(counted):
@@ -236,6 +235,10 @@ def host_alloc_growth(
         tail += (
             f"; a new block of {min_block_bytes // MIB} MiB or more cost {cost['median']:.2f} ms per MiB "
             f"(IQR {cost['q1']:.2f}–{cost['q3']:.2f}, {cost['n']} blocks)"
+        )
+    if values["faults_per_page"]["n"]:
+        tail += (
+            f"; {values['faults_per_page']['median']:.2f} minor page faults per 4 KiB page of the new block"
         )
     return Finding(head + tail + ".", holds, values, table)
 

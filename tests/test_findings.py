@@ -259,3 +259,19 @@ def test_link_estimate(a100, h200, forum_sizes):
     assert f["factor"] > 1 and f.holds and "Gen4" in f.verdict
     # Against a Gen3 link (15.75 GB/s on paper) the same numbers do not fit.
     assert not forum_claims.link_estimate(a100, h200, forum_sizes, gen=3).holds
+
+
+def test_host_alloc_growth_synthetic_page_faults_are_reported():
+    rows = [
+        {
+            "strategy": "pin_memory",
+            "size_bytes": 3 * 2**20,
+            "wall_ms": 5.0,
+            "host_allocs": 1,
+            "minflt": 1024.0,
+        },
+        {"strategy": "pin_memory", "size_bytes": 3 * 2**20, "wall_ms": 1.0, "host_allocs": 0, "minflt": 0.0},
+    ]
+    f = findings.host_alloc_growth(synthetic(rows))
+    assert f["faults_per_page"]["median"] == pytest.approx(1024 / (4 * 2**20 / 4096))  # a 4 MiB block
+    assert "page faults per 4 KiB page" in f.verdict
