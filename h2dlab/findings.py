@@ -277,7 +277,7 @@ def device_alloc_cost(
         else ""
     )
     verdict = (
-        f"Each `{strategy}` step of the forum protocol {segs}after empty_cache() and, over {r['n']} sizes, took "
+        f"Each `{strategy}` step {segs}after empty_cache() and, over {r['n']} sizes, took "
         f"{r['median']:.2f}x (IQR {r['q1']:.2f}–{r['q3']:.2f}) the time of a `{baseline}` copy into a reused "
         f"device buffer, {x['median']:.2f} ms more per copy (median): "
         + (
