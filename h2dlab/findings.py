@@ -68,6 +68,9 @@ class Finding:
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
 
+    def _repr_markdown_(self) -> str:  # a notebook cell ending in a Finding shows its verdict
+        return self.verdict
+
 
 def spread(x: pd.Series | np.ndarray) -> dict[str, float]:
     """Median, quartiles, min, max and n of ``x`` (NaNs dropped)."""

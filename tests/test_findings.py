@@ -66,6 +66,7 @@ def test_context_startup_on_the_reruns(h200):
 
 def test_context_startup_a100_first_row(a100):
     f = findings.context_startup(a100)
+    assert f._repr_markdown_() == str(f) == f.verdict
     assert f.holds and f["first_wall_ms"]["median"] == pytest.approx(a100.wall_ms.iloc[0])
 
 
