@@ -34,6 +34,7 @@ __all__ = [
     "MIN_CHUNK_BYTES",
     "MIN_STEP_BYTES",
     "SLOTS_PER_THREAD",
+    "TAIL_SPLIT",
     "WAVES",
     "Stager",
     "check_count",
@@ -49,6 +50,7 @@ MIN_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_THREADS = 4 * KiB, 1024 * MiB, 256  # allo
 SLOTS_PER_THREAD = 2  # one being filled while the other's DMA runs
 WAVES = 4  # chunks per thread a copy is cut into, where slots allow (pipeline depth)
 MIN_STEP_BYTES = 1 * MiB  # but no smaller than this: below it per-chunk overhead dominates
+TAIL_SPLIT = 4  # the last wave's chunks are cut this much finer (see chunk_plan)
 _ALIGN = 4 * KiB
 
 
@@ -120,15 +122,22 @@ def takes_plain_to(tensor: torch.Tensor) -> bool:
     return tensor.is_pinned()
 
 
-def chunk_plan(nbytes: int, threads: int, chunk_bytes: int) -> tuple[int, int]:
-    """(chunk size, number of chunks) for one copy of ``nbytes``: about ``WAVES`` chunks per
-    thread, each at least ``MIN_STEP_BYTES`` (or the slot, if smaller), at most one slot,
-    rounded up to 4 KiB."""
+def chunk_plan(nbytes: int, threads: int, chunk_bytes: int) -> list[int]:
+    """Chunk boundaries for one copy of ``nbytes`` (0, ..., nbytes): about ``WAVES`` chunks per
+    thread, each at least ``MIN_STEP_BYTES`` (or the slot, if smaller), at most one slot, in
+    multiples of 4 KiB; the last wave (a chunk per thread) is cut ``TAIL_SPLIT`` times finer
+    where its pieces stay >= ``MIN_STEP_BYTES``, so that little DMA is left after the last
+    host copy and the threads finish together."""
     if nbytes <= 0:
-        return 0, 0
+        return [0]
     step = max(MIN_STEP_BYTES, -(-nbytes // (threads * WAVES)))
     step = min(chunk_bytes, -(-step // _ALIGN) * _ALIGN)
-    return step, -(-nbytes // step)
+    piece = step // TAIL_SPLIT // _ALIGN * _ALIGN
+    tail = threads * step
+    if piece < MIN_STEP_BYTES or nbytes < 2 * tail:
+        return [*range(0, nbytes, step), nbytes]
+    head = (nbytes - tail) // _ALIGN * _ALIGN
+    return [*range(0, head, step), *range(head, nbytes, piece), nbytes]
 
 
 def _serve(inbox: queue.SimpleQueue, done: queue.SimpleQueue) -> None:
@@ -283,7 +292,8 @@ class Stager:
 
     def _run(self, src_np: np.ndarray, dst: torch.Tensor | None, non_blocking: bool) -> None:
         nbytes = src_np.size
-        step, n_chunks = chunk_plan(nbytes, self.threads, self.chunk_bytes)
+        bounds = chunk_plan(nbytes, self.threads, self.chunk_bytes)
+        n_chunks = len(bounds) - 1
         users = min(self.threads, n_chunks)
         with self._lock:
             if self.closed:
@@ -294,14 +304,20 @@ class Stager:
             if self.timeline is not None:
                 ref = torch.cuda.Event(enable_timing=True)
                 ref.record(current)
-                trace = {"t0": time.perf_counter(), "ref": ref, "nbytes": nbytes, "step": step, "chunks": []}
+                trace = {
+                    "t0": time.perf_counter(),
+                    "ref": ref,
+                    "nbytes": nbytes,
+                    "n_chunks": n_chunks,
+                    "chunks": [],
+                }
                 self.timeline.append(trace)
             if dst is not None:
                 for s in streams:
                     s.wait_stream(current)  # `dst` may reuse memory still in use there
             counter = itertools.count()  # next() is atomic under the GIL
             failed = threading.Event()
-            work = partial(self._work, src_np=src_np, dst=dst, counter=counter, n_chunks=n_chunks, step=step)
+            work = partial(self._work, src_np=src_np, dst=dst, counter=counter, bounds=bounds)
             work = partial(work, failed=failed, trace=trace)
             for w in range(1, users):
                 self._inboxes[w - 1].put(partial(work, w))
@@ -322,10 +338,10 @@ class Stager:
             if dst is not None and not non_blocking:
                 current.synchronize()
 
-    def _work(self, w, *, src_np, dst, counter, n_chunks, step, failed, trace) -> None:
+    def _work(self, w, *, src_np, dst, counter, bounds, failed, trace) -> None:
         # One thread's share: whole chunks into its own slots, each DMA queued on its own stream.
         slots, slots_np, events, stream = self._slots[w], self._slots_np[w], self._events[w], self._streams[w]
-        nbytes, k, n_slots = src_np.size, self._next[w], len(slots)
+        n_chunks, k, n_slots = len(bounds) - 1, self._next[w], len(slots)
         clock = time.perf_counter
         try:
             with torch.cuda.stream(stream):
@@ -333,12 +349,13 @@ class Stager:
                     i = next(counter)
                     if i >= n_chunks:
                         break
-                    off = i * step
-                    n = min(step, nbytes - off)
+                    off = bounds[i]
+                    n = bounds[i + 1] - off
                     j = k % n_slots
                     k += 1
                     t_wait = clock() if trace else 0.0
-                    events[j].synchronize()  # this slot's previous DMA has finished
+                    if not events[j].query():  # query first: no GIL round trip when done
+                        events[j].synchronize()  # this slot's previous DMA has finished
                     t_copy = clock() if trace else 0.0
                     np.copyto(slots_np[j][:n], src_np[off : off + n])
                     t_copied = clock() if trace else 0.0

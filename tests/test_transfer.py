@@ -199,20 +199,27 @@ def test_fast_path_adds_under_2us(to_calls):
 # --- chunking -------------------------------------------------------------------------
 
 
+def _sizes(bounds):
+    return [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
 @pytest.mark.parametrize(
-    ("nbytes", "threads", "chunk", "step", "n"),
+    ("nbytes", "threads", "chunk", "sizes"),
     [
-        (256 * MiB, 16, 16 * MiB, 4 * MiB, 64),  # 4 chunks per thread, not 1
-        (GiB, 16, 16 * MiB, 16 * MiB, 64),
-        (4 * GiB, 16, 16 * MiB, 16 * MiB, 256),
-        (32 * MiB, 16, 16 * MiB, MiB, 32),
-        (10, 16, 16 * MiB, MiB, 1),
-        (3 * MiB, 4, 64 * KiB, 64 * KiB, 48),
-        (0, 4, MiB, 0, 0),
+        # 256 MiB over 16 threads: 4 MiB chunks (4 per thread, not 1), the last wave in 1 MiB pieces
+        (256 * MiB, 16, 16 * MiB, [4 * MiB] * 48 + [MiB] * 64),
+        (GiB, 16, 16 * MiB, [16 * MiB] * 48 + [4 * MiB] * 64),
+        (4 * GiB, 16, 16 * MiB, [16 * MiB] * 240 + [4 * MiB] * 64),
+        (GiB, 16, 2 * MiB, [2 * MiB] * 512),  # pieces would be < 1 MiB: no finer tail
+        (32 * MiB, 16, 16 * MiB, [MiB] * 32),
+        (10, 16, 16 * MiB, [10]),
+        (3 * MiB, 4, 64 * KiB, [64 * KiB] * 48),
+        (MiB + 5, 4, 5000, [5000] * 209 + [3581]),  # an odd slot size is used as it is
     ],
 )
-def test_chunk_plan_examples(nbytes, threads, chunk, step, n):
-    assert stager.chunk_plan(nbytes, threads, chunk) == (step, n)
+def test_chunk_plan_examples(nbytes, threads, chunk, sizes):
+    assert _sizes(stager.chunk_plan(nbytes, threads, chunk)) == sizes
+    assert stager.chunk_plan(0, threads, chunk) == [0]
 
 
 @settings(max_examples=300, deadline=None)
@@ -222,12 +229,15 @@ def test_chunk_plan_examples(nbytes, threads, chunk, step, n):
     chunk=st.integers(stager.MIN_CHUNK_BYTES, stager.MAX_CHUNK_BYTES),
 )
 def test_chunk_plan_covers_every_byte_once(nbytes, threads, chunk):
-    step, n = stager.chunk_plan(nbytes, threads, chunk)
-    assert 0 < step <= chunk  # a chunk fits its slot
-    assert (n - 1) * step < nbytes <= n * step  # every byte, no empty chunk
-    assert step % 4096 == 0 or step == chunk
+    bounds = stager.chunk_plan(nbytes, threads, chunk)
+    sizes = _sizes(bounds)
+    assert bounds[0] == 0 and bounds[-1] == nbytes
+    assert all(0 < n <= chunk for n in sizes)  # no empty chunk; each fits its slot
     # Deep enough to overlap: no larger than WAVES chunks per thread asks (page rounding aside).
-    assert step < max(stager.MIN_STEP_BYTES, -(-nbytes // (threads * stager.WAVES))) + 4096
+    assert max(sizes) < max(stager.MIN_STEP_BYTES, -(-nbytes // (threads * stager.WAVES))) + 4096
+    # Not needlessly fine: the pieces never go below MIN_STEP_BYTES unless the slot or the copy is smaller.
+    assert min(sizes[:-1] or [nbytes]) >= min(stager.MIN_STEP_BYTES, chunk, nbytes) or len(sizes) == 1
+    assert len(sizes) <= -(-nbytes // min(chunk, stager.MIN_STEP_BYTES)) + 1
 
 
 # --- fast-path settings -----------------------------------------------------------------
@@ -457,7 +467,7 @@ def test_staging_loop_error_reaches_the_caller_and_the_ring_survives(fake_cuda, 
     with pytest.raises(OSError, match="disk on fire"):
         s(x)
     n_failed = len(calls)
-    assert n_failed < stager.chunk_plan(x.numel() * 4, 4, 8 * KiB)[1]  # the others stopped early
+    assert n_failed < len(stager.chunk_plan(x.numel() * 4, 4, 8 * KiB)) - 1  # the others stopped early
     monkeypatch.setattr(stager.np, "copyto", real)
     assert torch.equal(s(x), x)
     s.host_copy(x)  # the host side alone runs too

@@ -51,7 +51,7 @@ def test_to_device_equals_to(dtype, numel):
 @pytest.mark.parametrize(
     ("threads", "chunk"), [(1, 4 * KiB), (3, 64 * KiB + 4096), (16, 16 * MiB), (7, 5 * MiB + 1)]
 )
-@pytest.mark.parametrize("nbytes", [1, 4095, 4097, MiB + 1, 33 * MiB + 13, 300 * MiB + 1])
+@pytest.mark.parametrize("nbytes", [1, 4095, 4097, MiB + 1, 33 * MiB + 13, 130 * MiB + 1])
 def test_staged_bytes_for_odd_sizes_threads_and_slots(threads, chunk, nbytes):
     x = _rand((nbytes,), torch.uint8, seed=nbytes + threads)
     assert _same_bytes(transfer.to_device(x, "cuda", min_bytes=0, chunk_bytes=chunk, num_threads=threads), x)
@@ -187,7 +187,7 @@ def test_timeline_of_one_copy():
         st.timeline = []
         y = st(x)
         (t,) = st.timeline
-        assert t["nbytes"] == 64 * MiB and len(t["chunks"]) == 16
+        assert t["nbytes"] == 64 * MiB and len(t["chunks"]) == t["n_chunks"] == 28  # 12 x 4 MiB + 16 x 1 MiB
         for c in t["chunks"]:
             e0, e1 = c["dma"]
             start, end = t["ref"].elapsed_time(e0), t["ref"].elapsed_time(e1)
