@@ -45,20 +45,10 @@ sys.path.insert(0, str(ROOT))
 
 from h2dlab import stager as stg  # noqa: E402
 from h2dlab import transfer  # noqa: E402
+from h2dlab.device import random_source  # noqa: E402
 from h2dlab.env import collect_env  # noqa: E402
-
-try:  # the house refactor moves these; either place works
-    from h2dlab.timing import Timer  # noqa: E402
-except ImportError:
-    from h2dlab.measure import Timer  # noqa: E402
-try:
-    from h2dlab.units import parse_size  # noqa: E402
-except ImportError:
-    from h2dlab.measure import parse_size  # noqa: E402
-try:
-    from h2dlab.plan import random_source  # noqa: E402
-except ImportError:
-    from h2dlab.measure import random_source  # noqa: E402
+from h2dlab.timing import Timer  # noqa: E402
+from h2dlab.units import parse_size  # noqa: E402
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 REG_CONF = "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"

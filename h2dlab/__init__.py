@@ -1,9 +1,13 @@
 """h2dlab: measure and explain host-to-device copies in PyTorch.
 
-Data flows one way: measure -> table -> analyse -> figure -> notebook.
-Only the measuring modules are imported here, so ``import h2dlab`` stays light
-(torch, numpy and pandas) on a bare GPU box.
+Data flows one way: measure -> table -> analyse -> figure -> notebook. Importing the
+package imports nothing else (no torch, no pandas): import the module you need, e.g.
+``from h2dlab.measure import sweep``, ``from h2dlab.spec import SweepSpec``,
+``from h2dlab import datasets, model, outliers, plots``. The layout is drawn in
+README.md ("Layout").
 """
+
+__all__ = ["SCHEMA_VERSION", "__version__"]
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,9 @@
-"""The ``h2dlab`` command: env | datasets | measure | forum | explain | report.
+"""The ``h2dlab`` command: env | datasets | measure | forum | overlap | explain | report.
 
-User mistakes end in one line on stderr and a non-zero exit, never a traceback
-(set H2DLAB_DEBUG=1 to see one).
+Each measuring command builds one run spec from its options and hands it on. A user
+mistake (``UsageError``) ends in one line on stderr and exit code 2; anything else is
+a bug or a fault of the machine and keeps its traceback. Set H2DLAB_DEBUG=1 to see a
+traceback for a user mistake too.
 """
 
 from __future__ import annotations
@@ -14,16 +16,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+from h2dlab.errors import UsageError
+from h2dlab.spec import FORUM_ORDERS, ORDERS, ForumSpec, OverlapSpec, SweepSpec
+
+__all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "build_parser", "check_out", "main", "spec_from_args"]
+
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
-class CliError(Exception):
-    """A user mistake: printed as one line, exit code 2."""
-
-
 def _sizes(text: str) -> list[int]:
-    from h2dlab.measure import parse_sizes
+    from h2dlab.units import parse_sizes
 
     try:
         return parse_sizes(text)
@@ -31,24 +34,19 @@ def _sizes(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
-    return v
+def _whole(least: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if v < least:
+            raise argparse.ArgumentTypeError(
+                f"must be at least 1, got {v}" if least == 1 else f"must be {least} or more, got {v}"
+            )
+        return v
 
-
-def _nonneg(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {v}")
-    return v
+    return parse
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,24 +54,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"h2dlab: error: {message} (see h2dlab {self.prog.split()[-1]} --help)\n")
 
 
-def _check_out(path: str) -> Path:
+def check_out(path: str, suffixes: tuple[str, ...] | None = None) -> Path:
+    """The ``--out`` path, checked: a known table suffix and a folder that takes new files."""
     from h2dlab.datasets import SUFFIXES, suffix_of
 
     out = Path(path)
-    if suffix_of(out) not in SUFFIXES:
-        raise CliError(f"cannot write {out.name!r}: give --out a name ending in {', '.join(SUFFIXES)}")
+    suffixes = suffixes or SUFFIXES
+    if not out.name.endswith(suffixes) or suffix_of(out) not in SUFFIXES:
+        raise UsageError(f"cannot write {out.name!r}: give --out a name ending in {', '.join(suffixes)}")
     folder = out.parent if str(out.parent) else Path(".")
     if not folder.is_dir():
-        raise CliError(f"the folder {str(folder)!r} of --out does not exist: create it first")
+        raise UsageError(f"the folder {str(folder)!r} of --out does not exist: create it first")
     try:  # really try: os.access says yes to root even where writes fail
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError:
-        raise CliError(f"the folder {str(folder)!r} of --out is not writable: choose another") from None
+        raise UsageError(f"the folder {str(folder)!r} of --out is not writable: choose another") from None
     return out
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand (choices from the package's constants)."""
+    from h2dlab.session import MODES
+
     p = _Parser(prog="h2dlab", description="Measure and explain host-to-device copies in PyTorch.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
@@ -86,18 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--sizes",
         type=_sizes,
         default=None,
-        help="e.g. 1KiB,64MiB,1GiB or 1KiB..1GiB (powers of two) or forum [1KiB..64MiB]",
+        help="e.g. 1KiB,64MiB,1GiB or 1KiB..1GiB (powers of two) or forum "
+        "[1KiB..64MiB; with --gpus 1MiB..1GiB]",
     )
     m.add_argument("--strategies", default=None, help="comma list (default: all available on the device)")
-    m.add_argument("--reps", type=_positive, default=10, help="timed repetitions per size [10]")
+    m.add_argument("--reps", type=_whole(1), default=10, help="timed repetitions per size [10]")
     m.add_argument(
-        "--reps-large", type=_positive, default=None, help="timed repetitions at >= 1 GiB [--reps]"
+        "--reps-large", type=_whole(1), default=None, help="timed repetitions at >= 1 GiB [--reps]"
     )
-    m.add_argument("--warmup", type=_nonneg, default=2, help="labelled warm-up copies per size [2]")
+    m.add_argument("--warmup", type=_whole(0), default=2, help="labelled warm-up copies per size [2]")
     m.add_argument(
         "--order",
-        choices=["shuffled", "ascending", "interleaved"],
-        default="shuffled",
+        choices=ORDERS,
+        default=ORDERS[0],
         help="shuffled cells (reps back to back), ascending, or interleaved reps in shuffled rounds",
     )
     m.add_argument("--seed", type=int, default=0)
@@ -117,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("forum", help="the forum's experiment, re-implemented (run in a fresh process)")
     f.add_argument("--out", required=True)
-    f.add_argument("--order", choices=["ascending", "shuffled"], default="ascending")
+    f.add_argument("--order", choices=FORUM_ORDERS, default=FORUM_ORDERS[0])
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--device", default="cuda")
     f.add_argument("--seqs", default=None, help=argparse.SUPPRESS)  # a subset, for tests
@@ -127,8 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser(
         "overlap", help="timelines of a copy beside compute (pinned vs pageable, one vs two streams)"
     )
-    o.add_argument("--size", default="256MiB")
-    o.add_argument("--reps", type=_positive, default=5)
+    o.add_argument("--size", type=_sizes, default=[256 * 1024**2], help="one size [256MiB]")
+    o.add_argument("--reps", type=_whole(1), default=5)
     o.add_argument("--device", default="cuda")
     o.add_argument("--out", required=True, help="a .csv or .csv.gz timeline, with its .env.json")
 
@@ -138,12 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--all", action="store_true", help="print every flagged row, not the first 40")
 
     r = sub.add_parser("report", help="execute the notebooks and render reports/*.html and a workbook")
-    r.add_argument(
-        "--mode",
-        choices=["auto", "replay", "live"],
-        default=None,
-        help="override H2DLAB_MODE for the notebooks",
-    )
+    r.add_argument("--mode", choices=MODES, default=None, help="override H2DLAB_MODE for the notebooks")
     r.add_argument("--outdir", default="reports")
     r.add_argument(
         "--inplace", action="store_true", help="also refresh the outputs stored in notebooks/*.ipynb"
@@ -152,42 +151,58 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _strategy_list(text: str | None) -> list[str] | None:
-    from h2dlab import strategies
+def spec_from_args(a: argparse.Namespace) -> SweepSpec | ForumSpec | OverlapSpec:
+    """The one run spec a measuring command's options describe (``UsageError`` if invalid)."""
+    if a.cmd == "measure":
+        from h2dlab.concurrent import DEFAULT_SIZES as GPUS_SIZES
+        from h2dlab.spec import DEFAULT_SIZES
 
-    if text is None:
-        return None
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [s for s in names if s not in strategies.REGISTRY]
-    if unknown or not names:
-        raise CliError(
-            f"unknown strategy {unknown[0] if unknown else text!r}: choose from {', '.join(strategies.names())}"
+        names = (
+            None if a.strategies is None else tuple(s.strip() for s in a.strategies.split(",") if s.strip())
         )
-    return names
+        sizes = a.sizes or (GPUS_SIZES if a.gpus is not None else DEFAULT_SIZES)
+        return SweepSpec(
+            strategies=names,
+            sizes=tuple(sizes),
+            device=a.device,
+            reps=a.reps,
+            warmup=a.warmup,
+            reps_large=a.reps_large,
+            order=a.order,
+            seed=a.seed,
+            empty_cache=a.empty_cache,
+            empty_host_cache_each_size=a.empty_host_cache,
+            dtype=a.dtype,
+        )
+    if a.cmd == "forum":
+        seqs = None
+        if a.seqs:
+            try:
+                seqs = tuple(int(v) for v in a.seqs.split(","))
+            except ValueError:
+                raise UsageError(f"--seqs takes whole numbers, e.g. 1,6,11; got {a.seqs!r}") from None
+        return ForumSpec(order=a.order, seed=a.seed, device=a.device, seqs=seqs)
+    if a.cmd == "overlap":
+        if len(a.size) != 1:
+            raise UsageError(f"--size takes one size, got {len(a.size)}")
+        return OverlapSpec(size_bytes=a.size[0], reps=a.reps, device=a.device)
+    raise ValueError(f"{a.cmd} measures nothing")
 
 
-def _dtype(text: str):
-    import torch
-
-    dt = getattr(torch, text, None)
-    if not isinstance(dt, torch.dtype):
-        raise CliError(f"unknown dtype {text!r}: use e.g. uint8, float16, bfloat16, float32")
-    return dt
-
-
-def _finish_measure(df, out: Path, argv: list[str]) -> int:
+def _finish_measure(df, out: Path, argv: list[str], resumable: bool = True) -> int:
     from h2dlab import datasets
 
     planned = df.attrs.get("planned_rows", len(df))
     errors = int((df["error"] != "").sum()) if len(df) else 0
     if df.attrs.get("stopped"):
-        cmd = shlex.join(["h2dlab", *argv])
-        if "--resume" not in argv:
-            cmd += " --resume"
-        print(
-            f"h2dlab: interrupted: {len(df)} of {planned} rows kept in {out}; resume with: {cmd}",
-            file=sys.stderr,
-        )
+        if resumable:
+            cmd = shlex.join(["h2dlab", *argv])
+            if "--resume" not in argv:
+                cmd += " --resume"
+            how = f"resume with: {cmd}"
+        else:
+            how = "a run on several GPUs cannot be resumed: run it again"
+        print(f"h2dlab: interrupted: {len(df)} of {planned} rows kept in {out}; {how}", file=sys.stderr)
         return EXIT_INTERRUPTED
     timed = int((~df["warmup"]).sum()) if len(df) else 0
     print(
@@ -195,6 +210,9 @@ def _finish_measure(df, out: Path, argv: list[str]) -> int:
         f"and {datasets.env_path(out).name}",
         file=sys.stderr,
     )
+    if "world" in df.columns:
+        per = df.groupby(["world", "gpu"]).size()
+        print(f"rows per (GPUs at once, GPU): {per.to_dict()}", file=sys.stderr)
     if errors:
         first = df.loc[df["error"] != "", "error"].iloc[0]
         print(f"note: {errors} row(s) record an error, e.g. {first}", file=sys.stderr)
@@ -202,140 +220,104 @@ def _finish_measure(df, out: Path, argv: list[str]) -> int:
 
 
 def _cmd_measure(a, argv) -> int:
-    from h2dlab import measure
-
-    out = _check_out(a.out)
+    spec = spec_from_args(a)
+    out = check_out(a.out)
+    cmdline = ["h2dlab", *argv]
     if a.gpus is not None:
-        sizes = a.sizes or [2**k for k in range(20, 31)]
-        df = measure.concurrent(
-            _strategy_list(a.strategies),
-            sizes,
-            gpus=a.gpus,
-            device=a.device,
-            out=out,
-            argv=["h2dlab", *argv],
-            progress=not a.no_progress,
-            reps=a.reps,
-            warmup=a.warmup,
-            order=a.order,
-            seed=a.seed,
-            empty_cache=a.empty_cache,
-            reps_large=a.reps_large,
-            dtype=_dtype(a.dtype),
-            resume=a.resume,
-        )
-        per = df.groupby(["world", "gpu"]).size()
-        print(f"wrote {out} ({len(df)} rows; rows per (GPUs at once, GPU): {per.to_dict()})", file=sys.stderr)
-        return 0
-    df = measure.sweep(
-        _strategy_list(a.strategies),
-        a.sizes,
-        device=a.device,
-        reps=a.reps,
-        warmup=a.warmup,
-        order=a.order,
-        seed=a.seed,
-        empty_cache=a.empty_cache,
-        empty_host_cache_each_size=a.empty_host_cache,
-        reps_large=a.reps_large,
-        dtype=_dtype(a.dtype),
-        out=out,
-        resume=a.resume,
-        progress=not a.no_progress,
-        argv=["h2dlab", *argv],
-    )
+        from h2dlab.concurrent import concurrent
+
+        if a.resume:
+            raise UsageError("--resume does not apply to --gpus: a run on several GPUs is run again")
+        df = concurrent(spec, gpus=a.gpus, out=out, argv=cmdline, progress=not a.no_progress)
+        return _finish_measure(df, out, argv, resumable=False)
+    from h2dlab.measure import sweep
+
+    df = sweep(spec, out=out, resume=a.resume, progress=not a.no_progress, argv=cmdline)
     return _finish_measure(df, out, argv)
 
 
 def _cmd_forum(a, argv) -> int:
-    from h2dlab import measure
+    from h2dlab.forum import forum
 
-    out = _check_out(a.out)
-    seqs = None
-    if a.seqs:
-        try:
-            seqs = [int(v) for v in a.seqs.split(",")]
-        except ValueError:
-            raise CliError(f"--seqs takes whole numbers, e.g. 1,6,11; got {a.seqs!r}") from None
-    df = measure.forum(
-        out,
-        order=a.order,
-        seed=a.seed,
-        device=a.device,
-        resume=a.resume,
-        seqs=seqs,
-        progress=not a.no_progress,
-        argv=["h2dlab", *argv],
-    )
+    spec = spec_from_args(a)
+    out = check_out(a.out)
+    df = forum(spec, out=out, resume=a.resume, progress=not a.no_progress, argv=["h2dlab", *argv])
     return _finish_measure(df, out, argv)
 
 
 def _cmd_overlap(a, argv) -> int:
-    from h2dlab import datasets, measure
+    from h2dlab.overlap import TIMELINE_SUFFIXES, overlap, save_timeline
 
-    out = _check_out(a.out)
-    if not out.name.endswith((".csv", ".csv.gz")):
-        raise CliError("overlap writes a .csv or .csv.gz timeline")
-    df = measure.overlap(measure.parse_size(a.size), reps=a.reps, device=a.device, argv=["h2dlab", *argv])
-    df.to_csv(out, index=False)
-    datasets.write_env(df.attrs["env"], datasets.env_path(out))
-    med = df.assign(d=df.end_ms.clip(lower=0)).groupby("scenario")["d"].max()
-    for scen, total in med.items():
-        print(f"{scen:18s} last op ends at {total:8.2f} ms (worst of {a.reps} reps)")
+    spec = spec_from_args(a)
+    out = check_out(a.out, TIMELINE_SUFFIXES)
+    df = overlap(spec, argv=["h2dlab", *argv])
+    save_timeline(df, out)
+    worst = df.assign(d=df.end_ms.clip(lower=0)).groupby("scenario")["d"].max()
+    for scen, total in worst.items():
+        print(f"{scen:18s} last op ends at {total:8.2f} ms (worst of {spec.reps} reps)")
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
 def _cmd_explain(a, argv) -> int:
-    from h2dlab import report
+    from h2dlab.cli_explain import explain
 
-    return report.explain_cli(a.source, out=a.out, show_all=a.all)
+    out = check_out(a.out) if a.out is not None else None
+    return explain(a.source, out=out, show_all=a.all)
 
 
 def _cmd_report(a, argv) -> int:
     from h2dlab import report
 
     only = [n.strip() for n in a.only.split(",")] if a.only else None
-    if only:
-        unknown = [n for n in only if n not in report.NOTEBOOKS]
-        if unknown:
-            raise CliError(f"unknown notebook {unknown[0]!r}: choose from {', '.join(report.NOTEBOOKS)}")
+    unknown = [n for n in only or [] if n not in report.NOTEBOOKS]
+    if unknown:
+        raise UsageError(f"unknown notebook {unknown[0]!r}: choose from {', '.join(report.NOTEBOOKS)}")
     return report.build(outdir=a.outdir, mode=a.mode, notebooks=only, inplace=a.inplace)
 
 
+def _cmd_env(a, argv) -> int:
+    from h2dlab.env import collect_env
+
+    print(json.dumps(collect_env(argv=["h2dlab", *argv]), indent=2, default=str))
+    return 0
+
+
+def _cmd_datasets(a, argv) -> int:
+    from h2dlab.datasets import names
+
+    for name, desc in names().items():
+        print(f"{name:16s} {desc}")
+    return 0
+
+
+COMMANDS = {
+    "env": _cmd_env,
+    "datasets": _cmd_datasets,
+    "measure": _cmd_measure,
+    "forum": _cmd_forum,
+    "overlap": _cmd_overlap,
+    "explain": _cmd_explain,
+    "report": _cmd_report,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command; return its exit code (2 for a user mistake, 130 when interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
-        if args.cmd == "env":
-            from h2dlab.env import collect_env
-
-            print(json.dumps(collect_env(argv=["h2dlab", *argv]), indent=2, default=str))
-            return 0
-        if args.cmd == "datasets":
-            from h2dlab.datasets import names
-
-            for name, desc in names().items():
-                print(f"{name:16s} {desc}")
-            return 0
-        return {
-            "measure": _cmd_measure,
-            "forum": _cmd_forum,
-            "overlap": _cmd_overlap,
-            "explain": _cmd_explain,
-            "report": _cmd_report,
-        }[args.cmd](args, argv)
+        return COMMANDS[args.cmd](args, argv)
     except BrokenPipeError:  # e.g. `h2dlab explain ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
         print("h2dlab: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (CliError, ValueError, KeyError, MemoryError, RuntimeError, OSError) as exc:
+    except UsageError as exc:
         if os.environ.get("H2DLAB_DEBUG"):
             raise
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        first = (str(msg).strip().splitlines() or [type(exc).__name__])[0]
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         print(f"h2dlab: error: {first}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from h2dlab import SCHEMA_VERSION, __version__
 
+__all__ = ["PCIE_X16_GBPS", "collect_env", "describe", "meminfo_bytes", "nvml_handle"]
+
 
 def _read(path: str) -> str | None:
     try:
@@ -45,11 +47,28 @@ def _thp() -> str | None:
     return text
 
 
-def _mem_total_gib() -> float | None:
+def meminfo_bytes(field: str) -> int | None:
+    """A field of /proc/meminfo in bytes (e.g. ``'MemAvailable'``), or None where unknown."""
     for line in (_read("/proc/meminfo") or "").splitlines():
-        if line.startswith("MemTotal:"):
-            return round(int(line.split()[1]) / 2**20, 1)
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
     return None
+
+
+def _mem_total_gib() -> float | None:
+    total = meminfo_bytes("MemTotal")
+    return None if total is None else round(total / 2**30, 1)
+
+
+def nvml_handle(index: int) -> tuple[Any, Any] | None:
+    """``(pynvml, handle)`` for GPU ``index``, NVML started; None without nvidia-ml-py or NVML."""
+    try:
+        import pynvml  # optional: nvidia-ml-py
+
+        pynvml.nvmlInit()
+        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:  # noqa: BLE001 - NVML missing or refusing: the caller goes without
+        return None
 
 
 def _git_commit() -> str | None:
@@ -83,13 +102,11 @@ def _kit_version() -> str | None:
 
 def _pcie(index: int) -> dict[str, Any]:
     """PCIe link of GPU ``index`` from nvidia-ml-py; empty when unavailable."""
-    try:
-        import pynvml  # optional: nvidia-ml-py
-    except ImportError:
+    found = nvml_handle(index)
+    if found is None:
         return {}
+    pynvml, h = found
     try:
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(index)
         info = {
             "pcie_gen_current": pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h),
             "pcie_gen_max": pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h),

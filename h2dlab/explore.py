@@ -1,6 +1,6 @@
 """An interactive explorer for JupyterLab (ipywidgets), used by notebooks/05-explore.
 
-A thin layer over ``measure``, ``model``, ``outliers`` and ``plots``: it picks a table,
+A thin layer over ``measure``, ``session``, ``model``, ``outliers`` and ``plots``: it picks a table,
 filters it, and draws what those modules compute. It adds no analysis of its own.
 """
 
@@ -13,6 +13,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from h2dlab import datasets, model, outliers, plots
+
+__all__ = ["MEASURE_NOW", "VIEWS", "Explorer"]
 
 MEASURE_NOW = "measure this machine now"
 VIEWS = ("latency", "bandwidth", "timeline")
@@ -41,7 +43,7 @@ class Explorer:
         import ipywidgets as W
         import torch
 
-        from h2dlab.report import resolve_mode
+        from h2dlab.session import resolve_mode
 
         self.mode = resolve_mode(mode)
         self.cuda = torch.cuda.is_available()
@@ -176,26 +178,32 @@ class Explorer:
         if not self.cuda:
             self.status.value = "<b>measure now needs a CUDA GPU</b>; this machine has none."
             return None
-        from h2dlab import measure
+        from h2dlab import strategies
+        from h2dlab.measure import sweep
+        from h2dlab.plan import plan_spec
+        from h2dlab.recorder import StopFlag
+        from h2dlab.spec import SweepSpec
+        from h2dlab.units import parse_sizes
 
         out = datasets.runs_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-explore.csv.gz"
         out.parent.mkdir(parents=True, exist_ok=True)
-        self._stop = measure._StopFlag()
-        planned = measure.plan_sweep(
-            [s for s in measure.strategies.names()], measure.parse_sizes(sizes), reps, 1
+        self._stop = StopFlag()
+        spec = SweepSpec(
+            strategies=tuple(strategies.names()),
+            sizes=tuple(parse_sizes(sizes)),
+            device="cuda",
+            reps=reps,
+            warmup=1,
         )
+        planned = plan_spec(spec)
         self.progress.max, self.progress.value = len(planned), 0
         self.measure_btn.disabled, self.stop_btn.disabled = True, False
         self.status.value = f"measuring {len(planned)} copies into {out.name} ..."
 
         def work():
             try:
-                df = measure.sweep(
-                    None,
-                    measure.parse_sizes(sizes),
-                    device="cuda",
-                    reps=reps,
-                    warmup=1,
+                df = sweep(
+                    spec,
                     out=out,
                     progress=False,
                     stop=self._stop,
@@ -216,7 +224,7 @@ class Explorer:
 
     def stop(self) -> None:
         if self._stop is not None:
-            self._stop.signum = 2  # as if Ctrl-C: stop after the copy in flight
+            self._stop.request()  # as if Ctrl-C: stop after the copy in flight
 
     def widget(self):
         import ipywidgets as W

@@ -12,6 +12,21 @@ from typing import ClassVar
 
 import torch
 
+__all__ = [
+    "REGISTRY",
+    "HostRegister",
+    "Pageable",
+    "PageableNonBlocking",
+    "PinThenCopy",
+    "PinnedReuse",
+    "Staged",
+    "Strategy",
+    "available",
+    "get",
+    "names",
+    "register",
+]
+
 
 class Strategy:
     """Base class. Subclasses set ``name``, ``summary`` and ``needs_cuda``."""

@@ -31,8 +31,8 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from h2dlab import datasets, model, outliers, plots
-from h2dlab.measure import forum_shape
-from h2dlab.report import Session
+from h2dlab.session import Session
+from h2dlab.units import forum_shape
 
 S = Session(MODE)
 a100 = datasets.load("forum_a100")

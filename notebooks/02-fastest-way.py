@@ -35,7 +35,7 @@ from IPython.display import Markdown, display
 
 from h2dlab import datasets, model, plots
 from h2dlab.env import describe
-from h2dlab.report import Session
+from h2dlab.session import Session
 
 S = Session(MODE)
 sweep = S.data("h200_sweep")

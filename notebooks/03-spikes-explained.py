@@ -32,7 +32,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from h2dlab import datasets, outliers, plots
-from h2dlab.report import Session
+from h2dlab.session import Session
 
 S = Session(MODE)
 a100 = datasets.load("forum_a100")

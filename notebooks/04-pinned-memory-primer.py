@@ -28,7 +28,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from h2dlab import datasets, model, plots
-from h2dlab.report import Session
+from h2dlab.session import Session
 
 S = Session(MODE)
 pow2 = S.run("h200_sweep", "pow2")

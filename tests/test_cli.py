@@ -84,7 +84,7 @@ def test_output_extension(tmp_path):
 @pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA")
 def test_cuda_missing_is_one_line(tmp_path):
     r = run_cli("measure", "--sizes", "1KiB", "--out", str(tmp_path / "r.csv"))
-    _one_line_error(r, "CUDA is not available", "--device cpu")
+    _one_line_error(r, "CUDA is not available", "device cpu")
     r = run_cli("forum", "--out", str(tmp_path / "f.csv"))
     _one_line_error(r, "CUDA")
 
@@ -223,3 +223,87 @@ def test_env_command_is_json():
     r = run_cli("env")
     env = json.loads(r.stdout)
     assert env["cpu_count"] >= 1 and "torch" in env and env["command"].startswith("h2dlab env")
+
+
+def _run_main_with(command_body: str):
+    """Run h2dlab's main() in a subprocess with the env command replaced by ``command_body``."""
+    code = (
+        "import sys\nimport h2dlab.cli as c\nfrom h2dlab.errors import UsageError\n"
+        f"def fake(a, argv):\n    {command_body}\n"
+        "c.COMMANDS['env'] = fake\nsys.exit(c.main(['env']))\n"
+    )
+    e = {k: v for k, v in __import__("os").environ.items() if k != "H2DLAB_DEBUG"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=e)
+
+
+@pytest.mark.parametrize(
+    "body,kind",
+    [
+        ("raise RuntimeError('an internal invariant broke')", "RuntimeError"),
+        ("raise ValueError('not a user mistake')", "ValueError"),
+        ("raise KeyError('missing')", "KeyError"),
+        ("raise OSError('disk went away')", "OSError"),
+    ],
+)
+def test_a_bug_keeps_its_traceback(body, kind):
+    r = _run_main_with(body)
+    assert r.returncode not in (0, 2), r.stderr
+    assert "Traceback" in r.stderr and kind in r.stderr.splitlines()[-1]
+
+
+def test_a_usage_error_is_one_line_exit_2():
+    r = _run_main_with("raise UsageError('give a size such as 1KiB\\nand more detail')")
+    assert _one_line_error(r, "give a size") == "h2dlab: error: give a size such as 1KiB"
+    assert r.returncode == 2
+
+
+def test_gpus_run_honours_options_and_prints_the_stopped_summary(tmp_path):
+    """--gpus (two CPU processes here): interrupted, every rank stops, the rows are kept
+    and the summary says how many, without offering a resume that cannot work."""
+    out = tmp_path / "g.csv"
+    args = [
+        *M,
+        "--gpus",
+        "2",
+        "--sizes",
+        "8MiB,16MiB",
+        "--strategies",
+        "pageable",
+        "--reps",
+        "400",
+        "--warmup",
+        "0",
+        "--empty-host-cache",
+        "--dtype",
+        "float16",
+        "--out",
+        str(out),
+    ]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "h2dlab.cli", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    t0 = time.time()
+    while time.time() - t0 < 120:
+        partials = list(tmp_path.glob(".g.csv.w2.*/rank*.csv.partial.csv"))
+        if len(partials) == 2 and all(len(f.read_text().splitlines()) > 5 for f in partials):
+            break
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "rows kept" in err and "cannot be resumed" in err
+    kept = datasets.read(out)
+    assert 10 <= len(kept) < 2 * 2 * 400 and f"{len(kept)} of 1600 rows kept" in err
+    assert set(kept["gpu"]) == {0, 1} and kept["dtype"].eq("float16").all()
+    spec = kept.attrs["env"]["spec"]
+    assert spec["empty_host_cache_each_size"] is True and spec["reps"] == 400
+    assert kept.attrs["env"]["stopped_by_signal"] == signal.SIGINT
+
+
+def test_gpus_refuses_resume(tmp_path):
+    r = run_cli(*M, "--gpus", "2", "--sizes", "1KiB", "--out", str(tmp_path / "g.csv"), "--resume")
+    _one_line_error(r, "--resume", "--gpus")

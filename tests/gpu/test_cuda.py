@@ -11,7 +11,10 @@ import pandas as pd
 import pytest
 import torch
 
-from h2dlab import datasets, measure, strategies
+from h2dlab import datasets, strategies
+from h2dlab.measure import sweep
+from h2dlab.overlap import SCENARIOS, overlap
+from h2dlab.spec import OverlapSpec, SweepSpec
 from tests.conftest import ROOT, run_cli
 
 MiB = 1024**2
@@ -51,9 +54,8 @@ def test_every_strategy_is_bytewise_correct(name, nbytes):
 
 def test_sweep_rows_and_event_vs_host_clock(tmp_path):
     out = tmp_path / "s.csv"
-    df = measure.sweep(
-        ["pinned_reuse", "pageable"], [64 * MiB], device="cuda", reps=15, warmup=2, out=out, progress=False
-    )
+    spec = SweepSpec(("pinned_reuse", "pageable"), (64 * MiB,), device="cuda", reps=15, warmup=2)
+    df = sweep(spec, out=out, progress=False)
     assert len(df) == 2 * 17 and (df["error"] == "").all()
     timed = df[~df["warmup"]]
     # The host clock encloses the events (launch before, synchronisation after), so it
@@ -70,11 +72,12 @@ def test_sweep_rows_and_event_vs_host_clock(tmp_path):
 
 
 def test_empty_cache_forces_device_alloc():
-    df = measure.sweep(
-        ["pageable"], [32 * MiB], device="cuda", reps=4, warmup=1, empty_cache=True, progress=False
+    df = sweep(
+        SweepSpec(("pageable",), (32 * MiB,), device="cuda", reps=4, warmup=1, empty_cache=True),
+        progress=False,
     )
     assert (df.loc[~df.warmup, "device_allocs"] >= 1).all()
-    df2 = measure.sweep(["pageable"], [32 * MiB], device="cuda", reps=4, warmup=1, progress=False)
+    df2 = sweep(SweepSpec(("pageable",), (32 * MiB,), device="cuda", reps=4, warmup=1), progress=False)
     assert (df2.loc[~df2.warmup, "device_allocs"] == 0).all()
 
 
@@ -103,13 +106,10 @@ def test_oom_row_is_kept_and_sweep_goes_on(tmp_path):
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction(0.001)
     try:
-        df = measure.sweep(
-            ["pageable"],
-            [1 * MiB, 512 * MiB],
-            device="cuda",
-            reps=2,
-            warmup=0,
-            order="ascending",
+        df = sweep(
+            SweepSpec(
+                ("pageable",), (1 * MiB, 512 * MiB), device="cuda", reps=2, warmup=0, order="ascending"
+            ),
             out=tmp_path / "o.csv",
             progress=False,
         )
@@ -175,8 +175,8 @@ def test_cli_interrupt_and_resume_on_gpu(tmp_path):
 
 
 def test_overlap_timelines(tmp_path):
-    df = measure.overlap(64 * MiB, reps=2)
-    assert set(df.scenario) == set(measure.SCENARIOS) and len(df) == 2 * 3 * 2
+    df = overlap(OverlapSpec(64 * MiB, reps=2))
+    assert set(df.scenario) == set(SCENARIOS) and len(df) == 2 * 3 * 2
     assert (df.end_ms > df.start_ms).all()
     w = df[df.rep == 1].set_index(["scenario", "op"])
     # On one stream the compute starts after the copy ends; on two streams with a

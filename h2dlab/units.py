@@ -1,0 +1,136 @@
+"""Sizes: reading them (``'64MiB'``, ``'1KiB..1GiB'``, ``'forum'``) and writing them.
+
+No torch here: analysis and plotting code format sizes without importing it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from h2dlab.errors import UsageError
+
+__all__ = [
+    "FORUM_SEQS",
+    "UNITS",
+    "fmt_bytes",
+    "forum_nbytes",
+    "forum_shape",
+    "forum_sizes",
+    "parse_size",
+    "parse_sizes",
+]
+
+UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*(-?[0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
+
+#: The forum's grid: seq = 1, 6, ..., 1046 for float16 tensors of shape (24, 2, 1, seq, 4096).
+FORUM_SEQS = list(range(1, 1050, 5))
+
+
+def forum_shape(seq: int) -> tuple[int, ...]:
+    """The shape of the forum's tensor for one ``seq``: ``(24, 2, 1, seq, 4096)``."""
+    return (24, 2, 1, seq, 4096)
+
+
+def forum_nbytes(seq: int) -> int:
+    """Bytes of the forum's float16 tensor for one ``seq`` (the one place this is computed)."""
+    return math.prod(forum_shape(seq)) * 2
+
+
+def forum_sizes() -> list[int]:
+    """The byte sizes of the forum's 210 float16 tensors."""
+    return [forum_nbytes(s) for s in FORUM_SEQS]
+
+
+def parse_size(text: str) -> int:
+    """Read one size: ``'64MiB'`` -> 67108864.
+
+    Parameters
+    ----------
+    text
+        A number and an optional unit: binary (KiB, MiB, GiB, TiB) or decimal (KB, MB,
+        GB, TB), case-insensitive.
+
+    Returns
+    -------
+    int
+        The size in bytes.
+
+    Raises
+    ------
+    UsageError
+        (a ``ValueError``) for an unreadable, zero, negative or fractional size.
+    """
+    m = _SIZE_RE.match(str(text))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in UNITS:
+        raise UsageError(
+            f"cannot read size {text!r}: write a number and a unit such as 4096, 1KiB, 64MiB, 1GiB"
+        )
+    value = float(m.group(1)) * UNITS[unit]
+    if value <= 0:
+        raise UsageError(f"size {text!r} must be positive")
+    if value != int(value):
+        raise UsageError(f"size {text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def parse_sizes(spec: str) -> list[int]:
+    """Read a list of sizes.
+
+    Parameters
+    ----------
+    spec
+        ``'1KiB,64MiB,1GiB'``, ``'1KiB..1GiB'`` (every power of two between, inclusive,
+        plus the ends), ``'forum'`` (the forum's 210 sizes), or a comma list mixing them.
+
+    Returns
+    -------
+    list of int
+        Sorted, without duplicates.
+    """
+    if not str(spec).strip():
+        raise UsageError("no sizes given: write e.g. 1KiB..1GiB")
+    sizes: set[int] = set()
+    for part in str(spec).split(","):
+        part = part.strip()
+        if part == "forum":
+            sizes.update(forum_sizes())
+        elif ".." in part:
+            lo_s, hi_s = part.split("..", 1)
+            lo, hi = parse_size(lo_s), parse_size(hi_s)
+            if lo > hi:
+                raise UsageError(f"size range {part!r} runs backwards: write the smaller size first")
+            k = math.ceil(math.log2(lo))
+            if 2**k != lo:
+                sizes.add(lo)
+            while 2**k <= hi:
+                sizes.add(2**k)
+                k += 1
+        else:
+            sizes.add(parse_size(part))
+    return sorted(sizes)
+
+
+def fmt_bytes(n: float) -> str:
+    """``67108864`` -> ``'64 MiB'``; ``1536`` -> ``'1.50 KiB'``; below 1 KiB in bytes."""
+    for unit, div in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= div:
+            v = n / div
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
+    return f"{int(n)} B"

@@ -1,0 +1,160 @@
+"""Run specs validate themselves, serialise to env.json and back, and name their differences."""
+
+import dataclasses
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from h2dlab import strategies
+from h2dlab.errors import UsageError
+from h2dlab.spec import (
+    DEFAULT_SIZES,
+    ORDERS,
+    ForumSpec,
+    OverlapSpec,
+    SweepSpec,
+    differences,
+    spec_from_dict,
+)
+from h2dlab.units import fmt_bytes, parse_size, parse_sizes
+
+
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"strategies": ("teleport",)}, "unknown strategy 'teleport'"),
+        ({"strategies": ()}, "no strategy"),
+        ({"sizes": ()}, "no sizes"),
+        ({"sizes": (0,)}, "at least 1"),
+        ({"sizes": (1.5,)}, "whole number"),
+        ({"reps": 0}, "reps must be at least 1"),
+        ({"warmup": -1}, "warmup must be at least 0"),
+        ({"reps_large": 0}, "reps_large must be at least 1"),
+        ({"order": "random"}, "order must be one of shuffled, ascending, interleaved"),
+        ({"dtype": "float128"}, "unknown dtype"),
+        ({"sizes": (1023,), "dtype": "float32"}, "not a multiple of float32's 4 bytes"),
+        ({"device": "tpu"}, "unknown device"),
+        ({"device": "cuda:x"}, "unknown device"),
+        ({"reps": True}, "whole number"),
+    ],
+)
+def test_sweep_spec_rejects(kwargs, needle):
+    with pytest.raises(UsageError, match=needle) as info:
+        SweepSpec(**kwargs)
+    assert isinstance(info.value, ValueError)  # library terms: a ValueError
+    assert "--" not in str(info.value)  # no command-line flags in library messages
+
+
+def test_sweep_spec_defaults_and_coercion():
+    s = SweepSpec(strategies=["pageable"], sizes=[1024, 2048], dtype="torch.float16", empty_cache=1)
+    assert s.strategies == ("pageable",) and s.sizes == (1024, 2048)
+    assert s.dtype == "float16" and s.empty_cache is True
+    assert SweepSpec().sizes == DEFAULT_SIZES == tuple(2**k for k in range(10, 27))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.reps = 3
+
+
+def test_sweep_spec_dict_keeps_the_recorded_keys():
+    """env.json's spec keeps the keys recorded runs have (and model.py reads)."""
+    s = SweepSpec(("pageable",), (1024,), device="cpu").resolved("cpu", [])
+    d = s.to_dict()
+    assert d == {
+        "kind": "sweep",
+        "strategies": ["pageable"],
+        "sizes": [1024],
+        "device": "cpu",
+        "reps": 10,
+        "warmup": 2,
+        "reps_large": None,
+        "order": "shuffled",
+        "seed": 0,
+        "empty_cache": False,
+        "empty_host_cache_each_size": False,
+        "dtype": "uint8",
+    }
+
+
+def test_recorded_spec_reads_back():
+    from h2dlab import datasets
+
+    env = datasets.load("h200_sweep").attrs["envs"]
+    for e in env.values():
+        spec = spec_from_dict(e["spec"])
+        assert isinstance(spec, SweepSpec)
+        assert spec.to_dict() == e["spec"]
+
+
+def test_resolved_fills_strategies_only_when_none():
+    assert SweepSpec(device="cpu").resolved("cpu", ["pageable"]).strategies == ("pageable",)
+    assert SweepSpec(("staged",), device="cpu").resolved("cpu", ["pageable"]).strategies == ("staged",)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    names=st.lists(st.sampled_from(sorted(strategies.REGISTRY)), min_size=1, max_size=4, unique=True),
+    sizes=st.lists(st.integers(1, 2**12).map(lambda k: 16 * k), min_size=1, max_size=5),
+    reps=st.integers(1, 50),
+    warmup=st.integers(0, 5),
+    reps_large=st.none() | st.integers(1, 9),
+    order=st.sampled_from(ORDERS),
+    seed=st.integers(-(2**31), 2**31),
+    flags=st.tuples(st.booleans(), st.booleans()),
+    dtype=st.sampled_from(["uint8", "float16", "float32", "bfloat16"]),
+)
+def test_sweep_spec_round_trips_through_json(
+    names, sizes, reps, warmup, reps_large, order, seed, flags, dtype
+):
+    s = SweepSpec(
+        tuple(names), tuple(sizes), "cuda:1", reps, warmup, reps_large, order, seed, flags[0], flags[1], dtype
+    )
+    d = json.loads(json.dumps(s.to_dict()))
+    assert spec_from_dict(d) == s
+    assert differences(d, s.to_dict()) == []
+
+
+def test_differences_name_each_changed_field():
+    a = SweepSpec(("pageable",), (1024,), device="cpu", reps=150).to_dict()
+    b = SweepSpec(("pageable",), (1024,), device="cpu", reps=9, seed=2).to_dict()
+    assert differences(a, b) == ["reps was 150, now 9", "seed was 0, now 2"]
+    assert differences(a, a) == []
+
+
+def test_forum_and_overlap_specs():
+    assert ForumSpec().to_dict() == {
+        "kind": "forum",
+        "order": "ascending",
+        "seed": 0,
+        "seqs": "forum",
+        "device": "cuda",
+    }
+    assert spec_from_dict(ForumSpec(seqs=[1, 6]).to_dict()) == ForumSpec(seqs=(1, 6))
+    assert spec_from_dict(ForumSpec().to_dict()) == ForumSpec()
+    with pytest.raises(UsageError, match="order must be one of ascending, shuffled"):
+        ForumSpec(order="interleaved")
+    with pytest.raises(UsageError, match="seq"):
+        ForumSpec(seqs=(0,))
+    assert OverlapSpec().to_dict() == {"kind": "overlap", "size_bytes": 256 * 2**20, "reps": 5}
+    with pytest.raises(UsageError, match="reps"):
+        OverlapSpec(reps=0)
+    with pytest.raises(UsageError, match="known kind"):
+        spec_from_dict({"kind": "teleport"})
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 2**45))
+def test_fmt_bytes_picks_the_unit_and_rounds_to_two_places(n):
+    num, unit = fmt_bytes(n).split()
+    mult = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[unit]
+    assert 1 <= float(num) < 1024 or unit == "GiB"
+    assert abs(float(num) * mult - n) <= 0.005 * mult
+    if n % mult == 0:
+        assert num == str(n // mult) and parse_size(num + unit) == n
+
+
+@settings(max_examples=100, deadline=None)
+@given(lo=st.integers(0, 30), span=st.integers(0, 10))
+def test_parse_sizes_power_of_two_range(lo, span):
+    sizes = parse_sizes(f"{2**lo}..{2 ** (lo + span)}")
+    assert sizes == [2**k for k in range(lo, lo + span + 1)]
