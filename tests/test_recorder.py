@@ -90,7 +90,7 @@ def test_resume_refuses_rows_that_do_not_follow_the_plan_even_with_the_same_spec
     spec = SweepSpec(("pageable",), (1024, 2048, 4096), device="cpu", reps=3, warmup=1, seed=5)
     out, first = _interrupted(tmp_path, spec, after=1)
     tampered = first.copy()
-    tampered.loc[2, "rep"] = 2
+    tampered.loc[[2, 3], "rep"] = tampered.loc[[3, 2], "rep"].to_numpy()  # two reps swapped
     datasets.save(tampered, out, env=datasets.read_env(out))
     with pytest.raises(UsageError, match="row 2 on disk"):
         sweep(spec, out=out, resume=True, progress=False)
