@@ -92,6 +92,8 @@ def _show(v: object) -> str:
 
 
 def _is_blank(v: pd.Series) -> np.ndarray:
+    if v.dtype.kind in "fiub":  # numbers: only NaN is blank
+        return v.isna().to_numpy()
     return (v.isna() | v.astype(str).str.strip().eq("")).to_numpy()
 
 
@@ -179,6 +181,7 @@ def validate(df: pd.DataFrame, *, source: str = "table") -> pd.DataFrame:
             f"{source} is not an h2dlab measurement table: missing column(s) {', '.join(missing)}"
         )
     out = df.copy()
+    out.attrs = {}  # pandas deep-copies attrs on every operation: put them back at the end
     for col, default in DEFAULTS.items():
         if col not in out:
             out[col] = default
@@ -203,7 +206,9 @@ def validate(df: pd.DataFrame, *, source: str = "table") -> pd.DataFrame:
         "a successful copy has a wall time (or say why in error)",
     )
     _check_duplicates(out, source)
-    return out[list(COLUMNS) + [c for c in out.columns if c not in COLUMNS]]
+    out = out[list(COLUMNS) + [c for c in out.columns if c not in COLUMNS]]
+    out.attrs = dict(df.attrs)
+    return out
 
 
 def _check_duplicates(out: pd.DataFrame, source: str) -> None:
