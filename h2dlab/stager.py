@@ -136,7 +136,7 @@ def chunk_plan(nbytes: int, threads: int, chunk_bytes: int) -> list[int]:
     tail = threads * step
     if piece < MIN_STEP_BYTES or nbytes < 2 * tail:
         return [*range(0, nbytes, step), nbytes]
-    head = (nbytes - tail) // _ALIGN * _ALIGN
+    head = (nbytes - tail) // step * step  # whole chunks, then the pieces
     return [*range(0, head, step), *range(head, nbytes, piece), nbytes]
 
 
@@ -158,7 +158,8 @@ def _release(inboxes: list, workers: list, streams: list, buf: torch.Tensor) -> 
     for box in inboxes:
         box.put(None)
     for t in workers:
-        t.join()
+        if t is not threading.current_thread():  # collected in a worker: it ends by itself
+            t.join()
     for s in streams:  # no DMA may still read the ring
         s.synchronize()
     host_unregister(buf.data_ptr())
@@ -272,6 +273,8 @@ class Stager:
             raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
         if type(non_blocking) is not bool:
             raise TypeError(f"non_blocking must be True or False, got {non_blocking!r}")
+        if self.closed:
+            raise RuntimeError("this Stager is closed")
         if takes_plain_to(tensor):
             return tensor.to(self.device, non_blocking=non_blocking)
         src = tensor.resolve_conj().resolve_neg().contiguous()
@@ -326,9 +329,16 @@ class Stager:
                 work(0)
             except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others stop
                 errors.append(exc)
-            for _ in range(users - 1):  # wait for all, even after a failure: none may write later
-                if (err := self._done.get()) is not None:
+            pending = users - 1
+            while pending:  # wait for all, even after a failure or Ctrl-C: none may write later
+                try:
+                    err = self._done.get()
+                    pending -= 1
+                except BaseException as exc:  # noqa: BLE001
+                    err = exc
+                if err is not None:
                     errors.append(err)
+                    failed.set()
             if dst is not None:
                 for s in streams:
                     current.wait_stream(s)

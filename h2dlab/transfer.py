@@ -37,6 +37,7 @@ from h2dlab.stager import (
     check_count,
     cuda_device,
     default_threads,
+    takes_plain_to,
 )
 
 __all__ = [
@@ -253,6 +254,8 @@ def to_device(
 
     if not torch.cuda.is_available():
         raise RuntimeError("to_device needs CUDA to stage a copy, and torch.cuda.is_available() is False")
+    if takes_plain_to(tensor):  # pinned, on a GPU, a subclass, tracking gradients: no ring needed
+        return tensor.to(dev, non_blocking=non_blocking)
     if dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
     threads = fp["threads"] if num_threads is None else num_threads
