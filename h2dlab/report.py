@@ -88,7 +88,7 @@ def build(
             nb.metadata["jupytext"] = {"formats": "ipynb,py:percent"}
             nbformat.write(nb, ROOT / "notebooks" / f"{name}.ipynb")
         html, _ = exporter.from_notebook_node(nb)
-        (out / f"{name}.html").write_text(html)
+        datasets.atomic_write(out / f"{name}.html", lambda p, html=html: Path(p).write_text(html))
         if failed:
             print(
                 f"h2dlab: error: notebook {name} failed ({failed}); the error is shown in "

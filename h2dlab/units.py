@@ -127,10 +127,27 @@ def parse_sizes(spec: str) -> list[int]:
     return sorted(sizes)
 
 
-def fmt_bytes(n: float) -> str:
-    """``67108864`` -> ``'64 MiB'``; ``1536`` -> ``'1.50 KiB'``; below 1 KiB in bytes."""
+def fmt_bytes(n: float, *, compact: bool = False) -> str:
+    """A size in binary units: the one byte formatter of the package.
+
+    Parameters
+    ----------
+    n
+        Bytes.
+    compact
+        False (messages, tables): ``1536`` -> ``'1.50 KiB'``, ``67108864`` -> ``'64 MiB'``.
+        True (axis ticks, prose): up to six significant digits and no trailing zeros,
+        ``1536`` -> ``'1.5 KiB'``.
+
+    Returns
+    -------
+    str
+        Below 1 KiB, in bytes (``'512 B'``).
+    """
     for unit, div in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if n >= div:
             v = n / div
+            if compact:
+                return f"{v:g} {unit}"
             return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
-    return f"{int(n)} B"
+    return f"{n:g} B" if compact else f"{int(n)} B"

@@ -158,3 +158,23 @@ def test_fmt_bytes_picks_the_unit_and_rounds_to_two_places(n):
 def test_parse_sizes_power_of_two_range(lo, span):
     sizes = parse_sizes(f"{2**lo}..{2 ** (lo + span)}")
     assert sizes == [2**k for k in range(lo, lo + span + 1)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 2**45) | st.floats(0, 2**45, allow_nan=False))
+def test_compact_fmt_bytes_is_the_axis_label(n):
+    """The compact style is what the axis labels and the advice prose have always printed."""
+
+    def label(n):  # the formatter plots.size_label and advice.size_text each carried
+        for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if n >= div:
+                return f"{n / div:g} {unit}"
+        return f"{n:g} B"
+
+    assert fmt_bytes(n, compact=True) == label(n)
+
+
+def test_fmt_bytes_examples():
+    assert fmt_bytes(1536) == "1.50 KiB" and fmt_bytes(1536, compact=True) == "1.5 KiB"
+    assert fmt_bytes(2**26) == "64 MiB" == fmt_bytes(2**26, compact=True)
+    assert fmt_bytes(512) == "512 B" and fmt_bytes(3 * 2**30) == "3 GiB"
