@@ -236,20 +236,26 @@ def to_device(
             _DEVICES[device] = dev
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"to_device expects a torch.Tensor, got {type(tensor).__name__}")
-    if type(non_blocking) is not bool:
+    if non_blocking is not False and non_blocking is not True:
         raise TypeError(f"non_blocking must be True or False, got {non_blocking!r}")
     fp = _SETTINGS
-    if min_bytes is None:
+    if min_bytes is None and num_threads is None and chunk_bytes is None:
         floor = fp["min_bytes"]
     else:
-        floor = check_count("min_bytes", min_bytes, 0, MAX_MIN_BYTES)
-    if num_threads is not None:
-        num_threads = check_count("num_threads", num_threads, 1, MAX_THREADS)
-    if chunk_bytes is not None:
-        chunk_bytes = check_count("chunk_bytes", chunk_bytes, MIN_CHUNK_BYTES, MAX_CHUNK_BYTES)
+        floor = (
+            fp["min_bytes"] if min_bytes is None else check_count("min_bytes", min_bytes, 0, MAX_MIN_BYTES)
+        )
+        if num_threads is not None:
+            num_threads = check_count("num_threads", num_threads, 1, MAX_THREADS)
+        if chunk_bytes is not None:
+            chunk_bytes = check_count("chunk_bytes", chunk_bytes, MIN_CHUNK_BYTES, MAX_CHUNK_BYTES)
     if tensor.is_meta:
         raise ValueError("to_device: a meta tensor has no data to copy")
-    if tensor.layout != torch.strided or tensor.nbytes < floor or tensor.numel() == 0:
+    try:
+        nbytes = tensor.nbytes
+    except RuntimeError:  # sparse layouts have no nbytes: .to() is their copy
+        nbytes = 0
+    if nbytes < floor or nbytes == 0:
         return tensor.to(dev, non_blocking=non_blocking)
 
     if not torch.cuda.is_available():
