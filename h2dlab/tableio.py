@@ -26,6 +26,8 @@ from h2dlab.schema import COLUMNS, OPTIONAL_COLUMNS, SchemaError, validate
 __all__ = ["SUFFIXES", "atomic_write", "env_path", "read", "read_env", "save", "suffix_of", "write_env"]
 
 SUFFIXES = (".csv", ".csv.gz", ".parquet", ".xlsx")
+# Names stay text when read: a run id of digits only ("0123...") must not become a number.
+_TEXT = {c: str for c, kind in COLUMNS.items() if kind == "str"}
 
 
 def suffix_of(path: str | Path) -> str:
@@ -155,11 +157,11 @@ def read(path: str | Path) -> pd.DataFrame:
     suf = suffix_of(path)
     try:
         if suf in (".csv", ".csv.gz"):
-            df = pd.read_csv(io.StringIO(_whole_lines(path, suf)), keep_default_na=True)
+            df = pd.read_csv(io.StringIO(_whole_lines(path, suf)), keep_default_na=True, dtype=_TEXT)
         elif suf == ".parquet":
             df = pd.read_parquet(path)
         elif suf == ".xlsx":
-            df = pd.read_excel(path, engine="openpyxl")
+            df = pd.read_excel(path, engine="openpyxl", dtype=_TEXT)
         else:
             raise SchemaError(f"{path}: unknown extension; h2dlab reads {', '.join(SUFFIXES)}")
     except SchemaError:

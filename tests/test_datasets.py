@@ -215,3 +215,10 @@ def test_gz_is_gzip(tmp_path):
     p = datasets.save(_synthetic_table(), tmp_path / "t.csv.gz")
     with gzip.open(p, "rt") as fh:
         assert fh.readline().startswith("run_id,order")
+
+
+@pytest.mark.parametrize("ext", [".csv", ".csv.gz", ".parquet", ".xlsx"])
+def test_a_run_id_of_digits_stays_text(tmp_path, ext):
+    df = _synthetic_table().assign(run_id="001234567890", shape="1024")
+    back = datasets.read(datasets.save(df, tmp_path / f"t{ext}"))
+    assert back["run_id"].tolist() == ["001234567890"] * 6 and back["shape"].iloc[0] == "1024"
