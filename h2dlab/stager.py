@@ -141,17 +141,19 @@ def chunk_plan(nbytes: int, threads: int, chunk_bytes: int) -> list[int]:
 
 
 def _serve(inbox: queue.SimpleQueue, done: queue.SimpleQueue) -> None:
-    # A worker holds no reference to its Stager, so an unused Stager can be collected.
+    # A worker holds no reference to its Stager between jobs, so an unused one can be collected.
     while True:
         job = inbox.get()
         if job is None:
             return
         try:
             job()
-            done.put(None)
+            err = None
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            done.put(exc)
-        del job  # the job refers to its Stager
+            err = exc
+        del job  # before saying done: the caller may drop the Stager at once
+        done.put(err)
+        del err
 
 
 def _release(inboxes: list, workers: list, streams: list, buf: torch.Tensor) -> None:

@@ -507,3 +507,16 @@ def test_to_device_uses_one_stager_per_device(fake_cuda, monkeypatch):
     assert len(made) == 2 and made[0].closed  # replaced, not piled up
     assert transfer.free_ring() == 3 * 2 * 4 * KiB and transfer.ring_bytes() == 0
     assert made[1].closed
+
+
+def test_unused_stager_is_collected_and_released(fake_cuda):
+    import gc
+    import threading
+
+    before = threading.active_count()
+    s = _cpu_stager(threads=4, chunk_bytes=4 * KiB)
+    assert torch.equal(s(torch.ones(10_000)), torch.ones(10_000))
+    assert threading.active_count() == before + 3 and len(fake_cuda.registered) == 1
+    del s
+    gc.collect()
+    assert threading.active_count() == before and fake_cuda.registered == {}
