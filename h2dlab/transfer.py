@@ -11,7 +11,7 @@ read once, here (:func:`fastpath`). Without it: 32 MiB, :func:`default_threads`,
 
 ``fastpath.json`` (format 1)::
 
-    {"format": 1, "min_bytes": int, "threads": int, "chunk_bytes": int,
+    {"format": 1, "min_bytes": int, "threads": int, "chunk_bytes": int, "huge_pages": bool,
      "measured_on": {"gpu_name": ..., "cpu_affinity": ..., "date": ..., "command": ...},
      "evidence": {...}}
 """
@@ -72,8 +72,8 @@ def _cores() -> int:
 def read_fastpath(source: str | Path | dict[str, Any]) -> dict[str, Any]:
     """Fast-path settings from a ``fastpath.json`` file (or its parsed dict), checked.
 
-    Returns ``{"min_bytes", "threads", "chunk_bytes", "source", "measured_on"}``, threads
-    capped at this machine's usable cores.
+    Returns ``{"min_bytes", "threads", "chunk_bytes", "huge_pages", "source", "measured_on"}``,
+    threads capped at this machine's usable cores (``huge_pages`` may be absent: False).
 
     Raises
     ------
@@ -92,6 +92,7 @@ def read_fastpath(source: str | Path | dict[str, Any]) -> dict[str, Any]:
             "min_bytes": check_count("min_bytes", d["min_bytes"], 0, MAX_MIN_BYTES),
             "threads": min(check_count("threads", d["threads"], 1, MAX_THREADS), _cores()),
             "chunk_bytes": check_count("chunk_bytes", d["chunk_bytes"], MIN_CHUNK_BYTES, MAX_CHUNK_BYTES),
+            "huge_pages": _flag(d.get("huge_pages", False)),
             "source": where,
             "measured_on": d.get("measured_on", {}),
         }
@@ -101,11 +102,18 @@ def read_fastpath(source: str | Path | dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"{where}: {exc}") from None
 
 
+def _flag(value: Any) -> bool:
+    if value is not True and value is not False:
+        raise TypeError(f"huge_pages must be true or false, got {value!r}")
+    return value
+
+
 def _defaults() -> dict[str, Any]:
     return {
         "min_bytes": DEFAULT_MIN_BYTES,
         "threads": default_threads(),
         "chunk_bytes": DEFAULT_CHUNK_BYTES,
+        "huge_pages": False,
         "source": "defaults (no fastpath.json)",
         "measured_on": {},
     }
@@ -151,13 +159,13 @@ _STAGERS: dict[int, Stager] = {}
 _STAGERS_LOCK = threading.Lock()
 
 
-def _stager(dev: torch.device, threads: int, chunk: int) -> Stager:
+def _stager(dev: torch.device, threads: int, chunk: int, huge: bool) -> Stager:
     with _STAGERS_LOCK:
         st = _STAGERS.get(dev.index)
-        if st is None or st.closed or (st.threads, st.chunk_bytes) != (threads, chunk):
+        if st is None or st.closed or (st.threads, st.chunk_bytes, st.huge_pages) != (threads, chunk, huge):
             if st is not None:  # one ring per device at a time keeps the pinned memory bounded
                 st.close()
-            st = _STAGERS[dev.index] = Stager(dev, threads=threads, chunk_bytes=chunk)
+            st = _STAGERS[dev.index] = Stager(dev, threads=threads, chunk_bytes=chunk, huge_pages=huge)
         return st
 
 
@@ -266,4 +274,4 @@ def to_device(
         dev = torch.device("cuda", torch.cuda.current_device())
     threads = fp["threads"] if num_threads is None else num_threads
     chunk = fp["chunk_bytes"] if chunk_bytes is None else chunk_bytes
-    return _stager(dev, threads, chunk).to_device(tensor, non_blocking=non_blocking)
+    return _stager(dev, threads, chunk, fp["huge_pages"]).to_device(tensor, non_blocking=non_blocking)

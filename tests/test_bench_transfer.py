@@ -117,3 +117,15 @@ def test_refuses_bad_arguments(bench, capsys):
     assert bench.main(["--reps-large", "2"]) == 2
     err = capsys.readouterr().err
     assert "bench_transfer:" in err and "Traceback" not in err
+
+
+def test_pick_takes_huge_pages_only_when_clearly_faster(bench):
+    rows = [  # synthetic tuning rows
+        {"threads": 8, "chunk_bytes": MiB, "huge_pages": False, "gbps_median": 30.0},
+        {"threads": 16, "chunk_bytes": MiB, "huge_pages": False, "gbps_median": 32.0},
+        {"threads": 16, "chunk_bytes": MiB, "huge_pages": True, "gbps_median": 32.5},
+    ]
+    assert bench.pick(rows) == rows[1]
+    rows[2]["gbps_median"] = 33.0
+    assert bench.pick(rows) == rows[2]
+    assert bench.pick(rows[:2]) == rows[1]

@@ -277,6 +277,7 @@ def test_read_fastpath_caps_threads_at_the_cores():
         (_fp(min_bytes=-5), "min_bytes must be between"),
         (_fp(chunk_bytes=1), "chunk_bytes must be between"),
         (_fp(threads="16"), "threads must be an integer"),
+        (_fp(huge_pages="yes"), "huge_pages must be true or false"),
     ],
 )
 def test_read_fastpath_refuses_bad_settings(tmp_path, d, msg):
@@ -520,3 +521,14 @@ def test_unused_stager_is_collected_and_released(fake_cuda):
     del s
     gc.collect()
     assert threading.active_count() == before and fake_cuda.registered == {}
+
+
+def test_huge_page_ring(fake_cuda):
+    x = torch.arange(300_000, dtype=torch.int64)
+    with _cpu_stager(threads=3, chunk_bytes=64 * KiB, huge_pages=True) as s:
+        assert s.huge_pages and s.nbytes == 3 * 2 * 64 * KiB
+        assert torch.equal(s(x), x)
+    assert fake_cuda.registered == {}
+    with pytest.raises(TypeError, match="huge_pages must be True or False"):
+        stager.Stager("cuda", huge_pages=1)
+    assert transfer.fastpath()["huge_pages"] in (True, False)
