@@ -36,6 +36,7 @@ def _same_bytes(a, b):
 
 @pytest.fixture(autouse=True)
 def _free_rings():
+    transfer.free_ring()  # also what tests in other files left
     yield
     transfer.free_ring()
 
@@ -127,6 +128,12 @@ def test_stager_reused_across_calls_of_different_sizes():
     assert st.closed
     with pytest.raises(RuntimeError, match="closed"):
         st(torch.zeros(10))
+
+
+def test_huge_page_ring():
+    x = _rand((50 * MiB + 3,), torch.uint8, seed=11)
+    with stager.Stager("cuda", threads=4, chunk_bytes=2 * MiB, huge_pages=True) as st:
+        assert _same_bytes(st(x), x) and _same_bytes(st(x[: MiB + 1]), x[: MiB + 1])
 
 
 def test_non_blocking_source_may_change_after_return():
