@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from h2dlab.copyargs import check_count, cuda_device, takes_plain_to
 from h2dlab.pinning import host_register, host_unregister, pinned
 from h2dlab.stager import (
     DEFAULT_CHUNK_BYTES,
@@ -34,10 +35,7 @@ from h2dlab.stager import (
     MAX_THREADS,
     MIN_CHUNK_BYTES,
     Stager,
-    check_count,
-    cuda_device,
     default_threads,
-    takes_plain_to,
 )
 
 __all__ = [

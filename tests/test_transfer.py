@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab import stager, transfer
+from h2dlab import copyargs, stager, transfer
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 
@@ -163,17 +163,17 @@ def test_what_staging_cannot_help_goes_to_plain_to_even_when_forced(to_calls, na
     if name.startswith("empty") or name == "sparse":  # decided before any CUDA call
         assert transfer.to_device(x, 1, min_bytes=0) is x
         assert to_calls[0][1] == (torch.device("cuda", 1),)
-    assert stager.takes_plain_to(x)
+    assert copyargs.takes_plain_to(x)
 
 
 def test_takes_plain_to():
-    assert not stager.takes_plain_to(torch.zeros(4))
-    assert not stager.takes_plain_to(torch.zeros(4).t())  # dense views are staged
-    assert stager.takes_plain_to(torch.zeros(0))
-    assert stager.takes_plain_to(torch.zeros(3, requires_grad=True))
-    assert stager.takes_plain_to(torch.eye(3).to_sparse())
+    assert not copyargs.takes_plain_to(torch.zeros(4))
+    assert not copyargs.takes_plain_to(torch.zeros(4).t())  # dense views are staged
+    assert copyargs.takes_plain_to(torch.zeros(0))
+    assert copyargs.takes_plain_to(torch.zeros(3, requires_grad=True))
+    assert copyargs.takes_plain_to(torch.eye(3).to_sparse())
     with pytest.raises(ValueError, match="meta"):
-        stager.takes_plain_to(torch.zeros(3, device="meta"))
+        copyargs.takes_plain_to(torch.zeros(3, device="meta"))
 
 
 def test_the_threshold_decides(to_calls):
