@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 import time
 
 import pytest
@@ -69,6 +70,9 @@ def test_dry_run_writes_every_section(bench, fake_cuda, monkeypatch, tmp_path): 
     monkeypatch.setattr(stager, "Stager", cpu_stager)
     monkeypatch.setattr(transfer, "to_device", lambda x, dev, **k: x.clone())
     prev = transfer.fastpath()
+    staging = sys.modules["bench_staging"]
+    monkeypatch.setattr(staging, "DEV", torch.device("cpu"))
+    monkeypatch.setattr(staging, "STREAM_BYTES", 256 * KiB)
     for name, value in {
         "DEV": torch.device("cpu"),
         "Timer": _Timer,
@@ -77,7 +81,6 @@ def test_dry_run_writes_every_section(bench, fake_cuda, monkeypatch, tmp_path): 
         "TIMELINE_BYTES": 256 * KiB,
         "BOUND_SIZES": (256 * KiB, MiB),
         "REPEATED": ((64 * KiB, 3), (MiB, 2)),
-        "STREAM_BYTES": 256 * KiB,
     }.items():
         monkeypatch.setattr(bench, name, value)
     out, fp = tmp_path / "r" / "fake.json", tmp_path / "fastpath.json"
