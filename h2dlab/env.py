@@ -126,6 +126,32 @@ def _pcie(index: int) -> dict[str, Any]:
         return {}
 
 
+def _evidence() -> dict[str, Any]:
+    """Where the Timer's evidence columns come from on this machine (see ``timing.Timer``)."""
+    try:
+        import resource
+
+        faults = (
+            "getrusage(RUSAGE_THREAD): the timing thread"
+            if hasattr(resource, "RUSAGE_THREAD")
+            else ("getrusage(RUSAGE_SELF): the whole process")
+        )
+    except ImportError:
+        faults = None
+    try:
+        import pynvml  # noqa: F401 - optional: nvidia-ml-py
+
+        nvml = True
+    except ImportError:
+        nvml = False
+    return {
+        "page_faults": faults,
+        "cpu_ms": "time.thread_time() of the timing thread (a staged copy's workers not counted)",
+        "gc_count": "gc.callbacks: collections that started during the copy",
+        "nvml": nvml,
+    }
+
+
 # PCIe x16 payload bandwidth on paper, GB/s per direction, by generation.
 PCIE_X16_GBPS = {3: 15.75, 4: 31.5, 5: 63.0, 6: 121.0}
 
@@ -164,6 +190,7 @@ def collect_env(
         "mem_total_gib": _mem_total_gib(),
         "transparent_hugepages": _thp(),
         "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        "evidence": _evidence(),
         "torch": None,
         "cuda_runtime": None,
         "cuda_available": False,

@@ -1,4 +1,6 @@
-"""Timing one copy: CUDA events, a synchronised host clock and allocator counters.
+"""Timing one copy: CUDA events, a synchronised host clock, allocator counters and
+cheap evidence (page faults, the thread's CPU time, GC collections, the GPU's SM clock
+and other processes on the GPU) for explaining a slow copy later.
 
 Also which failures a sweep may record and go on from (out of memory) and which
 leave the CUDA context unusable (a CUDA fault), so that the sweep must stop.
@@ -6,16 +8,29 @@ leave the CUDA context unusable (a CUDA fault), so that the sweep must stop.
 
 from __future__ import annotations
 
+import gc
+import os
 import time
 from collections.abc import Callable
 from typing import Any
+
+try:
+    import resource
+except ImportError:  # not on Windows: page faults stay NaN
+    resource = None  # type: ignore[assignment]
 
 import numpy as np
 import torch
 
 __all__ = [
+    "PROCS_MAX_AGE_S",
+    "RUSAGE_SCOPE",
     "CudaFault",
     "Timer",
+    "gc_collections",
+    "gpu_other_processes",
+    "page_faults",
+    "sm_clock_mhz",
     "device_segment_count",
     "error_text",
     "host_alloc_count",
@@ -45,9 +60,119 @@ def device_segment_count(dev: torch.device) -> float:
         return np.nan
 
 
+#: Whose page faults ``minflt``/``majflt`` count: ``"thread"`` (``getrusage(RUSAGE_THREAD)``,
+#: Linux: the timing thread only, so faults in a staged copy's worker threads or in
+#: PyTorch's pinning threads are not counted), ``"process"`` (``RUSAGE_SELF``: every
+#: thread) or ``""`` where there is no ``getrusage`` (the columns are then NaN).
+RUSAGE_SCOPE = "" if resource is None else ("thread" if hasattr(resource, "RUSAGE_THREAD") else "process")
+_WHO = None if resource is None else getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+#: How old the count of other processes on the GPU may be (NVML's process list is slow).
+PROCS_MAX_AGE_S = 1.0
+
+_GC_STARTS = [0]
+
+
+def _count_gc(phase: str, info: dict) -> None:  # noqa: ARG001 - gc.callbacks' signature
+    if phase == "start":
+        _GC_STARTS[0] += 1
+
+
+if not any(getattr(cb, "__name__", "") == "_count_gc" for cb in gc.callbacks):
+    gc.callbacks.append(_count_gc)  # one cheap call per collection, from import on
+
+
+def gc_collections() -> int:
+    """Python garbage collections started since this module was imported (all threads)."""
+    return _GC_STARTS[0]
+
+
+def page_faults() -> tuple[float, float]:
+    """``(minor, major)`` page faults so far of the scope :data:`RUSAGE_SCOPE` (NaN if unknown)."""
+    if _WHO is None:
+        return np.nan, np.nan
+    r = resource.getrusage(_WHO)
+    return float(r.ru_minflt), float(r.ru_majflt)
+
+
+_NVML: dict[int, Any] = {}  # CUDA device index -> (pynvml, handle), or None: looked up once
+
+
+def _nvml(dev: torch.device) -> Any:
+    """``(pynvml, handle)`` of the NVML device that is CUDA device ``dev`` (matched by PCI
+    bus id, so CUDA_VISIBLE_DEVICES cannot mix them up), or None. Only once CUDA has
+    started (reading the device's properties would start it)."""
+    if not torch.cuda.is_initialized():
+        return None
+    idx = torch.cuda.current_device() if dev.index is None else dev.index
+    if idx in _NVML:
+        return _NVML[idx]
+    from h2dlab.env import nvml_handle  # starts NVML once per device; None without pynvml
+
+    found = nvml_handle(idx)
+    if found is not None:
+        pynvml, handle = found
+        props = torch.cuda.get_device_properties(idx)
+        if getattr(props, "pci_bus_id", None) is not None:
+            bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
+            except Exception:  # noqa: BLE001 - keep the index's handle unless devices are masked
+                handle = None if os.environ.get("CUDA_VISIBLE_DEVICES") else handle
+        elif os.environ.get("CUDA_VISIBLE_DEVICES"):
+            handle = None  # NVML indexes every GPU; CUDA only the visible ones
+        found = (pynvml, handle) if handle is not None else None
+    _NVML[idx] = found
+    return found
+
+
+def sm_clock_mhz(dev: torch.device) -> float:
+    """The SM clock of CUDA device ``dev`` now, in MHz, per NVML (NaN without NVML)."""
+    found = _nvml(dev)
+    if found is None:
+        return np.nan
+    pynvml, handle = found
+    try:
+        return float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:  # noqa: BLE001
+        return np.nan
+
+
+def gpu_other_processes(dev: torch.device) -> float:
+    """How many other processes use CUDA device ``dev``, per NVML (NaN if unknown).
+
+    In a container NVML may list this process under the host's process id: if our id is
+    not among them, one of them is taken to be us; if none are listed although this
+    process holds a context, NVML cannot see processes here and the answer is NaN.
+    """
+    found = _nvml(dev)
+    if found is None:
+        return np.nan
+    pynvml, handle = found
+    try:
+        procs = list(pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
+        try:
+            procs += list(pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
+        except Exception:  # noqa: BLE001 - not supported on every GPU
+            pass
+    except Exception:  # noqa: BLE001
+        return np.nan
+    pids = {int(p.pid) for p in procs}
+    if not pids:  # this process holds a context there: NVML cannot see processes here
+        return np.nan
+    return float(len(pids) - 1)  # one of them is us (under the host's id in a container)
+
+
 class Timer:
     """Times one callable: CUDA events and a synchronised host clock, plus allocator
-    counter deltas. On the CPU, events and counters are NaN.
+    counter deltas and evidence for explaining a slow copy. On the CPU, events, counters,
+    the SM clock and the GPU's processes are NaN.
+
+    The evidence costs a few microseconds per copy, read outside the timed region:
+    ``minflt``/``majflt`` (page faults, of the scope :data:`RUSAGE_SCOPE`), ``cpu_ms``
+    (CPU time of the *timing thread*: a copy staged by other threads uses CPU that this
+    does not count), ``gc_count`` (Python collections that started during the copy),
+    ``sm_clock_mhz`` (NVML, read right after the copy) and ``gpu_procs`` (other
+    processes on the GPU, NVML, re-read at most every :data:`PROCS_MAX_AGE_S` seconds).
 
     Parameters
     ----------
@@ -60,13 +185,15 @@ class Timer:
     def __init__(self, dev: torch.device, clock: Callable[[], float] = time.perf_counter) -> None:
         self.dev, self.clock = dev, clock
         self.cuda = dev.type == "cuda"
+        self._procs, self._procs_at = np.nan, -np.inf
         if self.cuda:
             self.start = torch.cuda.Event(enable_timing=True)
             self.end = torch.cuda.Event(enable_timing=True)
 
     def __call__(self, fn: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
-        """Run ``fn`` once; return its result and ``wall_ms``, ``event_ms``,
-        ``host_allocs``, ``device_allocs``."""
+        """Run ``fn`` once; return its result and ``wall_ms``, ``event_ms``, ``host_allocs``,
+        ``device_allocs``, ``minflt``, ``majflt``, ``cpu_ms``, ``gc_count``,
+        ``sm_clock_mhz`` and ``gpu_procs``."""
         cuda = self.cuda
         # Before CUDA starts (the forum's first copy) there is nothing to wait for, and
         # synchronising would start the context outside the timed region.
@@ -75,6 +202,9 @@ class Timer:
             torch.cuda.synchronize(self.dev)
         h0 = host_alloc_count() if live else (0.0 if cuda else np.nan)
         d0 = device_segment_count(self.dev) if live else (0.0 if cuda else np.nan)
+        f0 = resource.getrusage(_WHO) if _WHO is not None else None
+        g0 = _GC_STARTS[0]
+        c0 = time.thread_time()
         t0 = self.clock()
         if cuda:
             self.start.record()
@@ -83,13 +213,30 @@ class Timer:
             self.end.record()
             torch.cuda.synchronize(self.dev)
         t1 = self.clock()
+        c1 = time.thread_time()
+        g1 = _GC_STARTS[0]
+        f1 = resource.getrusage(_WHO) if f0 is not None else None
         rec = {
             "wall_ms": (t1 - t0) * 1e3,
             "event_ms": self.start.elapsed_time(self.end) if cuda else np.nan,
             "host_allocs": host_alloc_count() - h0 if cuda else np.nan,
             "device_allocs": device_segment_count(self.dev) - d0 if cuda else np.nan,
+            "minflt": float(f1.ru_minflt - f0.ru_minflt) if f0 is not None else np.nan,
+            "majflt": float(f1.ru_majflt - f0.ru_majflt) if f0 is not None else np.nan,
+            "cpu_ms": (c1 - c0) * 1e3,
+            "gc_count": float(g1 - g0),
+            "sm_clock_mhz": sm_clock_mhz(self.dev) if cuda else np.nan,
+            "gpu_procs": self.gpu_procs() if cuda else np.nan,
         }
         return out, rec
+
+    def gpu_procs(self) -> float:
+        """Other processes on this GPU (see :func:`gpu_other_processes`), re-read at most
+        every :data:`PROCS_MAX_AGE_S` seconds."""
+        now = time.monotonic()
+        if now - self._procs_at >= PROCS_MAX_AGE_S:
+            self._procs, self._procs_at = gpu_other_processes(self.dev), now
+        return self._procs
 
 
 def is_oom(exc: BaseException) -> bool:

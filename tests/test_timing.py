@@ -1,0 +1,128 @@
+"""The Timer on the CPU: its evidence columns (page faults, thread CPU time, GC) say what
+happened during the copy, cost microseconds, and leave the fake-clock wall time exact."""
+
+import gc
+import itertools
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from h2dlab import timing
+from h2dlab.schema import ADDED_V2
+from h2dlab.timing import RUSAGE_SCOPE, Timer
+
+CPU = torch.device("cpu")
+EVIDENCE = ("minflt", "majflt", "cpu_ms", "gc_count", "sm_clock_mhz", "gpu_procs")
+
+
+def test_every_evidence_column_is_a_schema_column_and_recorded():
+    ticks = itertools.count(0, 0.001)
+    out, rec = Timer(CPU, clock=lambda: next(ticks))(lambda: 7)
+    assert out == 7
+    assert rec["wall_ms"] == pytest.approx(1.0)  # the evidence reads no host clock
+    assert set(EVIDENCE) <= set(rec) and set(EVIDENCE) <= set(ADDED_V2)
+    assert np.isnan(rec["event_ms"]) and np.isnan(rec["sm_clock_mhz"]) and np.isnan(rec["gpu_procs"])
+    assert rec["gc_count"] == 0 and rec["cpu_ms"] >= 0
+
+
+@pytest.mark.skipif(RUSAGE_SCOPE == "", reason="no getrusage here")
+def test_touching_new_memory_counts_page_faults():
+    def touch():
+        a = np.empty(64 * 2**20, dtype=np.uint8)  # fresh mmap: every page faults on first touch
+        a[::4096] = 1
+        return a
+
+    _, rec = Timer(CPU)(touch)
+    # 16 384 pages of 4 KiB; with transparent huge pages as few as 32 faults.
+    assert rec["minflt"] >= 16 and rec["majflt"] >= 0
+    _, quiet = Timer(CPU)(lambda: None)
+    assert quiet["minflt"] < rec["minflt"]
+
+
+def test_cpu_ms_is_the_threads_cpu_time_not_the_wall_time():
+    def spin():
+        end = time.perf_counter() + 0.03
+        while time.perf_counter() < end:
+            pass
+
+    _, busy = Timer(CPU)(spin)
+    _, asleep = Timer(CPU)(lambda: time.sleep(0.05))
+    # On a shared machine the spinning thread gets only part of the wall time.
+    assert 1 < busy["cpu_ms"] <= busy["wall_ms"] + 1
+    assert asleep["wall_ms"] >= 45 and asleep["cpu_ms"] < 5
+
+
+def test_gc_count_counts_collections_started_during_the_copy():
+    _, rec = Timer(CPU)(lambda: (gc.collect(), gc.collect()))
+    assert rec["gc_count"] == 2
+    gc.collect()  # outside: not counted by the next copy
+    _, rec = Timer(CPU)(lambda: None)
+    assert rec["gc_count"] == 0
+
+
+class _FakeNvml:
+    """Synthetic NVML: a clock and a process list."""
+
+    NVML_CLOCK_SM = 1
+
+    def __init__(self, pids, clock=1980):
+        self.pids, self.clock, self.calls = pids, clock, 0
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        assert kind == self.NVML_CLOCK_SM
+        return self.clock
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        self.calls += 1
+        return [SimpleNamespace(pid=p) for p in self.pids]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle):
+        return []
+
+
+@pytest.mark.parametrize(
+    ("pids", "others"),
+    [(["me"], 0.0), (["me", 11, 12], 2.0), ([4242], 0.0), ([4242, 17], 1.0), ([], np.nan)],
+)
+def test_gpu_other_processes_leaves_this_process_out(monkeypatch, pids, others):
+    import os
+
+    fake = _FakeNvml([os.getpid() if p == "me" else p for p in pids])
+    monkeypatch.setattr(timing, "_nvml", lambda dev: (fake, "handle"))
+    got = timing.gpu_other_processes(torch.device("cuda", 0))
+    assert (np.isnan(got) and np.isnan(others)) or got == others
+    assert timing.sm_clock_mhz(torch.device("cuda", 0)) == 1980.0
+
+
+def test_without_nvml_the_gpu_evidence_is_nan(monkeypatch):
+    monkeypatch.setattr(timing, "_nvml", lambda dev: None)
+    assert np.isnan(timing.sm_clock_mhz(torch.device("cuda", 0)))
+    assert np.isnan(timing.gpu_other_processes(torch.device("cuda", 0)))
+
+
+def test_gpu_procs_is_read_at_most_once_a_second(monkeypatch):
+    fake = _FakeNvml([1, 2])
+    monkeypatch.setattr(timing, "_nvml", lambda dev: (fake, "handle"))
+    t = Timer(CPU)
+    t.dev = torch.device("cuda", 0)  # only gpu_procs() is exercised: no CUDA needed
+    assert [t.gpu_procs() for _ in range(50)] == [1.0] * 50
+    assert fake.calls == 1
+
+
+def test_the_evidence_costs_microseconds():
+    """The Timer around an empty callable, median of 7 blocks of 2 000 calls: well under
+    100 us per call even on a busy 2-core machine (about 4 us more than without evidence)."""
+    t = Timer(CPU)
+    f = lambda: None  # noqa: E731
+    for _ in range(200):
+        t(f)
+    per = []
+    for _ in range(7):
+        a = time.perf_counter()
+        for _ in range(2000):
+            t(f)
+        per.append((time.perf_counter() - a) / 2000 * 1e6)
+    assert np.median(per) < 100
