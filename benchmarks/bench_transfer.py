@@ -60,6 +60,10 @@ REPEATED = ((64 * MiB, 20), (GiB, 6))  # (bytes per step, steps)
 
 
 def reps_for(n: int, a) -> tuple[int, int]:
+    """(reps, warm-ups): below 1 MiB three times --reps-small, since a copy of ~25 us has a
+    jitter of a few percent and 'never slower' is judged there on medians."""
+    if n < MiB:
+        return 3 * a.reps_small, 5
     return (a.reps_small, 3) if n < 64 * MiB else (a.reps_large, 1)
 
 
@@ -218,7 +222,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fastpath", help="also write the measured settings here (h2dlab/fastpath.json format)")
     ap.add_argument("--min", default="1KiB")
     ap.add_argument("--max", default="4GiB")
-    ap.add_argument("--reps-small", type=int, default=15, help="reps below 64 MiB")
+    ap.add_argument("--reps-small", type=int, default=25, help="reps below 64 MiB (x3 below 1 MiB)")
     ap.add_argument("--reps-large", type=int, default=5, help="reps from 64 MiB (at least 5)")
     ap.add_argument("--others", default="pin_then_to,tensordict,pinned_reuse,pin_then_to_reg",
                     help="PyTorch's other ways over the grid ('' for none)")  # fmt: skip
