@@ -190,11 +190,20 @@ def timeline(size: int, threads: int, chunk: int, huge: bool) -> dict:
                "copy_end_ms": ms(c["copied"]), "queued_ms": ms(c["queued"]),
                "dma_start_ms": t["ref"].elapsed_time(c["dma"][0]), "dma_end_ms": t["ref"].elapsed_time(c["dma"][1])}
               for c in sorted(t["chunks"], key=lambda c: c["chunk"])]  # fmt: skip
-    spans = sorted((c["dma_start_ms"], c["dma_end_ms"]) for c in chunks)
-    gaps = sum(max(0.0, b[0] - a[1]) for a, b in zip(spans, spans[1:], strict=False))
+    gaps, end = 0.0, None
+    for a, b in sorted((c["dma_start_ms"], c["dma_end_ms"]) for c in chunks):
+        gaps += max(0.0, a - end) if end is not None else 0.0
+        end = b if end is None else max(end, b)
+    med = lambda k0, k1: float(np.median([c["bytes"] / max(c[k1] - c[k0], 1e-6) / 1e6 for c in chunks]))  # noqa: E731
+    last_copy = max(c["copy_end_ms"] for c in chunks)
     return {"size_bytes": size, "threads": threads, "chunk_bytes": chunk, "n_chunks": t["n_chunks"], "wall_ms": wall_ms,
-            "first_dma_start_ms": spans[0][0], "last_dma_end_ms": spans[-1][1], "dma_idle_ms": gaps,
+            "first_dma_start_ms": min(c["dma_start_ms"] for c in chunks), "last_dma_end_ms": end,
+            "last_host_copy_end_ms": last_copy, "tail_ms": end - last_copy, "dma_idle_ms": gaps,
             "slot_wait_ms": sum(c["copy_start_ms"] - c["wait_start_ms"] for c in chunks),
             "host_copy_ms": sum(c["copy_end_ms"] - c["copy_start_ms"] for c in chunks),
-            "clocks": "host times from time.perf_counter, DMA times from CUDA events, both from the call's start",
+            "issue_ms": sum(c["queued_ms"] - c["copy_end_ms"] for c in chunks),
+            "chunk_host_gbps_median": med("copy_start_ms", "copy_end_ms"),
+            "chunk_dma_gbps_median": med("dma_start_ms", "dma_end_ms"),
+            "clocks": "host times from time.perf_counter, DMA times from CUDA events recorded around each chunk's "
+                      "copy on its thread's stream, both from the call's start",
             "chunks": chunks}  # fmt: skip

@@ -362,7 +362,8 @@ def report(res: dict) -> None:
     t = res.get("timeline_256MiB")
     if t:
         print(f"timeline 256 MiB: {len(t['chunks'])} chunks, wall {t['wall_ms']:.2f} ms, "
-              f"first DMA at {t['first_dma_start_ms']:.2f} ms, last ends {t['last_dma_end_ms']:.2f} ms, "
+              f"first DMA at {t['first_dma_start_ms']:.2f} ms, last host copy ends {t['last_host_copy_end_ms']:.2f} ms, "
+              f"last DMA {t['last_dma_end_ms']:.2f} ms (tail {t['tail_ms']:.2f}), "
               f"DMA idle {t['dma_idle_ms']:.2f} ms, slot waits {t['slot_wait_ms']:.2f} ms (all threads)")  # fmt: skip
     for t in res["targets"]:
         print(
