@@ -29,9 +29,9 @@ __all__ = ["resolve_spec", "sweep"]
 
 
 def resolve_spec(spec: SweepSpec) -> tuple[SweepSpec, torch.device]:
-    """The spec with its device resolved and, if none were named, every strategy
-    available there; and the ``torch.device``. Raises ``UsageError`` for a device
-    this machine lacks."""
+    """The spec with its device resolved and, if none were named, every host-to-device
+    strategy available there (name ``d2h_`` strategies to measure the way back); and the
+    ``torch.device``. Raises ``UsageError`` for a device this machine lacks."""
     dev = resolve_device(spec.device)
     return spec.resolved(dev, [s for s in strategies.names() if not strategies.available(s, dev)]), dev
 
@@ -124,6 +124,8 @@ def _measure_cell(cell_rows, src, dev, spec: SweepSpec, timer, run, stop, bar, c
     x = src[:size].view(dtype)
     base = {
         "strategy": name,
+        "direction": strategies.direction_of(name),  # d2h strategies bring x back from the GPU
+        "n_tensors": 1,
         "size_bytes": size,
         "shape": str(tuple(x.shape)),
         "dtype": spec.dtype,

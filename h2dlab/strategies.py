@@ -1,4 +1,9 @@
-"""The ways to move a host tensor to the GPU: one small class each, in a registry.
+"""The ways to move a tensor between host and GPU: one small class each, in a registry.
+
+Each strategy has a ``direction``: ``"h2d"`` (here) moves a host tensor to the GPU;
+``"d2h"`` (:mod:`h2dlab.strategies_d2h`, names starting ``d2h_``) brings a copy of it
+back from the GPU, where ``prepare`` put it. A sweep's rows carry the direction of their
+strategy, so naming d2h strategies is how a sweep measures device→host copies.
 
 Each strategy has three steps. ``prepare(x, device)`` does what a program would do
 once, outside the timed region (allocate a reusable buffer, say). ``copy(x)`` is the
@@ -22,6 +27,7 @@ __all__ = [
     "Staged",
     "Strategy",
     "available",
+    "direction_of",
     "get",
     "names",
     "register",
@@ -29,11 +35,12 @@ __all__ = [
 
 
 class Strategy:
-    """Base class. Subclasses set ``name``, ``summary`` and ``needs_cuda``."""
+    """Base class. Subclasses set ``name``, ``summary``, ``needs_cuda`` and ``direction``."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     needs_cuda: ClassVar[bool] = True
+    direction: ClassVar[str] = "h2d"
 
     def __init__(self) -> None:
         self.device: torch.device = torch.device("cpu")
@@ -57,9 +64,17 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
-def names() -> list[str]:
-    """Registered strategy names, in registry order."""
-    return list(REGISTRY)
+def names(direction: str | None = "h2d") -> list[str]:
+    """Registered strategy names of ``direction`` (``"h2d"``, ``"d2h"``; None: all), in
+    registry order. The default, host to device, is what a sweep runs when none are named."""
+    if direction not in (None, "h2d", "d2h"):
+        raise ValueError(f"direction must be 'h2d', 'd2h' or None, not {direction!r}")
+    return [n for n, cls in REGISTRY.items() if direction is None or cls.direction == direction]
+
+
+def direction_of(name: str) -> str:
+    """``"h2d"`` or ``"d2h"``: which way the named strategy copies."""
+    return REGISTRY[name].direction
 
 
 def get(name: str) -> Strategy:
@@ -148,3 +163,6 @@ class Staged(Strategy):
         from h2dlab.transfer import to_device
 
         return to_device(x, self.device)
+
+
+from h2dlab import strategies_d2h  # noqa: E402, F401 - registers the device-to-host strategies
