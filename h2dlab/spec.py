@@ -120,11 +120,11 @@ class SweepSpec:
         if self.strategies is not None:
             names = tuple(self.strategies)
             if not names:
-                raise UsageError(f"no strategy given: choose from {', '.join(registry.names())}")
+                raise UsageError(f"no strategy given: choose from {', '.join(registry.names(None))}")
             unknown = [s for s in names if s not in registry.REGISTRY]
             if unknown:
                 raise UsageError(
-                    f"unknown strategy {unknown[0]!r}: choose from {', '.join(registry.names())}"
+                    f"unknown strategy {unknown[0]!r}: choose from {', '.join(registry.names(None))}"
                 )
             object.__setattr__(self, "strategies", names)
         object.__setattr__(self, "sizes", _sizes(self.sizes))
