@@ -55,6 +55,29 @@ def meminfo_bytes(field: str) -> int | None:
     return None
 
 
+def _memlock_bytes() -> int | None:
+    """RLIMIT_MEMLOCK (soft) in bytes; -1 when unlimited, None where unknown."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return -1 if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def _cgroup_memory_max() -> int | None:
+    """The container's memory limit (cgroup v2 memory.max, else v1) in bytes; -1 when
+    unlimited, None where unknown."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        text = _read(path)
+        if text == "max":
+            return -1
+        if text and text.isdigit():  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
+            return -1 if int(text) >= 2**62 else int(text)
+    return None
+
+
 def _mem_total_gib() -> float | None:
     total = meminfo_bytes("MemTotal")
     return None if total is None else round(total / 2**30, 1)
@@ -188,6 +211,8 @@ def collect_env(
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "numa_nodes": _numa_nodes(),
         "mem_total_gib": _mem_total_gib(),
+        "rlimit_memlock_bytes": _memlock_bytes(),  # pinned memory is a limited resource
+        "cgroup_memory_max_bytes": _cgroup_memory_max(),
         "transparent_hugepages": _thp(),
         "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         "evidence": _evidence(),
