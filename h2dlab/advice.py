@@ -52,6 +52,11 @@ def size_text(n: float) -> str:
     return f"{n:g} B"
 
 
+def _ms_text(ms: float) -> str:
+    """``0.055`` -> ``'55 µs'``, ``19.47`` -> ``'19.5 ms'``."""
+    return f"{ms * 1e3:.0f} µs" if ms < 1 else f"{ms:.3g} ms"
+
+
 def _cell(rows: pd.DataFrame, size_bytes: int, *, allow_scale: bool = True) -> dict[str, Any]:
     """Median and quartiles (ms) of ``rows`` at ``size_bytes``; where that size was not
     measured, scaled from the GB/s of rows within 4x of it (``basis`` says which)."""
@@ -263,7 +268,7 @@ def memory_kind(df: pd.DataFrame, size_bytes: int, *, margin: float = 1.1) -> Fi
     lo, hi = float(p.q1_ms / q.q3_ms), float(p.q3_ms / q.q1_ms)
     holds = r > margin
     verdict = (
-        f"At {size_text(size_bytes)} a pinned copy takes {q.median_ms * 1e3:.0f} µs, a pageable one {p.median_ms * 1e3:.0f} µs: "
+        f"At {size_text(size_bytes)} a pinned copy takes {_ms_text(q.median_ms)}, a pageable one {_ms_text(p.median_ms)}: "
         + (
             f"pinned is {r:.1f}x faster (quartiles allow {lo:.1f}–{hi:.1f}x); the memory kind matters at this size."
             if holds

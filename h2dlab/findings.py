@@ -231,6 +231,8 @@ def host_alloc_growth(
             if k == len(table)
             else "so growth follows the order of first use, not the size alone"
         )
+        if len(table) and not emptied_each_size
+        else "; the cache was emptied before each size, so every size made its own block"
         if len(table)
         else ""
     )

@@ -276,3 +276,11 @@ def test_host_alloc_growth_synthetic_page_faults_are_reported():
     f = findings.host_alloc_growth(synthetic(rows))
     assert f["faults_per_page"]["median"] == pytest.approx(1024 / (4 * 2**20 / 4096))  # a 4 MiB block
     assert "page faults per 4 KiB page" in f.verdict
+
+
+def test_host_alloc_growth_emptied_each_size_says_every_size_made_a_block():
+    al = datasets.run_named(datasets.load("h200_allocator"), "pin-emptied")
+    f = findings.host_alloc_growth(al, emptied_each_size=True)
+    pin = al[(al.strategy == "pin_then_copy") & (al.error == "")]
+    assert f["new_blocks"] == pin.size_bytes.nunique() == int((pin.host_allocs > 0).sum())
+    assert f.holds and "every size made its own block" in f.verdict and "first use" not in f.verdict

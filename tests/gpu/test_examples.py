@@ -36,3 +36,16 @@ def test_forum_corrected_runs_and_its_numbers_are_sane():
     big = sizes[-1]
     assert rows[("pinned", big)] > 1.5 * rows[("pageable", big)]  # pinned is faster at 1 GiB
     assert 5 < rows[("pinned", big)] < 200  # GB/s a PCIe or NVLink-C2C host link can give
+
+
+def test_trace_one_copy_writes_a_chrome_trace_with_the_copy(tmp_path):
+    import json
+
+    out = tmp_path / "trace.json"
+    script = ROOT / "examples" / "trace_one_copy.py"
+    p = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    names = {e.get("name", "") for e in events}
+    assert any("Memcpy HtoD" in n for n in names), sorted(names)[:40]  # the copy engine's transfer
+    assert any(n.startswith("aten::to") or n.startswith("aten::_to_copy") for n in names)
