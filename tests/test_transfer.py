@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-import timeit
 
 import numpy as np
 import pytest
@@ -185,15 +184,20 @@ def test_the_threshold_decides(to_calls):
     assert len(to_calls) == 1
 
 
-def test_fast_path_adds_under_2us(to_calls):
-    """Below the threshold to_device costs < 2 us more than calling .to() itself
-    (best of several timings; the fake .to() makes the difference visible)."""
+def test_fast_path_touches_no_staging_machinery(to_calls, monkeypatch):
+    """Below the threshold to_device goes straight to .to(): no Stager, ring or thread is
+    made. (How many microseconds it adds is measured by benchmarks/bench_transfer.py,
+    beside .to() in the same run, not in a timed unit test.)"""
+
+    def boom(*a, **k):
+        raise AssertionError("the small-tensor path built staging machinery")
+
+    monkeypatch.setattr(transfer, "Stager", boom)
+    monkeypatch.setattr(transfer, "_stager", boom)
     x = torch.zeros(256)
-    dev = torch.device("cuda")
-    n = 20000
-    direct = min(timeit.repeat(lambda: x.to(dev, non_blocking=False), number=n, repeat=7)) / n
-    via = min(timeit.repeat(lambda: transfer.to_device(x, "cuda"), number=n, repeat=7)) / n
-    assert via - direct < 2e-6, f"to_device adds {(via - direct) * 1e6:.2f} us"
+    assert transfer.to_device(x, "cuda") is x
+    assert len(to_calls) == 1
+    assert transfer.ring_bytes() == 0
 
 
 # --- chunking -------------------------------------------------------------------------
