@@ -1,27 +1,64 @@
-"""What a notebook reads: recorded datasets (replay) or runs measured now (live).
+"""What a notebook reads: a *recording* (a folder of runs), replayed or made here now.
 
-``Session(mode).data(name)`` is the one call a notebook makes for data; the mode comes
-from the notebook's ``MODE`` and the ``H2DLAB_MODE`` variable (which wins).
+``recording(DATA, mode=MODE)`` is the one call a notebook makes for data::
+
+    rec = session.recording("h200")          # the bundled H200 recording (data/h200_<kind>)
+    rec = session.recording("path/to/folder")  # any recording folder (h2dlab record --out)
+    rec = session.recording("h200", mode="live")  # this machine, recorded once with --quick
+    rec.table("sweep", "pow2"); rec.table("forum"); rec.has("d2h"); rec.env("sweep", "pow2")
+    rec.banner()
+
+``H2DLAB_DATA`` and ``H2DLAB_MODE`` (the report builder sets them) win over the
+notebook's ``DATA`` and ``MODE``. ``Session`` is the older per-dataset reader, kept
+until every notebook reads a recording.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
+import platform
+import re
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+import pandas as pd
 
 from h2dlab import datasets
 from h2dlab.errors import UsageError
+from h2dlab.record_plan import KINDS, MANIFEST, read_manifest
 
-__all__ = ["MODES", "ROOT", "RUNS_DIR", "Session", "resolve_mode"]
+__all__ = [
+    "BUNDLED",
+    "MODES",
+    "ROOT",
+    "RUNS_DIR",
+    "Markdown",
+    "Recorded",
+    "Session",
+    "find_recording",
+    "live_recording",
+    "recording",
+    "resolve_mode",
+    "this_machine",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
 MODES = ("auto", "replay", "live")
 RUNS_DIR = ROOT / "data" / "runs"
+#: The bundled recording's name; its kinds live in ``data/h200_<kind>`` (concurrent: ``h200x2_``).
+BUNDLED = "h200"
+
+
+class Markdown(str):
+    """Text a notebook shows as Markdown (``_repr_markdown_``); still a plain ``str``."""
+
+    def _repr_markdown_(self) -> str:
+        return str(self)
 
 
 def resolve_mode(mode: str = "auto", environ: Mapping[str, str] | None = None) -> str:
@@ -53,8 +90,259 @@ def resolve_mode(mode: str = "auto", environ: Mapping[str, str] | None = None) -
     return mode
 
 
+def _bundled_dir(kind: str) -> Path:
+    for prefix in ("h200_", "h200x2_"):
+        if (datasets.DATA_DIR / f"{prefix}{kind}").is_dir():
+            return datasets.DATA_DIR / f"{prefix}{kind}"
+    return datasets.DATA_DIR / f"h200_{kind}"
+
+
+def _table_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if datasets.suffix_of(p) in datasets.SUFFIXES and not p.name.endswith(".partial.csv")
+    )
+
+
+def _run_name(p: Path) -> str:
+    return p.name[: -len(datasets.suffix_of(p))]
+
+
+class Recorded:
+    """A recording: tables by kind and run, their fingerprints, and a banner.
+
+    Made by :func:`recording`; ``source`` is ``"h200"`` (the bundled data) or a folder.
+    """
+
+    def __init__(self, source: str | os.PathLike[str], mode: str = "replay", made_now: bool = False) -> None:
+        self.mode = mode
+        self.made_now = made_now
+        self._cache: dict[tuple[str, str | None], pd.DataFrame] = {}
+        if isinstance(source, str) and source == BUNDLED:
+            self.name, self.folder, self.manifest = BUNDLED, datasets.DATA_DIR, None
+            return
+        folder = Path(source).expanduser()
+        if not folder.is_dir():
+            raise UsageError(
+                f"no recording {os.fspath(source)!r}: give {BUNDLED!r} (the bundled data) or the folder "
+                "that `h2dlab record` wrote"
+            )
+        self.folder = folder.resolve()
+        self.name = self.folder.name
+        self.manifest = read_manifest(self.folder)
+        if self.manifest is None and not any(_table_files(self.folder / k) for k in KINDS):
+            raise UsageError(f"{folder} is not a recording: it has no {MANIFEST} and no <kind>/<run> tables")
+
+    # -- what is in it ----------------------------------------------------------------
+    def _dir(self, kind: str) -> Path:
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
+        return _bundled_dir(kind) if self.name == BUNDLED and self.manifest is None else self.folder / kind
+
+    def kinds(self) -> list[str]:
+        """The kinds this recording holds at least one finished run of."""
+        return [k for k in KINDS if _table_files(self._dir(k))]
+
+    def runs(self, kind: str) -> list[str]:
+        """The finished runs of ``kind`` (file names without suffix), sorted."""
+        return [_run_name(p) for p in _table_files(self._dir(kind))]
+
+    def has(self, kind: str, run: str | None = None) -> bool:
+        """Whether the recording holds ``kind`` (and, given, that run of it)."""
+        runs = self.runs(kind)
+        return bool(runs) if run is None else run in runs
+
+    def _path(self, kind: str, run: str) -> Path:
+        for p in _table_files(self._dir(kind)):
+            if _run_name(p) == run:
+                return p
+        have = ", ".join(self.runs(kind)) or "none"
+        raise ValueError(f"the recording {self.name!r} has no {kind} run {run!r} (its {kind} runs: {have})")
+
+    def table(self, kind: str, run: str | None = None) -> pd.DataFrame:
+        """One run's table, or every run of ``kind`` together (``attrs['run_names']``).
+
+        ``overlap`` gives the timeline (``datasets.timeline``). Raises ``ValueError`` when
+        the recording lacks the kind or the run (check with :meth:`has`).
+        """
+        key = (kind, run)
+        if key in self._cache:
+            return self._cache[key].copy()
+        if not self.has(kind):
+            raise ValueError(
+                f"the recording {self.name!r} has no {kind} runs (it has: {', '.join(self.kinds()) or 'none'})"
+            )
+        where = self._dir(kind) if run is None else self._path(kind, run)
+        df = datasets.timeline(str(where)) if kind == "overlap" else datasets.load(where)
+        if run is not None and kind != "overlap":
+            df.attrs["env"] = datasets.run_env(df)
+        label = _bundled_dir(kind).name if self.name == BUNDLED else f"{self.name}/{kind}"
+        df.attrs["dataset"] = label if run is None else f"{label}/{run}"
+        df.attrs["recording"] = self.name
+        self._cache[key] = df
+        return df.copy()
+
+    def env(self, kind: str, run: str) -> dict[str, Any]:
+        """The fingerprint (env.json) of one run, ``{}`` if it has none."""
+        return datasets.read_env(self._path(kind, run)) or {}
+
+    def machine(self) -> dict[str, Any]:
+        """The fingerprint of the machine the recording was made on (its first run's env)."""
+        for kind in self.kinds():
+            for run in self.runs(kind):
+                e = self.env(kind, run)
+                if e.get("hostname") or e.get("gpu_name"):
+                    return e
+        return {}
+
+    def date(self) -> str:
+        """When it was recorded: the day (or days) of its runs, YYYY-MM-DD."""
+        if self.manifest and self.manifest.get("created"):
+            return str(self.manifest["created"])[:10]
+        days = sorted(
+            {str(self.env(k, r).get("date", ""))[:10] for k in self.kinds() for r in self.runs(k)} - {""}
+        )
+        return days[0] if len(days) < 2 else f"{days[0]} to {days[-1]}"
+
+    def banner(self) -> Markdown:
+        """Markdown naming the data shown: machine, GPU, date, and replay or live."""
+        from h2dlab.env import describe
+
+        m = self.machine()
+        cores = f", {m['cpu_count']} cores" if m.get("cpu_count") else ""
+        where = f"{describe({**m, 'date': None})} on host `{m.get('hostname', '?')}`{cores}"
+        what = "the bundled recording `h200`" if self.name == BUNDLED else f"the recording `{self.folder}`"
+        if self.mode == "live":
+            how = "made now by `h2dlab record --quick`" if self.made_now else "made earlier on this machine"
+            text = f"**Live**: this machine, {what} ({how}): {where}, recorded {self.date()}."
+        else:
+            text = f"**Replay** of {what}: {where}, recorded {self.date()}."
+            text += (
+                " Nothing is measured here (this machine has no CUDA GPU);"
+                if not _cuda()
+                else " Replay was asked for;"
+            )
+            text += ' `MODE = "live"` on a GPU machine records that machine instead.'
+        return Markdown(text)
+
+    def __repr__(self) -> str:
+        return f"<recording {self.name!r} ({self.mode}): {', '.join(self.kinds())}>"
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+def this_machine() -> dict[str, Any]:
+    """``hostname``, ``gpu_name`` and ``gpu_count`` of this machine (GPU fields None without CUDA)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {
+        "hostname": platform.node(),
+        "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
+        "gpu_count": torch.cuda.device_count() if cuda else 0,
+    }
+
+
+def find_recording(machine: Mapping[str, Any], root: str | Path | None = None) -> Path | None:
+    """The newest recording of ``machine`` (same host and GPU) under ``root``
+    (default ``datasets.runs_dir()``): a complete one if any, else an unfinished one."""
+    root = Path(root) if root is not None else datasets.runs_dir()
+    if not root.is_dir():
+        return None
+    found = []
+    for d in root.iterdir():
+        m = read_manifest(d) if d.is_dir() else None
+        if (
+            m
+            and m.get("hostname") == machine.get("hostname")
+            and m.get("gpu_name") == machine.get("gpu_name")
+        ):
+            found.append((m.get("status") == "complete", str(m.get("created", "")), d))
+    return max(found)[2] if found else None
+
+
+def _new_folder(machine: Mapping[str, Any], root: Path) -> Path:
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{machine.get('hostname')}-{machine.get('gpu_name') or 'cpu'}".lower())
+    base = root / f"{slug.strip('-')}-{_dt.date.today().isoformat()}"
+    folder, k = base, 1
+    while folder.exists():
+        k += 1
+        folder = base.with_name(f"{base.name}-{k}")
+    return folder
+
+
+def live_recording(echo=print) -> tuple[Path, bool]:
+    """This machine's recording: found in ``datasets.runs_dir()``, or made now with
+    ``h2dlab record --quick`` (an unfinished one is resumed). Returns (folder, made now).
+
+    ``echo`` receives the recorder's output line by line (a notebook shows it)."""
+    here = this_machine()
+    found = find_recording(here)
+    if found is not None and (read_manifest(found) or {}).get("status") == "complete":
+        return found, False
+    if found is not None:
+        args = ["--resume", str(found)]
+    else:
+        found = _new_folder(here, datasets.runs_dir())
+        args = ["--quick", "--out", str(found)]
+    cmd = [sys.executable, "-m", "h2dlab.cli", "record", *args]
+    echo(f"recording this machine once: h2dlab record {' '.join(args)}")
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout or []:
+            echo(line.rstrip())
+        rc = proc.wait()
+    if rc != 0:
+        raise RuntimeError(f"h2dlab record exited with {rc}: see {found / 'record.log'}")
+    return found, True
+
+
+def recording(
+    data: str | os.PathLike[str] = BUNDLED, mode: str = "replay", environ: Mapping[str, str] | None = None
+) -> Recorded:
+    """The recording a notebook reads.
+
+    Parameters
+    ----------
+    data
+        ``"h200"`` (the bundled H200 recording) or a recording folder; ``H2DLAB_DATA``
+        wins when set.
+    mode
+        ``"replay"`` reads ``data``; ``"live"`` (``"auto"`` on a CUDA machine) reads this
+        machine's recording, made once with ``h2dlab record --quick`` when there is none
+        (``data`` is used when it is a recording of this machine). ``H2DLAB_MODE`` wins.
+    environ
+        Where to look for the two variables (default ``os.environ``).
+
+    Returns
+    -------
+    Recorded
+        ``table(kind, run)``, ``has(kind)``, ``env(kind, run)``, ``banner()``.
+    """
+    env = os.environ if environ is None else environ
+    data = env.get("H2DLAB_DATA") or data
+    if resolve_mode(mode, env) == "replay":
+        return Recorded(data, "replay")
+    here = this_machine()
+    m = read_manifest(data) if not (isinstance(data, str) and data == BUNDLED) else None
+    if m and m.get("hostname") == here["hostname"] and m.get("gpu_name") == here["gpu_name"]:
+        return Recorded(data, "live")
+    folder, made = live_recording()
+    return Recorded(folder, "live", made_now=made)
+
+
 class Session:
-    """What a notebook reads: recorded datasets (replay) or runs measured now (live).
+    """The older per-dataset reader (recorded datasets, or runs measured now); use
+    :func:`recording` instead.
 
     ``data(name)`` returns the recorded dataset in replay mode; in live mode it runs
     the matching measurement with the kit's CLI (a fresh process, so that CUDA

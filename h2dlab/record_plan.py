@@ -1,0 +1,241 @@
+"""The one recording plan: every experiment a recording holds, and its manifest.
+
+``PLAN`` is the table ``h2dlab record`` runs (and that the bundled H200 data was made
+by): one :class:`Experiment` per run, each the kit's own CLI in a fresh process.
+``experiments(quick=..., gpus=...)`` picks the rows and arguments for one recording.
+A recording folder holds ``<kind>/<run>.csv.gz`` (+ its env.json) per experiment and
+``recording.json`` (:data:`MANIFEST`): the machine, the date, the plan it ran and which
+experiments finished. No torch here: the plan is read on machines without CUDA too.
+
+Estimated seconds come from the bundled H200 recordings themselves (each table's
+``t_s`` column is its run time; per (strategy, size) row times scaled to the
+repetitions below) plus ~6 s per process (Python, torch, CUDA context and env.json:
+the gap between consecutive recorded runs' dates beyond their ``t_s``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from h2dlab.units import FORUM_SEQS, forum_nbytes
+
+__all__ = [
+    "KINDS",
+    "MANIFEST",
+    "PLAN",
+    "PLAN_VERSION",
+    "QUICK_CAP_BYTES",
+    "Experiment",
+    "experiments",
+    "experiment_from_dict",
+    "read_manifest",
+    "select",
+    "show_args",
+    "total_seconds",
+    "write_manifest",
+]
+
+#: Bump when an experiment's arguments change (stored in recording.json).
+PLAN_VERSION = 1
+#: The file that makes a folder a recording.
+MANIFEST = "recording.json"
+#: What a recording may hold, in reading order; each kind is a sub-folder.
+KINDS = ("forum", "sweep", "allocator", "overlap", "concurrent", "d2h", "bidir", "batch")
+#: ``--quick`` caps the forum grid here: 73 of its 210 sizes, up to 135.4 MiB, which
+#: still crosses the power-of-two block sizes at 17.25, 32.25, 64.1 and 129.75 MiB.
+QUICK_CAP_BYTES = 136 * 2**20
+
+REGISTER_CONF = {
+    "PYTORCH_CUDA_ALLOC_CONF": "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"
+}
+_SKIP = ("--skip",)  # the ``quick`` value of an experiment --quick leaves out
+
+
+def _forum_upto(cap: int) -> str:
+    return ",".join(str(forum_nbytes(s)) for s in FORUM_SEQS if forum_nbytes(s) <= cap)
+
+
+def _seqs_upto(cap: int) -> str:
+    return ",".join(str(s) for s in FORUM_SEQS if forum_nbytes(s) <= cap)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One run of the plan: ``h2dlab <args> --out <folder>/<kind>/<run>.csv.gz``.
+
+    Parameters
+    ----------
+    kind, run
+        Sub-folder and file name of its table (``run`` is unique in the plan).
+    args
+        The CLI arguments after ``h2dlab`` (without ``--out`` and ``--no-progress``).
+    quick
+        The arguments under ``--quick``; ``None``: the same as ``args``; ``("--skip",)``:
+        left out of a quick recording.
+    env
+        Extra environment variables (e.g. ``PYTORCH_CUDA_ALLOC_CONF``).
+    fresh
+        Why it needs a process of its own: True where the measurement depends on a
+        cold process (CUDA start-up in the first row, an empty host cache, an
+        allocator setting read once). Every experiment runs in its own process anyway.
+    seconds, quick_seconds
+        Estimated wall time on an H200, process start included.
+    min_gpus
+        Run only on a machine with at least this many GPUs.
+    what
+        One line for ``--dry-run``.
+    """
+
+    kind: str
+    run: str
+    args: tuple[str, ...]
+    seconds: float
+    quick_seconds: float = 0.0
+    quick: tuple[str, ...] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    fresh: bool = True
+    min_gpus: int = 1
+    what: str = ""
+
+    @property
+    def name(self) -> str:
+        """``<kind>/<run>``: where its table goes, and how ``--only`` may name it."""
+        return f"{self.kind}/{self.run}"
+
+    def argv(self, quick: bool = False) -> list[str]:
+        """The CLI arguments of this run (quick or full)."""
+        return list(self.quick if quick and self.quick is not None else self.args)
+
+    def in_quick(self) -> bool:
+        """Whether ``--quick`` runs it."""
+        return self.quick != _SKIP
+
+    def to_dict(self, quick: bool = False) -> dict[str, Any]:
+        """The resolved run as stored in recording.json (what ``--resume`` runs)."""
+        return {
+            "kind": self.kind,
+            "run": self.run,
+            "args": self.argv(quick),
+            "env": dict(self.env),
+            "seconds": self.quick_seconds if quick else self.seconds,
+            "fresh": self.fresh,
+        }
+
+
+def experiment_from_dict(d: Mapping[str, Any]) -> Experiment:
+    """An :class:`Experiment` back from :meth:`Experiment.to_dict` (or a test's plan file)."""
+    try:
+        kind, run, args = str(d["kind"]), str(d["run"]), tuple(str(a) for a in d["args"])
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"a plan entry needs kind, run and args: {dict(d)!r}") from exc
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", run) or not re.fullmatch(r"[a-z0-9_]+", kind):
+        raise ValueError(f"bad kind/run name {kind!r}/{run!r}: letters, digits, _ . - only")
+    return Experiment(
+        kind=kind,
+        run=run,
+        args=args,
+        seconds=float(d.get("seconds", 10.0)),
+        quick_seconds=float(d.get("seconds", 10.0)),
+        env={str(k): str(v) for k, v in (d.get("env") or {}).items()},
+        fresh=bool(d.get("fresh", True)),
+        min_gpus=int(d.get("min_gpus", 1)),
+    )
+
+
+def _a(text: str, **values: str) -> tuple[str, ...]:
+    """CLI arguments from one line (``{name}`` filled in after splitting)."""
+    return tuple(w.format(**values) for w in text.split())
+
+
+_Q = {"forum_q": _forum_upto(QUICK_CAP_BYTES), "seqs_q": _seqs_upto(QUICK_CAP_BYTES)}
+_PIN = "measure --strategies pin_then_copy --warmup 0 --order ascending --sizes"
+_DEV = "measure --strategies pageable,pinned_reuse --warmup 1 --sizes"
+_POW2 = "measure --sizes 1KiB..2GiB --reps 5 --reps-large 2 --warmup 1"
+_POW2_Q = "measure --sizes 1KiB..1GiB --reps 3 --reps-large 2 --warmup 1"
+_FS = "measure --strategies pageable,pinned_reuse --order shuffled --seed 0 --sizes"
+_GPUS = "measure --gpus 1..2 --strategies pinned_reuse,pageable,staged --sizes 64MiB..1GiB"
+_REG = REGISTER_CONF
+
+#: The recording plan, in running order: (kind, run, full args, est. s, quick args, est. s).
+#: To add an experiment, add a row (its CLI must exist: a test parses every row).
+PLAN: tuple[Experiment, ...] = (
+    *(
+        Experiment("forum", f"ascending-{i}", _a("forum"), 40, *((14, _a("forum --seqs {seqs_q}", **_Q)) if i == 1 else (0, _SKIP)), what="the forum protocol, sizes ascending")
+        for i in (1, 2, 3)
+    ),
+    Experiment("forum", "shuffled-1", _a("forum --order shuffled --seed 1"), 40, 13, _a("forum --seqs {seqs_q} --order shuffled --seed 1", **_Q), what="the forum protocol, shuffled"),
+    Experiment("sweep", "pow2", _a(f"{_POW2} --order shuffled --seed 0"), 35, 19, _a(f"{_POW2_Q} --order shuffled --seed 0"), fresh=False, what="every strategy, powers of two, cells shuffled"),
+    Experiment("sweep", "pow2-interleaved", _a(f"{_POW2} --order interleaved --seed 1"), 30, 17, _a(f"{_POW2_Q} --order interleaved --seed 1"), fresh=False, what="the same, reps interleaved in shuffled rounds"),
+    Experiment("sweep", "forum-sizes", _a(f"{_FS} forum --reps 3 --warmup 0"), 55, 13, _a(f"{_FS} {{forum_q}} --reps 2 --warmup 1", **_Q), fresh=False, what="pageable and pinned_reuse on the forum's sizes"),
+    Experiment("allocator", "pin-warm", _a(f"{_PIN} forum --reps 2"), 50, 12, _a(f"{_PIN} {{forum_q}} --reps 2", **_Q), what="pin_memory, host cache kept"),
+    Experiment("allocator", "pin-emptied", _a(f"{_PIN} forum --reps 1 --empty-host-cache"), 77, 14, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), what="pin_memory, host cache emptied before each size"),
+    Experiment("allocator", "pin-register-warm", _a(f"{_PIN} forum --reps 2"), 51, 12, _a(f"{_PIN} {{forum_q}} --reps 2", **_Q), env=_REG, what="pin-warm under cudaHostRegister pinning"),
+    Experiment("allocator", "pin-register-emptied", _a(f"{_PIN} forum --reps 1 --empty-host-cache"), 59, 13, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), env=_REG, what="pin-emptied under cudaHostRegister pinning"),
+    Experiment("allocator", "device-cache-kept", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3"), 11, 7, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2"), what="device cache kept between copies"),
+    Experiment("allocator", "device-empty-cache", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3 --empty-cache"), 11, 7, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2 --empty-cache"), what="torch.cuda.empty_cache() before every copy"),
+    Experiment("overlap", "overlap", _a("overlap --size 256MiB --reps 5"), 8, 7, _a("overlap --size 256MiB --reps 3"), fresh=False, what="timelines of a copy beside compute"),
+    Experiment("concurrent", "concurrent", _a(f"{_GPUS} --reps 5 --reps-large 3 --warmup 2"), 20, 15, _a(f"{_GPUS} --reps 3 --reps-large 2 --warmup 1"), min_gpus=2, what="1 then 2 GPUs copying at once"),
+)  # fmt: skip
+
+
+def experiments(
+    quick: bool = False, gpus: int = 1, plan: tuple[Experiment, ...] | None = None
+) -> list[Experiment]:
+    """The experiments one recording runs: those this machine's GPU count allows
+    (and, with ``quick``, those ``--quick`` keeps)."""
+    return [e for e in (PLAN if plan is None else plan) if gpus >= e.min_gpus and (not quick or e.in_quick())]
+
+
+def select(exps: list[Experiment], only: str | None) -> list[Experiment]:
+    """The experiments ``only`` names (comma list of runs, ``kind/run`` or kinds)."""
+    if not only:
+        return exps
+    wanted = [w.strip() for w in only.split(",") if w.strip()]
+    known = {e.run for e in exps} | {e.name for e in exps} | {e.kind for e in exps}
+    bad = [w for w in wanted if w not in known]
+    if bad:
+        raise ValueError(
+            f"no experiment named {bad[0]!r}: choose from {', '.join(e.run for e in exps)} or a kind"
+        )
+    return [e for e in exps if {e.run, e.name, e.kind} & set(wanted)]
+
+
+def total_seconds(exps: list[Experiment], quick: bool = False) -> float:
+    """Estimated seconds for ``exps`` on an H200."""
+    return float(sum(e.quick_seconds if quick else e.seconds for e in exps))
+
+
+def show_args(args: list[str] | tuple[str, ...]) -> str:
+    """The arguments as one line, a long list of sizes or seqs shortened."""
+    out = []
+    for a in args:
+        if len(a) > 40 and re.fullmatch(r"[0-9,]+", a):
+            n = a.count(",") + 1
+            out.append(f"<{n} values, {a.split(',')[0]}..{a.split(',')[-1]}>")
+        else:
+            out.append(a)
+    return " ".join(out)
+
+
+def read_manifest(folder: str | Path) -> dict[str, Any] | None:
+    """The recording.json of ``folder``, or None if it has none (or an unreadable one)."""
+    p = Path(folder) / MANIFEST
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_manifest(folder: str | Path, manifest: Mapping[str, Any]) -> Path:
+    """Write recording.json atomically (a reader never sees half a file)."""
+    from h2dlab.tableio import atomic_write
+
+    p = Path(folder) / MANIFEST
+    text = json.dumps(manifest, indent=2, default=str) + "\n"
+    atomic_write(p, lambda q: Path(q).write_text(text))
+    return p

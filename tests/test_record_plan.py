@@ -1,0 +1,97 @@
+"""The recording plan is valid: every run parses with the real CLI, fits the time budget,
+and covers what the bundled H200 recording holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from h2dlab import session
+from h2dlab.cli import build_parser, spec_from_args
+from h2dlab.record_plan import (
+    KINDS,
+    PLAN,
+    QUICK_CAP_BYTES,
+    experiment_from_dict,
+    experiments,
+    select,
+    show_args,
+    total_seconds,
+)
+from h2dlab.spec import SweepSpec
+from h2dlab.units import forum_sizes
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_run_parses_with_the_cli(quick):
+    parser = build_parser()
+    for e in experiments(quick=quick, gpus=2):
+        argv = [*e.argv(quick), "--out", f"x/{e.kind}/{e.run}.csv.gz"]
+        args = parser.parse_args(argv)
+        spec = spec_from_args(args)  # raises UsageError for anything invalid
+        assert spec.to_dict()["kind"] in ("sweep", "forum", "overlap")
+        if quick and isinstance(spec, SweepSpec):
+            assert max(spec.sizes) <= 2**30  # quick caps every sweep at 1 GiB
+
+
+def test_names_are_unique_and_kinds_known():
+    assert len({e.run for e in PLAN}) == len(PLAN)
+    assert {e.kind for e in PLAN} <= set(KINDS)
+    assert all(e.seconds > 0 and (e.quick_seconds > 0 or not e.in_quick()) for e in PLAN)
+
+
+def test_plan_reproduces_the_bundled_recording():
+    rec = session.recording("h200")
+    bundled = {(k, r) for k in rec.kinds() for r in rec.runs(k)}
+    assert {(e.kind, e.run) for e in experiments(gpus=2)} == bundled
+    quick = {(e.kind, e.run) for e in experiments(quick=True, gpus=2)}
+    assert quick == bundled - {("forum", "ascending-2"), ("forum", "ascending-3")}  # every figure's data
+    # the allocator setting goes to exactly the register runs, as in the bundled env.json
+    for e in PLAN:
+        conf = rec.env(e.kind, e.run).get("PYTORCH_CUDA_ALLOC_CONF")
+        assert dict(e.env).get("PYTORCH_CUDA_ALLOC_CONF") == conf, e.run
+
+
+def test_time_budget_on_an_h200():
+    assert total_seconds(experiments(gpus=1)) <= 600
+    assert total_seconds(experiments(gpus=2)) <= 600
+    assert total_seconds(experiments(quick=True, gpus=1), quick=True) <= 180
+    assert total_seconds(experiments(quick=True, gpus=2), quick=True) <= 180
+
+
+def test_concurrent_only_with_two_gpus():
+    assert "concurrent" not in {e.kind for e in experiments(gpus=1)}
+    assert "concurrent" in {e.kind for e in experiments(gpus=2)}
+
+
+def test_quick_forum_grid_is_capped_but_crosses_four_block_sizes():
+    parser = build_parser()
+    e = next(x for x in PLAN if x.run == "pin-warm")
+    sizes = spec_from_args(parser.parse_args([*e.argv(True), "--out", "a.csv"])).sizes
+    assert max(sizes) <= QUICK_CAP_BYTES and list(sizes) == [n for n in forum_sizes() if n <= QUICK_CAP_BYTES]
+    for block_mib in (16, 32, 64, 128):  # a size just above each power of two is measured
+        assert any(block_mib * 2**20 < n < block_mib * 2**20 * 1.1 for n in sizes)
+
+
+def test_select_by_run_kind_or_name():
+    exps = experiments(gpus=1)
+    assert [e.run for e in select(exps, "pow2,overlap")] == ["pow2", "overlap"]
+    assert [e.run for e in select(exps, "sweep/forum-sizes")] == ["forum-sizes"]
+    assert len(select(exps, "forum")) == 4
+    with pytest.raises(ValueError, match="no experiment named 'nope'"):
+        select(exps, "nope")
+
+
+def test_show_args_shortens_long_lists():
+    e = next(x for x in PLAN if x.run == "pin-warm")
+    text = show_args(e.argv(True))
+    assert "<73 values, 393216..141950976>" in text and len(text) < 200
+
+
+def test_experiment_round_trip_and_bad_names():
+    e = next(x for x in PLAN if x.run == "pin-register-warm")
+    back = experiment_from_dict(e.to_dict(quick=True))
+    assert back.argv() == e.argv(True) and dict(back.env) == dict(e.env)
+    with pytest.raises(ValueError, match="bad kind/run"):
+        experiment_from_dict({"kind": "sweep", "run": "../x", "args": ["measure"]})
+    with pytest.raises(ValueError, match="needs kind, run and args"):
+        experiment_from_dict({"kind": "sweep"})

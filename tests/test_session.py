@@ -1,0 +1,110 @@
+"""session.recording(): the bundled H200 recording and recording folders, read the same way."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from h2dlab import datasets, session
+from h2dlab.errors import UsageError
+from h2dlab.record_plan import MANIFEST, write_manifest
+
+
+def test_bundled_recording_holds_every_kind_and_run():
+    rec = session.recording("h200")
+    assert rec.kinds() == ["forum", "sweep", "allocator", "overlap", "concurrent"]
+    assert rec.runs("forum") == ["ascending-1", "ascending-2", "ascending-3", "shuffled-1"]
+    assert set(rec.runs("sweep")) == {"pow2", "pow2-interleaved", "forum-sizes"}
+    assert len(rec.runs("allocator")) == 6
+    assert rec.has("sweep") and rec.has("sweep", "pow2")
+    assert not rec.has("d2h") and not rec.has("sweep", "pow3")
+
+
+def test_bundled_tables_are_the_recorded_datasets():
+    rec = session.recording("h200")
+    pow2 = rec.table("sweep", "pow2")
+    want = datasets.run_named(datasets.load("h200_sweep"), "pow2")
+    assert len(pow2) == len(want) == 1530
+    assert pow2["wall_ms"].sum() == pytest.approx(want["wall_ms"].sum())
+    assert pow2.attrs["env"]["gpu_name"] == "NVIDIA H200"
+    assert pow2.attrs["dataset"] == "h200_sweep/pow2"
+    forum = rec.table("forum")
+    assert len(forum) == 4 * 630 and forum.attrs["dataset"] == "h200_forum"
+    assert sorted(forum.attrs["run_names"].values()) == rec.runs("forum")
+    assert set(rec.table("overlap")["scenario"]) == set(datasets.timeline("h200_overlap")["scenario"])
+    reg = rec.env("allocator", "pin-register-warm")
+    assert reg["PYTORCH_CUDA_ALLOC_CONF"].startswith("pinned_use_cuda_host_register:True")
+    # a cached table is handed out as a copy: a notebook's edits do not leak into the next read
+    pow2["wall_ms"] = 0.0
+    assert rec.table("sweep", "pow2")["wall_ms"].sum() > 0
+
+
+def test_missing_kind_or_run_says_what_there_is():
+    rec = session.recording("h200")
+    with pytest.raises(ValueError, match="no d2h runs .*forum, sweep, allocator"):
+        rec.table("d2h")
+    with pytest.raises(ValueError, match="no sweep run 'nope' .*pow2"):
+        rec.table("sweep", "nope")
+    with pytest.raises(ValueError, match="unknown kind"):
+        rec.has("sweeps")
+
+
+def test_banner_names_machine_date_and_mode():
+    text = session.recording("h200").banner()
+    assert "**Replay**" in text and "NVIDIA H200" in text and "2026-11-30" in text and "`vm`" in text
+    assert text._repr_markdown_() == str(text)
+
+
+def _folder_recording(tmp_path, host="box", gpu="NVIDIA Synthetic", status="complete"):
+    """A recording folder made of bundled tables copied into the <kind>/<run> layout."""
+    folder = tmp_path / f"{host}-rec"
+    for kind, src in (("sweep", "h200_sweep/pow2"), ("allocator", "h200_allocator/pin-warm")):
+        (folder / kind).mkdir(parents=True)
+        run = src.split("/")[1]
+        shutil.copy(datasets.DATA_DIR / f"{src}.csv.gz", folder / kind / f"{run}.csv.gz")
+        shutil.copy(datasets.DATA_DIR / f"{src}.env.json", folder / kind / f"{run}.env.json")
+    write_manifest(
+        folder, {"hostname": host, "gpu_name": gpu, "created": "2030-01-02T03:04:05", "status": status}
+    )
+    return folder
+
+
+def test_folder_recording_reads_its_layout(tmp_path):
+    folder = _folder_recording(tmp_path)
+    rec = session.recording(str(folder))
+    assert rec.kinds() == ["sweep", "allocator"] and rec.runs("sweep") == ["pow2"]
+    assert len(rec.table("sweep", "pow2")) == 1530
+    assert rec.table("sweep").attrs["dataset"] == f"{folder.name}/sweep"
+    assert not rec.has("forum")
+    assert "2030-01-02" in rec.banner()  # the manifest's date, not the runs'
+
+
+def test_h2dlab_data_wins_over_the_notebook(tmp_path):
+    folder = _folder_recording(tmp_path)
+    rec = session.recording("h200", environ={"H2DLAB_DATA": str(folder), "H2DLAB_MODE": "replay"})
+    assert rec.folder == folder.resolve() and rec.mode == "replay"
+
+
+def test_not_a_recording_is_one_clear_error(tmp_path):
+    with pytest.raises(UsageError, match="no recording"):
+        session.recording(str(tmp_path / "missing"), environ={})
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="is not a recording"):
+        session.recording(str(tmp_path / "empty"), environ={})
+
+
+def test_find_recording_matches_host_and_gpu_and_prefers_complete(tmp_path):
+    a = _folder_recording(tmp_path / "a", status="incomplete")
+    assert session.find_recording({"hostname": "box", "gpu_name": "NVIDIA Synthetic"}, tmp_path / "a") == a
+    b = _folder_recording(tmp_path / "a", host="box2")
+    assert session.find_recording({"hostname": "box2", "gpu_name": "NVIDIA Synthetic"}, tmp_path / "a") == b
+    assert session.find_recording({"hostname": "box", "gpu_name": "Other"}, tmp_path / "a") is None
+    m = json.loads((a / MANIFEST).read_text())
+    write_manifest(a, {**m, "status": "complete", "created": "2000-01-01"})
+    c = tmp_path / "a" / "c"
+    shutil.copytree(a, c)
+    write_manifest(c, {**m, "status": "incomplete", "created": "2040-01-01"})
+    # complete beats newer-but-unfinished
+    assert session.find_recording({"hostname": "box", "gpu_name": "NVIDIA Synthetic"}, tmp_path / "a") == a
