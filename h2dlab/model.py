@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from h2dlab.linefit import fit_lines
+
 __all__ = [
     "CASES",
     "advise",
@@ -140,12 +142,11 @@ def fit(
         if len(np.unique(size)) < 2:
             continue
         a, b = fit_line(size, ms)
-        boots = []
-        for _ in range(n_boot if len(ms) >= 8 else 0):
-            i = rng.integers(0, len(ms), len(ms))
-            if len(np.unique(size[i])) >= 2:
-                boots.append(fit_line(size[i], ms[i]))
-        bt = np.array(boots) if boots else np.empty((0, 2))
+        bt = np.empty((0, 2))
+        if n_boot and len(ms) >= 8:  # refit resamples of the rows, all at once
+            i = rng.integers(0, len(ms), (n_boot, len(ms)))
+            bt = fit_lines(size[i], np.log(ms[i]), start=(a, b))
+            bt = bt[np.isfinite(bt).all(axis=1)]
         pred = a + size * b
         rows.append(
             {
