@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from h2dlab.datasets import run_env
 from h2dlab.env import PCIE_X16_GBPS
 from h2dlab.findings import Finding, forum_bytes
 from h2dlab.model import fit, timed, value_ms
@@ -175,9 +176,10 @@ def link_estimate(
     corrected = a_gbps * factor
     paper = PCIE_X16_GBPS[gen]
     holds = bool(corrected <= paper)
+    gpu = run_env(forum_rerun).get("gpu_name") or "re-run machine"
     verdict = (
         f"The A100 table's pinned copies fit {a_gbps:.1f} GB/s, but each includes a cudaMalloc after "
-        f"empty_cache(): on the H200 the same protocol fits {f_gbps:.1f} GB/s against {r_gbps:.1f} GB/s into a "
+        f"empty_cache(): on the {gpu} the same protocol fits {f_gbps:.1f} GB/s against {r_gbps:.1f} GB/s into a "
         f"reused buffer ({factor:.2f}x). Corrected the same way, the A100 link moves about {corrected:.0f} GB/s: "
         + (
             f"consistent with PCIe Gen{gen} x16 ({paper:.1f} GB/s on paper)."

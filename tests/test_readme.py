@@ -1,0 +1,84 @@
+"""README's "What it found" table says what the bundled data says: every figure in it is
+recomputed here with the same functions the notebooks use (h2dlab.advice, findings,
+forum_claims, factors) and must appear, formatted the same way, in its row."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from h2dlab import advice, datasets, factors, findings, forum_claims, outliers
+from h2dlab.env import PCIE_X16_GBPS
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def found_table():
+    text = README.read_text()
+    section = text[text.index("## What it found") :]
+    section = section[: section.index("\n## ", 4)]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ") and not ln.startswith("| ---")]
+    return {r.split(" | ")[0].strip("| "): r.split(" | ", 1)[1] for r in rows[1:]}
+
+
+@pytest.fixture(scope="module")
+def expected():
+    sweep = datasets.load("h200_sweep")
+    inter, reuse = datasets.run_named(sweep, "pow2-interleaved"), datasets.run_named(sweep, "forum-sizes")
+    cold = datasets.run_named(datasets.load("h200_allocator"), "pin-emptied")
+    forum = datasets.load("h200_forum")
+    a = advice.advice(inter, 2**30, cold=cold).set_index("way")
+    floor = advice.small_copy_floor(inter)
+    growth = findings.host_alloc_growth(forum)
+    conc = factors.concurrency(datasets.load("h200x2_concurrent"))["by_strategy"]
+    runs = forum.run_id.nunique()
+    eps = forum_claims.episodes(outliers.explain(datasets.load("forum_a100")))["count"]
+    return {
+        "pinned → GPU, 1 GiB, reused pinned buffer": [
+            f"{a.loc['pinned_reuse', 'gbps']:.1f} GB/s median",
+            f"Gen5 x16: {PCIE_X16_GBPS[5]:.0f} GB/s on paper",
+        ],
+        '`x.to("cuda")` from pageable memory, 1 GiB': [f"{a.loc['pageable', 'gbps']:.1f} GB/s"],
+        '`x.pin_memory().to("cuda")`, 1 GiB': [
+            f"{a.loc['pin_cached', 'gbps']:.1f} GB/s with its pinned block cached",
+            f"{a.loc['pin_cold', 'gbps']:.1f} GB/s on its first call",
+        ],
+        "`h2dlab.transfer.to_device(x)` (staged), 1 GiB": [
+            f"{a.loc['staged', 'gbps']:.1f} GB/s, {a.loc['staged', 'vs_pageable']:.1f}x"
+        ],
+        "pinning 1 GiB in place (`cudaHostRegister`)": [
+            f"{advice.registering_cost(inter)['ms']['median']:.0f} ms, once"
+        ],
+        "the smallest copy (1 KiB)": [f"{floor['lo_us']:.0f}–{floor['hi_us']:.0f} µs by CUDA events"],
+        "the forum's `pin_memory()` spikes": [
+            f"{growth['new_blocks']} in {runs} re-runs, {growth['mismatches']} off the allocator's rule",
+            f"{growth['ms_per_mib']['median']:.2f} ms per MiB",
+        ],
+        "`empty_cache()` in the forum's loop": [
+            f"{findings.device_alloc_cost(forum, reuse)['ratio']['median']:.2f}x a copy into a reused device buffer"
+        ],
+        "the forum's decaying stretches": [
+            f"{eps} episodes in time order in the A100 table",
+            f"{forum_claims.episodes(outliers.explain(forum))['count']} in {runs} re-runs",
+        ],
+        "2 GPUs copying 1 GiB at once": [
+            f"pinned {conc['pinned_reuse']['aggregate_gbps']:.1f} GB/s together "
+            f"({conc['pinned_reuse']['scaling']:.2f}x one GPU)",
+            f"staged {conc['staged']['aggregate_gbps']:.1f} GB/s ({conc['staged']['scaling']:.2f}x)",
+        ],
+    }
+
+
+def test_readme_found_table_matches_the_data(expected):
+    table = found_table()
+    assert set(table) == set(expected), "a README row without a computed check (or a check without its row)"
+    for label, parts in expected.items():
+        for part in parts:
+            assert part in table[label], f"README row {label!r} should say {part!r}: {table[label]!r}"
+
+
+def test_readme_found_table_has_no_unchecked_number(expected):
+    for label, cell in found_table().items():
+        checked = " ".join(expected[label])
+        numbers = re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])", cell)
+        assert all(n in checked for n in numbers), f"README row {label!r}: a number no test checks: {cell!r}"
