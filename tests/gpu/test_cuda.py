@@ -1,7 +1,6 @@
 """Correctness on a real GPU: every strategy bytewise, timings consistent, the fast path
 equal to .to(), pinning in place, the forum protocol's counters, OOM rows kept."""
 
-import json
 import signal
 import subprocess
 import sys
@@ -67,7 +66,7 @@ def test_sweep_rows_and_event_vs_host_clock(tmp_path):
     # pinned_reuse reuses its buffers: no new pinned block and no cudaMalloc per copy.
     pr = timed[timed.strategy == "pinned_reuse"]
     assert (pr["host_allocs"] == 0).all() and (pr["device_allocs"] == 0).all()
-    env = json.loads((tmp_path / "s.env.json").read_text())
+    env = datasets.read_env(out)  # the fingerprint beside the table (named after the whole file name)
     assert env["gpu_name"] and env["cuda_available"]
 
 
