@@ -184,3 +184,47 @@ def test_overlap_timelines(tmp_path):
         w.loc[("serial_pinned", "compute"), "start_ms"] >= w.loc[("serial_pinned", "copy"), "end_ms"] - 0.01
     )
     assert w.loc[("overlap_pinned", "compute"), "start_ms"] < w.loc[("overlap_pinned", "copy"), "end_ms"]
+
+
+FAULT_SCRIPT = """
+import sys
+import torch
+from h2dlab import strategies
+from h2dlab.measure import sweep
+from h2dlab.spec import SweepSpec
+from h2dlab.timing import CudaFault
+
+
+@strategies.register
+class Assert(strategies.Strategy):
+    name = "assert_test_only"
+    calls = 0
+
+    def copy(self, x):
+        type(self).calls += 1
+        y = x.to(self.device)
+        if type(self).calls == 3:
+            y[torch.tensor([y.numel() * 8], device=self.device)]  # out of bounds: a device-side assert
+        return y
+
+
+try:
+    sweep(SweepSpec(("assert_test_only",), (1024,), device="cuda", reps=5, warmup=0), out=sys.argv[1], progress=False)
+except CudaFault as exc:
+    print("FAULT", exc)
+    sys.exit(3)
+"""
+
+
+def test_cuda_fault_stops_the_sweep_with_rows_kept(tmp_path):
+    """A device-side assert poisons the context: the sweep stops at once, keeps its rows
+    (the failing copy's row records the error) and raises CudaFault."""
+    out = tmp_path / "fault.csv"
+    r = subprocess.run(
+        [sys.executable, "-c", FAULT_SCRIPT, str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "FAULT" in r.stdout and "3 of 5 rows kept" in r.stdout
+    kept = datasets.read(out)
+    assert len(kept) == 3 and (kept["error"].iloc[:2] == "").all()
+    assert "device-side assert" in kept["error"].iloc[2] or "CUDA error" in kept["error"].iloc[2]
