@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: report test test-gpu lab lint clean install notebooks
+.PHONY: report test test-gpu lab lint clean install notebooks mutate
 
 $(BIN)/python:
 	$(PY) -c 'import sys; assert sys.version_info >= (3, 10), "h2dlab needs Python >= 3.10"'
@@ -43,5 +43,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check h2dlab tests benchmarks
 	$(BIN)/ruff format --check h2dlab tests benchmarks
 
+# Mutation testing (mutmut) of the analysis modules, configured in pyproject.toml's
+# [tool.mutmut]; slow (tens of minutes on 2 cores), never run in CI. Survivors and why
+# each may live: tests/mutation-report.md. Results stay in mutants/ (`mutmut browse`).
+MUTATE_JOBS ?= 2
+mutate: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[mutate]'
+	$(BIN)/mutmut run --max-children $(MUTATE_JOBS)
+	$(BIN)/mutmut results
+
 clean:
-	rm -rf $(VENV) reports .pytest_cache
+	rm -rf $(VENV) reports .pytest_cache mutants

@@ -87,12 +87,11 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     ctx = pd.DataFrame(index=df.index)
     ctx["first_order"] = df.groupby("run_id", sort=False)["order"].transform("min")
     ctx["bucket"] = np.ceil(np.log2(np.maximum(df["size_bytes"].to_numpy(float), 1))).astype(int)
-    # A stable sort by time keeps each (run, strategy)'s own order: the first row of a
-    # bucket in time is the one that needed the block first.
+    # In time order, the first row of a bucket in its group is the one that needed the
+    # block first ((order, rep) is unique within a group; assignment aligns on the index).
     keys = group_columns(df)
-    in_time = pd.concat([df[[*keys, "order", "rep"]], ctx["bucket"]], axis=1)
-    in_time = in_time.sort_values(["order", "rep"], kind="stable")
-    ctx["new_bucket"] = ~in_time.duplicated([*keys, "bucket"]).reindex(df.index)
+    in_time = pd.concat([df[[*keys, "order", "rep"]], ctx["bucket"]], axis=1).sort_values(["order", "rep"])
+    ctx["new_bucket"] = ~in_time.duplicated([*keys, "bucket"])
     by = [df[k] for k in keys]
     ctx["dev_typ"] = _col(df, "device_allocs").groupby(by, sort=False).transform("median")
     timed = (~df["warmup"].astype(bool)) & (df["error"] == "")

@@ -247,7 +247,7 @@ def explain(df: pd.DataFrame) -> pd.DataFrame:
 
     next_id = 0
     for _, g in out[out["robust_z"].notna()].groupby(group_columns(out), sort=False):
-        g = g.sort_values(["order", "rep"], kind="stable")
+        g = g.sort_values(["order", "rep"])
         r = np.log(v[g.index].to_numpy(float) / g["expected_ms"].to_numpy(float))
         sigma = max(1.4826 * float(np.median(np.abs(r - np.median(r)))), MIN_SIGMA)
         r[np.isin(g.index, list(specific))] = 0.0  # explained rows are neutral here

@@ -2,9 +2,10 @@
 
 ``tests/data/explain_flags.csv`` holds, for every row that ``explain()`` flagged or put in
 an episode on the bundled datasets, its key (dataset, run, strategy, order, rep, size) and
-what explain() said (is_outlier, episode, cause). It was written by this file's
-``__main__`` with the PELT change-point search, before that search was replaced by a
-faster one: the test proves the replacement gives the same answers. Regenerate it only
+what explain() said (is_outlier, episode, cause, evidence). It was written by this file's
+``__main__`` with ruptures' PELT change-point search and the cause rules of commit 4eedb13,
+before the search was replaced by a faster one and the schema-2 causes were added: the
+test proves the new code gives the same answers, word for word, on the old recordings. Regenerate it only
 when the recordings themselves change (``python tests/test_outliers_pinned.py``), and say
 so in the commit.
 """
@@ -28,7 +29,7 @@ def flag_table(name: str) -> pd.DataFrame:
     run_names = d.attrs.get("run_names") or {}
     f = e[e["is_outlier"] | (e["episode"] >= 0)]
     out = f.assign(dataset=name, run=f["run_id"].map(lambda r: run_names.get(r, r)))
-    return out[[*KEY, "is_outlier", "episode", "cause"]].sort_values(KEY).reset_index(drop=True)
+    return out[[*KEY, "is_outlier", "episode", "cause", "evidence"]].sort_values(KEY).reset_index(drop=True)
 
 
 @pytest.mark.parametrize("name", DATASETS)

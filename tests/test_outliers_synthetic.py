@@ -215,3 +215,100 @@ def test_pelt_l2_finds_steps():
     assert outliers.pelt_l2(np.zeros(10), pen=1.0) == [10]
     with pytest.raises(ValueError, match="at least min_size=3"):
         outliers.pelt_l2(np.zeros(2), pen=1.0)
+
+
+def pin_run_without_counters(sizes, slow_at, *, ms_per_mib=0.5):
+    """A synthetic pin_memory run (made-up numbers) with no allocator counters (like the
+    forum's table): one copy per size in the given order, rows ``slow_at`` 6x slower."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    ms = 0.02 + sizes / 2**20 * ms_per_mib
+    ms[list(slow_at)] *= 6
+    n = len(sizes)
+    return datasets.validate(
+        pd.DataFrame(
+            {
+                "run_id": "synthetic-pin",
+                "order": np.arange(n),
+                "strategy": "pin_memory",
+                "size_bytes": sizes,
+                "shape": "",
+                "dtype": "uint8",
+                "rep": pd.Series(sizes).groupby(sizes).cumcount().to_numpy(),
+                "warmup": False,
+                "t_s": np.arange(n) * 0.01,
+                "wall_ms": ms,
+                "event_ms": np.nan,
+                "host_allocs": np.nan,
+                "device_allocs": np.nan,
+                "empty_cache": False,
+                "error": "",
+            }
+        )
+    )
+
+
+def test_growth_inferred_only_for_a_new_block_without_counters():
+    MiB = 2**20
+    mib = (
+        1,
+        2,
+        3,
+        5,
+        9,
+        17,
+        33,
+        40,
+        50,
+        60,
+        100,
+        200,
+        1536,
+        1024,
+        20,
+        30,
+        55,
+        1800,
+        700,
+        400,
+        3.5,
+        4,
+        6,
+        12,
+        300,
+        2000,
+    )
+    df = pin_run_without_counters([int(m * MiB) for m in mib], slow_at=[8, 12, 16, 17])
+    e = outliers.explain(df)
+    assert list(e.index[e["is_outlier"]]) == [8, 12, 16, 17]
+    # Row 12 (1.5 GiB) is the first request for a 2 GiB block: a new block, inferred.
+    assert e.at[12, "cause"] == "host_alloc_growth"
+    assert e.at[12, "evidence"].endswith(
+        "(6.0x); the pinned request of 1.50 GiB rounds up to a 2.00 GiB block, larger or other than any "
+        "block an earlier request in this run needed, so the host allocator had to call cudaHostAlloc "
+        "(inferred from sizes and order: the table has no counters)"
+    )
+    # Row 8 (50 MiB) is not the first request for a 64 MiB block: row 6 (33 MiB) was; rows
+    # 16 (55 MiB) and 17 (1800 MiB) come back to blocks already made.
+    for i in (8, 16, 17):
+        assert e.at[i, "cause"] == "unexplained"
+        assert e.at[i, "evidence"].endswith(
+            "(6.0x); an isolated slow copy: the table carries no counters for it"
+        )
+
+
+def test_neighbours_buckets_and_typical_values():
+    from h2dlab import causes
+
+    sizes = [1, 1024, 1025, 2048, 3000, 1024]
+    df = pin_run_without_counters(sizes, slow_at=[]).assign(
+        order=[5, 0, 1, 2, 3, 4], device_allocs=[0.0, 1.0, 1.0, 3.0, 1.0, 0.0]
+    )
+    ctx = causes.neighbours(df)
+    assert list(ctx["bucket"]) == [0, 10, 11, 11, 12, 10]
+    # In time order: 1024 (order 0), 1025, 2048 (same bucket: not new), 3000, 1024 again, 1.
+    assert list(ctx["new_bucket"]) == [True, True, True, False, True, False]
+    assert (ctx["first_order"] == 0).all()
+    assert (ctx["dev_typ"] == 1.0).all()
+    assert ctx["faults"].isna().all() and ctx["cpu_share"].isna().all()
+    assert causes.group_columns(df) == ["run_id", "direction", "strategy", "n_tensors"]
+    assert causes.group_columns(df.drop(columns=["direction", "n_tensors"])) == ["run_id", "strategy"]
