@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from h2dlab import cli_measuring
 from h2dlab.errors import UsageError
 from h2dlab.spec import FORUM_ORDERS, ORDERS, ForumSpec, OverlapSpec, SweepSpec
 
@@ -148,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--inplace", action="store_true", help="also refresh the outputs stored in notebooks/*.ipynb"
     )
     r.add_argument("--only", default=None, help="comma list of notebook names to run")
+    cli_measuring.add_parser(sub)  # duplex, batch
     return p
 
 
@@ -300,6 +302,7 @@ COMMANDS = {
     "explain": _cmd_explain,
     "report": _cmd_report,
 }
+COMMANDS.update(dict.fromkeys(cli_measuring.COMMANDS, cli_measuring.run))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,141 @@
+"""The ``h2dlab duplex`` and ``h2dlab batch`` subcommands (registered by ``h2dlab.cli``).
+
+Device-to-host sweeps need no command of their own: name the ``d2h_`` strategies, e.g.
+``h2dlab measure --strategies d2h_pageable,d2h_pinned_reuse,d2h_non_blocking,d2h_staged``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+__all__ = ["COMMANDS", "add_parser", "batch_spec", "duplex_spec", "run"]
+
+#: The subcommands this module adds.
+COMMANDS = ("duplex", "batch")
+
+
+def _sizes(text: str) -> list[int]:
+    from h2dlab.units import parse_sizes
+
+    try:
+        return parse_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma list of whole numbers, e.g. 1,16,64"
+        ) from None
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers of at least 1, e.g. 1,16,64")
+    return vals
+
+
+def _whole(least: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if v < least:
+            raise argparse.ArgumentTypeError(f"must be {least} or more, got {v}")
+        return v
+
+    return parse
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``duplex`` and ``batch`` to the ``h2dlab`` command's subparsers."""
+    from h2dlab.batch_methods import LAYOUTS
+
+    d = subparsers.add_parser(
+        "duplex", help="host-to-device and device-to-host at once on two streams, beside each alone"
+    )
+    d.add_argument(
+        "--sizes", type=_sizes, default=None, help="bytes per direction [1MiB,16MiB,64MiB,256MiB,1GiB]"
+    )
+    d.add_argument("--reps", type=_whole(1), default=10, help="timed rounds per size [10]")
+    d.add_argument("--warmup", type=_whole(0), default=2, help="labelled warm-up rounds per size [2]")
+    d.add_argument("--device", default="cuda", help="cuda or cuda:N [cuda]")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
+    d.add_argument("--no-progress", action="store_true")
+
+    b = subparsers.add_parser("batch", help="a batch of many tensors to the GPU, by each way of moving it")
+    b.add_argument("--counts", type=_counts, default=None, help="tensors per batch [1,16,64,256,1024]")
+    b.add_argument("--totals", type=_sizes, default=None, help="bytes per batch [1MiB,16MiB,256MiB,1GiB]")
+    b.add_argument(
+        "--layout", choices=LAYOUTS, default=LAYOUTS[0], help="equal or mixed tensor sizes [equal]"
+    )
+    b.add_argument(
+        "--methods", default=None, help="comma list (default: all; unavailable ones are error rows)"
+    )
+    b.add_argument("--reps", type=_whole(1), default=10, help="timed rounds per batch shape [10]")
+    b.add_argument("--reps-large", type=_whole(1), default=5, help="timed rounds from 256 MiB per batch [5]")
+    b.add_argument("--warmup", type=_whole(0), default=1, help="labelled warm-up rounds [1]")
+    b.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (host copies only) [cuda]")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
+    b.add_argument("--no-progress", action="store_true")
+
+
+def duplex_spec(a: argparse.Namespace):
+    """The :class:`~h2dlab.duplex.DuplexSpec` the ``duplex`` options describe."""
+    from h2dlab.duplex import DEFAULT_SIZES, DuplexSpec
+
+    return DuplexSpec(tuple(a.sizes or DEFAULT_SIZES), a.reps, a.warmup, a.device, a.seed)
+
+
+def batch_spec(a: argparse.Namespace):
+    """The :class:`~h2dlab.batch.BatchSpec` the ``batch`` options describe."""
+    from h2dlab.batch import DEFAULT_COUNTS, DEFAULT_TOTALS, BatchSpec
+
+    methods = None if a.methods is None else tuple(m.strip() for m in a.methods.split(",") if m.strip())
+    return BatchSpec(
+        counts=tuple(a.counts or DEFAULT_COUNTS),
+        totals=tuple(a.totals or DEFAULT_TOTALS),
+        layout=a.layout,
+        methods=methods,
+        reps=a.reps,
+        warmup=a.warmup,
+        reps_large=a.reps_large,
+        device=a.device,
+        seed=a.seed,
+    )
+
+
+def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
+    """Run ``duplex`` or ``batch``; 0 when done, 130 when interrupted (rows kept)."""
+    from h2dlab import datasets
+    from h2dlab.cli import check_out
+
+    argv = list(argv or [])
+    if a.cmd == "duplex":
+        from h2dlab.duplex import duplex
+
+        spec, fn = duplex_spec(a), duplex
+    elif a.cmd == "batch":
+        from h2dlab.batch import batch
+
+        spec, fn = batch_spec(a), batch
+    else:
+        raise ValueError(f"{a.cmd} is not one of {', '.join(COMMANDS)}")
+    out = check_out(a.out)
+    df = fn(spec, out=out, progress=not a.no_progress, argv=["h2dlab", *argv])
+    errors = int((df["error"] != "").sum()) if len(df) else 0
+    if df.attrs.get("stopped"):
+        print(f"h2dlab: interrupted: {len(df)} rows kept in {out}; run it again to finish", file=sys.stderr)
+        return 130
+    print(
+        f"wrote {out} ({len(df)} rows, {errors} with an error) and {datasets.env_path(out).name}",
+        file=sys.stderr,
+    )
+    if errors:
+        print(f"note: e.g. {df.loc[df['error'] != '', 'error'].iloc[0]}", file=sys.stderr)
+    return 0
