@@ -237,7 +237,8 @@ def noisy_table(n_sizes=6, reps=4, seed=0, run_id="synthetic-noisy", strategy="s
 
 def test_fit_confidence_interval_is_the_bootstrap_percentile_interval():
     """95 % intervals: 2.5th and 97.5th percentiles of fit_line over n_boot resamples of
-    the rows, drawn from numpy's default_rng(seed) -- recomputed here independently."""
+    the rows, drawn from numpy's default_rng(seed) -- recomputed here independently, one
+    resample at a time (fit refits them all at once: equal within solver tolerance)."""
     df = noisy_table()
     f = model.fit(df, n_boot=30, seed=7).iloc[0]
     size, ms = df["size_bytes"].to_numpy(float), df["event_ms"].to_numpy(float)
@@ -248,16 +249,16 @@ def test_fit_confidence_interval_is_the_bootstrap_percentile_interval():
         boots.append(model.fit_line(size[i], ms[i]))
     a, b = np.array(boots).T
     a0, b0 = model.fit_line(size, ms)
-    assert f["overhead_us"] == pytest.approx(a0 * 1e3, rel=1e-12)
-    assert f["gbps"] == pytest.approx(1 / b0 / 1e6, rel=1e-12)
-    assert f["overhead_us_lo"] == pytest.approx(np.percentile(a, 2.5) * 1e3, rel=1e-12)
-    assert f["overhead_us_hi"] == pytest.approx(np.percentile(a, 97.5) * 1e3, rel=1e-12)
-    assert f["gbps_lo"] == pytest.approx(1 / np.percentile(b, 97.5) / 1e6, rel=1e-12)
-    assert f["gbps_hi"] == pytest.approx(1 / np.percentile(b, 2.5) / 1e6, rel=1e-12)
+    assert f["overhead_us"] == pytest.approx(a0 * 1e3, rel=1e-6)
+    assert f["gbps"] == pytest.approx(1 / b0 / 1e6, rel=1e-6)
+    assert f["overhead_us_lo"] == pytest.approx(np.percentile(a, 2.5) * 1e3, rel=1e-6)
+    assert f["overhead_us_hi"] == pytest.approx(np.percentile(a, 97.5) * 1e3, rel=1e-6)
+    assert f["gbps_lo"] == pytest.approx(1 / np.percentile(b, 97.5) / 1e6, rel=1e-6)
+    assert f["gbps_hi"] == pytest.approx(1 / np.percentile(b, 2.5) / 1e6, rel=1e-6)
     assert f["overhead_us_lo"] < f["overhead_us"] < f["overhead_us_hi"]
     assert f["gbps_lo"] < f["gbps"] < f["gbps_hi"]
     pred = a0 + size * b0
-    assert f["median_abs_rel_err"] == pytest.approx(np.median(np.abs(ms / pred - 1)), rel=1e-12)
+    assert f["median_abs_rel_err"] == pytest.approx(np.median(np.abs(ms / pred - 1)), rel=1e-6)
     # The defaults: 200 resamples, seed 0.
     d = model.fit(df).iloc[0]
     assert d["gbps_lo"] == model.fit(df, n_boot=200, seed=0).iloc[0]["gbps_lo"]
