@@ -113,9 +113,14 @@ def _nvml(dev: torch.device) -> Any:
         pynvml, handle = found
         props = torch.cuda.get_device_properties(idx)
         if getattr(props, "pci_bus_id", None) is not None:
-            bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+            bus = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
             try:
                 handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
+            except TypeError:  # older bindings take bytes
+                try:
+                    handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus.encode())
+                except Exception:  # noqa: BLE001
+                    handle = None if os.environ.get("CUDA_VISIBLE_DEVICES") else handle
             except Exception:  # noqa: BLE001 - keep the index's handle unless devices are masked
                 handle = None if os.environ.get("CUDA_VISIBLE_DEVICES") else handle
         elif os.environ.get("CUDA_VISIBLE_DEVICES"):

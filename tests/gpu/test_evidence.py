@@ -1,0 +1,51 @@
+"""On a real GPU: the Timer's evidence columns are finite and consistent on CUDA rows,
+and a new pinned block shows up as page faults (issue 17's probe)."""
+
+import importlib.util
+
+import numpy as np
+import torch
+
+from h2dlab.device import empty_host_cache
+from h2dlab.measure import sweep
+from h2dlab.spec import SweepSpec
+from h2dlab.timing import RUSAGE_SCOPE, Timer
+
+MiB = 1024**2
+HAS_NVML = importlib.util.find_spec("pynvml") is not None
+
+
+def test_evidence_on_cuda_rows(tmp_path):
+    spec = SweepSpec(("pinned_reuse", "pageable", "pin_then_copy", "d2h_pageable"), (MiB, 64 * MiB),
+                     device="cuda", reps=3, warmup=1)  # fmt: skip
+    df = sweep(spec, out=tmp_path / "e.csv", progress=False)
+    assert (df["error"] == "").all()
+    assert df["minflt"].ge(0).all() and df["majflt"].ge(0).all() and df["gc_count"].ge(0).all()
+    assert df["cpu_ms"].ge(0).all() and (df["cpu_ms"] <= df["wall_ms"] + 1.0).all()
+    if HAS_NVML:
+        assert df["sm_clock_mhz"].gt(0).all(), df["sm_clock_mhz"].describe()
+        procs = df["gpu_procs"]
+        assert (procs.isna() | procs.ge(0)).all()
+    else:
+        assert df["sm_clock_mhz"].isna().all() and df["gpu_procs"].isna().all()
+    # A pageable 64 MiB copy keeps the timing thread busy (the driver's staging memcpy).
+    busy = df[(df.strategy == "pageable") & (df.size_bytes == 64 * MiB) & ~df.warmup]
+    assert busy["cpu_ms"].median() > 0.1 * busy["wall_ms"].median()
+
+
+def test_a_new_pinned_block_faults_once_per_page():
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    empty_host_cache()
+    timer = Timer(torch.device("cuda", 0))
+    x, rec = timer(lambda: torch.empty(64 * MiB, dtype=torch.uint8, pin_memory=True))
+    assert rec["host_allocs"] == 1
+    if RUSAGE_SCOPE:
+        pages = 64 * MiB // 4096
+        assert rec["minflt"] >= 0.25 * pages, rec  # the probe saw one fault per 4 KiB page
+    del x  # its block goes back to the host allocator's cache
+    y, cached = timer(lambda: torch.empty(64 * MiB, dtype=torch.uint8, pin_memory=True))
+    assert cached["host_allocs"] == 0, cached  # the cached block, no new cudaHostAlloc
+    if RUSAGE_SCOPE:
+        assert cached["minflt"] < 0.05 * 64 * MiB // 4096, cached
+    assert np.isfinite(cached["cpu_ms"]) and y.is_pinned()
