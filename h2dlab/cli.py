@@ -17,10 +17,18 @@ import tempfile
 from pathlib import Path
 
 from h2dlab import cli_measuring
+from h2dlab.cli_checks import check_plan, check_target, not_the_source
 from h2dlab.errors import UsageError
 from h2dlab.spec import FORUM_ORDERS, ORDERS, ForumSpec, OverlapSpec, SweepSpec
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "build_parser", "check_out", "main", "spec_from_args"]
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "build_parser",
+    "check_out",
+    "main",
+    "spec_from_args",
+]
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -114,6 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
     m.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     m.add_argument(
+        "--force", action="store_true", help="replace an existing --out (or an unfinished run's rows)"
+    )
+    m.add_argument(
+        "--max-hours",
+        type=float,
+        default=24.0,
+        help="refuse a plan estimated (at 1 GB/s) to take longer than this [24]",
+    )
+    m.add_argument(
         "--gpus",
         default=None,
         help="copy on several GPUs at once, one process each: all, 0,1, N, or 1..N to sweep the count",
@@ -127,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--device", default="cuda")
     f.add_argument("--seqs", default=None, help=argparse.SUPPRESS)  # a subset, for tests
     f.add_argument("--resume", action="store_true")
+    f.add_argument(
+        "--force", action="store_true", help="replace an existing --out (or an unfinished run's rows)"
+    )
     f.add_argument("--no-progress", action="store_true")
 
     o = sub.add_parser(
@@ -136,10 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--reps", type=_whole(1), default=5)
     o.add_argument("--device", default="cuda")
     o.add_argument("--out", required=True, help="a .csv or .csv.gz timeline, with its .env.json")
+    o.add_argument("--force", action="store_true", help="replace an existing --out")
 
     e = sub.add_parser("explain", help="fit the latency model and explain flagged copies")
     e.add_argument("source", help="a recorded dataset name or a table's path")
-    e.add_argument("--out", default=None, help="write the annotated table here")
+    e.add_argument("--out", default=None, help="write the annotated table here (and its .env.json)")
+    e.add_argument("--force", action="store_true", help="replace an existing --out")
     e.add_argument("--all", action="store_true", help="print every flagged row, not the first 40")
 
     r = sub.add_parser("report", help="execute the notebooks and render reports/*.html and a workbook")
@@ -222,19 +244,20 @@ def _finish_measure(df, out: Path, argv: list[str], resumable: bool = True) -> i
 
 
 def _cmd_measure(a, argv) -> int:
+    if a.gpus is not None and a.resume:
+        raise UsageError("--resume does not apply to --gpus: a run on several GPUs is run again")
     spec = spec_from_args(a)
-    out = check_out(a.out)
+    check_plan(spec, gpus=a.gpus, max_hours=a.max_hours)
+    out = check_target(check_out(a.out), resume=a.resume, force=a.force)
     cmdline = ["h2dlab", *argv]
     if a.gpus is not None:
         from h2dlab.concurrent import concurrent
 
-        if a.resume:
-            raise UsageError("--resume does not apply to --gpus: a run on several GPUs is run again")
         df = concurrent(spec, gpus=a.gpus, out=out, argv=cmdline, progress=not a.no_progress)
         return _finish_measure(df, out, argv, resumable=False)
     from h2dlab.measure import sweep
 
-    df = sweep(spec, out=out, resume=a.resume, progress=not a.no_progress, argv=cmdline)
+    df = sweep(spec, out=out, resume=a.resume, force=a.force, progress=not a.no_progress, argv=cmdline)
     return _finish_measure(df, out, argv)
 
 
@@ -242,8 +265,10 @@ def _cmd_forum(a, argv) -> int:
     from h2dlab.forum import forum
 
     spec = spec_from_args(a)
-    out = check_out(a.out)
-    df = forum(spec, out=out, resume=a.resume, progress=not a.no_progress, argv=["h2dlab", *argv])
+    out = check_target(check_out(a.out), resume=a.resume, force=a.force)
+    df = forum(
+        spec, out=out, resume=a.resume, force=a.force, progress=not a.no_progress, argv=["h2dlab", *argv]
+    )
     return _finish_measure(df, out, argv)
 
 
@@ -251,7 +276,7 @@ def _cmd_overlap(a, argv) -> int:
     from h2dlab.overlap import TIMELINE_SUFFIXES, overlap, save_timeline
 
     spec = spec_from_args(a)
-    out = check_out(a.out, TIMELINE_SUFFIXES)
+    out = check_target(check_out(a.out, TIMELINE_SUFFIXES), force=a.force, resumable=False)
     df = overlap(spec, argv=["h2dlab", *argv])
     save_timeline(df, out)
     worst = df.assign(d=df.end_ms.clip(lower=0)).groupby("scenario")["d"].max()
@@ -265,7 +290,10 @@ def _cmd_explain(a, argv) -> int:
     from h2dlab.cli_explain import explain
 
     out = check_out(a.out) if a.out is not None else None
-    return explain(a.source, out=out, show_all=a.all)
+    if out is not None:
+        not_the_source(a.source, out)
+        check_target(out, force=a.force, resumable=False)
+    return explain(a.source, out=out, show_all=a.all, argv=["h2dlab", *argv])
 
 
 def _cmd_report(a, argv) -> int:
@@ -308,8 +336,8 @@ COMMANDS.update(dict.fromkeys(cli_measuring.COMMANDS, cli_measuring.run))
 def main(argv: list[str] | None = None) -> int:
     """Run the command; return its exit code (2 for a user mistake, 130 when interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    try:
+    try:  # parsing imports pandas: a Ctrl-C there is an interruption too, not a traceback
+        args = build_parser().parse_args(argv)
         return COMMANDS[args.cmd](args, argv)
     except BrokenPipeError:  # e.g. `h2dlab explain ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

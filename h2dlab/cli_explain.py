@@ -28,7 +28,14 @@ def load_source(source: str):
     return df
 
 
-def explain(source: str, *, out: Path | None = None, show_all: bool = False, limit: int = 40) -> int:
+def explain(
+    source: str,
+    *,
+    out: Path | None = None,
+    show_all: bool = False,
+    limit: int = 40,
+    argv: list[str] | None = None,
+) -> int:
     """Print the fitted model per strategy and the flagged rows with cause and evidence.
 
     Parameters
@@ -39,6 +46,8 @@ def explain(source: str, *, out: Path | None = None, show_all: bool = False, lim
         Also write the annotated table here (a checked path; format by its suffix).
     show_all
         Print every flagged row, not the first ``limit``.
+    argv
+        The command line, recorded in the annotated table's env.json.
 
     Returns
     -------
@@ -80,12 +89,22 @@ def explain(source: str, *, out: Path | None = None, show_all: bool = False, lim
         if not show_all and len(flagged) > limit:
             print(f"... {len(flagged) - limit} more (use --all or --out)")
     if out is not None:
-        _write_annotated(e, Path(out))
+        _write_annotated(e, Path(out), _annotated_env(env, source, argv))
         print(f"\nwrote the annotated table to {out}", file=sys.stderr)
     return 0
 
 
-def _write_annotated(e, path: Path) -> None:
+def _annotated_env(env: dict | None, source: str, argv: list[str] | None) -> dict:
+    # The measurement's own fingerprint (the data came from that machine), plus where
+    # and how this annotated copy was made.
+    import shlex
+
+    out = dict(env or {})
+    out["annotated"] = {"source": str(source), "command": shlex.join(argv) if argv else None}
+    return out
+
+
+def _write_annotated(e, path: Path, env: dict) -> None:
     # Not datasets.save: the annotated table carries the derived columns, which save()
     # (the measurement table's writer) leaves out on purpose.
     suf = datasets.suffix_of(path)
@@ -96,3 +115,4 @@ def _write_annotated(e, path: Path) -> None:
     else:
         writer = lambda t: e.to_csv(t, index=False, compression="gzip" if suf == ".csv.gz" else None)  # noqa: E731
     datasets.atomic_write(path, writer)
+    datasets.write_env(env, datasets.env_path(path))

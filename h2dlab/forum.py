@@ -25,6 +25,7 @@ def forum(
     *,
     out: str | Path | None = None,
     resume: bool = False,
+    force: bool = False,
     progress: bool = True,
     argv: list[str] | None = None,
     stop: StopFlag | None = None,
@@ -44,7 +45,7 @@ def forum(
     ----------
     spec
         Order, seed, device and seqs (default: ``ForumSpec()``, the forum's own run).
-    out, resume, progress, argv, stop
+    out, resume, force, progress, argv, stop
         As for ``measure.sweep``.
 
     Returns
@@ -63,7 +64,7 @@ def forum(
     planned = plan_forum(spec.order, spec.seed, list(spec.seqs) if spec.seqs is not None else None)
     # No GPU query here: that would start CUDA before the first timed step.
     check_memory(max(r["size_bytes"] for r in planned), dev, copies_host=3, gpu=False)
-    run = Recording(out, spec.to_dict(), planned, resume, argv)
+    run = Recording(out, spec.to_dict(), planned, resume, argv, force=force)
     stop = stop if stop is not None else StopFlag()
     timer = Timer(dev)
     torch.manual_seed(spec.seed)

@@ -41,6 +41,7 @@ def sweep(
     *,
     out: str | Path | None = None,
     resume: bool = False,
+    force: bool = False,
     progress: bool = True,
     argv: list[str] | None = None,
     clock: Callable[[], float] = time.perf_counter,
@@ -59,6 +60,9 @@ def sweep(
         Rows are flushed to ``<out>.partial.csv`` as they are measured.
     resume
         Continue the run already in ``out`` (same spec, same run_id).
+    force
+        Replace an existing ``out`` (or the partial file an unfinished run left);
+        without it they are kept and ``UsageError`` says so.
     progress
         Show a progress bar on stderr.
     argv
@@ -83,7 +87,7 @@ def sweep(
     spec, dev = resolve_spec(spec)
     planned = plan_spec(spec)
     check_memory(max(spec.sizes), dev)
-    run = Recording(out, spec.to_dict(), planned, resume, argv)
+    run = Recording(out, spec.to_dict(), planned, resume, argv, force=force)
     stop = stop if stop is not None else StopFlag()
     timer = Timer(dev, clock)
     if dev.type == "cuda":

@@ -2,12 +2,14 @@
 
 Rows are appended to ``<out>.partial.csv`` and flushed one by one, so an interrupt, a
 crash or an out-of-memory size loses nothing; at the end the partial file becomes the
-output (written, then renamed). A resumed run must have the same spec as the first
+output (written, then renamed). The partial file belongs to one run (see ``partial``:
+created exclusively, never through a link, locked). A resumed run must have the same spec as the first
 (compared field by field) and the rows on disk must follow its plan.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -24,6 +26,7 @@ import pandas as pd
 from h2dlab import datasets
 from h2dlab.env import collect_env
 from h2dlab.errors import UsageError
+from h2dlab.partial import claim, partial_path, reopen, replace_locked
 from h2dlab.spec import differences
 
 __all__ = [
@@ -78,31 +81,47 @@ class StopFlag:
                 signal.signal(s, h)
 
 
-def partial_path(out: str | Path) -> Path:
-    """Where the rows of ``out`` live while it is measured: ``<out>.partial.csv``."""
-    out = Path(out)
-    return out.with_name(out.name + ".partial.csv")
-
-
 class RowWriter:
     """Append rows to ``<out>.partial.csv``, flushed one by one; ``finish()`` turns the
-    partial file into ``out`` in its own format."""
+    partial file into ``out`` in its own format.
 
-    def __init__(self, out: Path, resume_rows: pd.DataFrame | None = None) -> None:
+    The partial file is this run's alone (see :mod:`h2dlab.partial`): created exclusively
+    and locked for a new run (``force`` discards the rows of an unfinished one), reopened
+    and locked for a resume, whose rows (``resume_rows``) it already holds; a partial
+    file with an older header (schema version 1) is rewritten with today's before new
+    rows are appended to it.
+    """
+
+    def __init__(
+        self,
+        out: Path,
+        resume_rows: pd.DataFrame | None = None,
+        *,
+        fd: int | None = None,
+        force: bool = False,
+    ) -> None:
         self.out = Path(out)
         self.partial = partial_path(self.out)
         self.columns = list(datasets.COLUMNS)
         self.n = 0
-        fresh = resume_rows is None or not self.partial.exists()
-        self.fh = open(self.partial, "w" if fresh else "a", newline="")
-        if fresh:
-            self.fh.write(",".join(self.columns) + "\n")
-            if resume_rows is not None and len(resume_rows):
-                for rec in resume_rows.to_dict("records"):
-                    self._write(rec)
-        else:
-            self.n = len(resume_rows)
+        header = ",".join(self.columns) + "\n"
+        if fd is None:  # a new run, or a resume of a finished table: a new partial file
+            fd = claim(self.out, force=force)
+            text = header + self._rows_text(resume_rows)
+            self.fh = open(fd, "w", newline="", closefd=True)
+            self.fh.write(text)
+        else:  # resume_rows were read from this very file
+            first = os.pread(fd, len(header.encode()) + 1, 0).decode(errors="replace")
+            if first.split("\n")[0] + "\n" != header:
+                fd = replace_locked(fd, self.out, header + self._rows_text(resume_rows))
+            self.fh = open(fd, "a", newline="", closefd=True)
+        self.n = 0 if resume_rows is None else len(resume_rows)
         self.fh.flush()
+
+    def _rows_text(self, rows: pd.DataFrame | None) -> str:
+        if rows is None or not len(rows):
+            return ""
+        return rows.reindex(columns=self.columns).to_csv(index=False, header=False)
 
     def _write(self, row: dict[str, Any]) -> None:
         df = pd.DataFrame([{c: row.get(c) for c in self.columns}])
@@ -115,16 +134,21 @@ class RowWriter:
         self.fh.flush()
 
     def close(self) -> None:
-        """Close the partial file (idempotent)."""
+        """Close the partial file, releasing the run's lock (idempotent)."""
         if not self.fh.closed:
             self.fh.close()
 
     def finish(self, env: dict[str, Any]) -> pd.DataFrame:
-        """Write ``out`` (and its env.json) from the partial file, then remove the partial file."""
-        self.close()
-        df = datasets.read(self.partial) if self.n else datasets.empty_table()
-        datasets.save(df, self.out, env=env)
-        self.partial.unlink(missing_ok=True)
+        """Write ``out`` (and its env.json) from the partial file, then remove the partial
+        file; the lock is held until then, so no other run can take the rows midway."""
+        self.fh.flush()
+        try:
+            df = datasets.read(self.partial) if self.n else datasets.empty_table()
+            datasets.save(df, self.out, env=env)
+            self.partial.unlink(missing_ok=True)
+            datasets.env_path(self.partial).unlink(missing_ok=True)
+        finally:
+            self.close()
         return df
 
 
@@ -132,9 +156,11 @@ def existing_rows(out: str | Path) -> tuple[pd.DataFrame | None, dict[str, Any] 
     """Rows already measured for ``out`` (partial file first) and its env, for a resume."""
     out = Path(out)
     partial = partial_path(out)
-    env = datasets.read_env(out)
     if partial.exists():
-        return datasets.read(partial), env
+        df = datasets.read(partial) if partial.stat().st_size else datasets.empty_table()
+        env = datasets.read_env(partial) or datasets.read_env(out)
+        return df, env
+    env = datasets.read_env(out)
     if out.exists():
         return datasets.read(out), env
     return None, env
@@ -195,6 +221,10 @@ class Recording:
         Continue the run already in ``out``.
     argv
         The command line recorded in env.json.
+    force
+        Start a new run even if ``out`` exists or an unfinished run left its partial
+        file (both are replaced). Without it they are kept and ``UsageError`` says so.
+        A partial file a live run is writing is never taken (``OutputBusy``).
     """
 
     def __init__(
@@ -204,6 +234,7 @@ class Recording:
         planned: list[dict[str, Any]],
         resume: bool = False,
         argv: list[str] | None = None,
+        force: bool = False,
     ) -> None:
         self.out = Path(out) if out is not None else None
         self.spec, self.planned, self.argv = spec, planned, argv
@@ -211,24 +242,37 @@ class Recording:
         self.run_id = uuid.uuid4().hex[:12]
         self.start_at = 0
         self.t_offset = 0.0
-        done = None
+        done, fd = None, None
         if resume:
             if self.out is None:
                 raise UsageError("resuming needs the output file of the run to continue")
-            done, env = existing_rows(self.out)
-            if done is None:
-                raise UsageError(f"nothing to resume: {self.out} has not been started")
-            check_resume(done, planned, (env or {}).get("spec"), spec)
+            fd = reopen(self.out)  # locked; a torn last line cut
+            try:
+                done, env = existing_rows(self.out)
+                if done is None:
+                    raise UsageError(f"nothing to resume: {self.out} has not been started")
+                check_resume(done, planned, (env or {}).get("spec"), spec)
+            except BaseException:
+                if fd is not None:
+                    os.close(fd)
+                raise
             if len(done):
                 self.run_id = str(done["run_id"].iloc[0])
                 self.t_offset = float(np.nanmax(done["t_s"].to_numpy(dtype=float), initial=0.0)) + 1.0
             self.start_at = len(done)
             self.rows = done.to_dict("records")
-        self.writer = RowWriter(self.out, done if resume else None) if self.out is not None else None
-        self.t0 = time.perf_counter()
+        elif self.out is not None and (self.out.exists() or self.out.is_symlink()) and not force:
+            raise UsageError(f"{self.out} exists: resume its run, or force a new run to replace it")
+        self.writer = None
         if self.out is not None:
-            # Written at once, so an interrupted run can be resumed; completed at the end.
-            datasets.write_env(self._env(gpu=False), datasets.env_path(self.out))
+            self.writer = RowWriter(self.out, done, fd=fd, force=force)
+            # The fingerprint of the run in progress lives beside its partial file (with
+            # this process's id, named by a second run that finds the output busy), so a
+            # run that fails early leaves the env.json of an existing table alone.
+            env = self._env(gpu=False)
+            env["pid"] = os.getpid()
+            datasets.write_env(env, datasets.env_path(self.writer.partial))
+        self.t0 = time.perf_counter()
 
     def elapsed(self) -> float:
         """Seconds since the run began (continuing the first part's clock on resume)."""

@@ -17,6 +17,9 @@ from h2dlab.errors import UsageError
 
 __all__ = [
     "DEFAULT_SIZES",
+    "FLOOR_GBPS",
+    "MAX_PLAN_ROWS",
+    "SEED_RANGE",
     "FORUM_ORDERS",
     "ORDERS",
     "ForumSpec",
@@ -34,12 +37,29 @@ FORUM_ORDERS = ("ascending", "shuffled")
 DEFAULT_SIZES = tuple(2**k for k in range(10, 27))
 
 
-def _whole(name: str, value: Any, least: int) -> int:
+#: The most copies one plan may hold: a plan is built in memory before anything runs.
+MAX_PLAN_ROWS = 10_000_000
+#: The bandwidth (GB/s = 1e9 bytes/s) a plan's duration is estimated at: slow on purpose.
+FLOOR_GBPS = 1.0
+#: Seeds are what torch.Generator takes: a signed or unsigned 64-bit integer.
+SEED_RANGE = (-(2**63), 2**64 - 1)
+
+
+def _whole(name: str, value: Any, least: int, most: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise UsageError(f"{name} must be a whole number, not {value!r}")
     if value < least:
         raise UsageError(f"{name} must be at least {least}, got {value}")
+    if most is not None and value > most:
+        raise UsageError(f"{name} must be at most {most}, got {value}")
     return value
+
+
+def _seed(value: Any) -> int:
+    lo, hi = SEED_RANGE
+    if isinstance(value, int) and not isinstance(value, bool) and not lo <= value <= hi:
+        raise UsageError(f"seed {value} does not fit in 64 bits: use a number from {lo} to {hi}")
+    return _whole("seed", value, lo)
 
 
 def _device_text(device: Any) -> str:
@@ -56,7 +76,19 @@ def _dtype_size(name: str) -> int:
     dt = getattr(torch, str(name), None)
     if not isinstance(dt, torch.dtype):
         raise UsageError(f"unknown dtype {name!r}: use e.g. uint8, float16, bfloat16, float32")
-    return torch.empty((), dtype=dt).element_size()
+    if dt == torch.bool:
+        # The source is random bytes; most are not valid booleans and a copy normalises
+        # them, so every byte check would fail. A bool moves like a uint8.
+        raise UsageError(
+            "dtype bool is not measured (random bytes are not valid booleans): use uint8, the same 1 byte each"
+        )
+    try:  # quantized and sub-byte types have no plain copy
+        torch.zeros(8 * max(dt.itemsize, 1), dtype=torch.uint8).view(dt).clone()
+    except Exception:  # noqa: BLE001 - any failure means this type cannot be measured
+        raise UsageError(
+            f"dtype {name!r} has no plain copy in torch: use e.g. uint8, float16, float32"
+        ) from None
+    return dt.itemsize
 
 
 def _sizes(sizes: Any) -> tuple[int, ...]:
@@ -65,6 +97,9 @@ def _sizes(sizes: Any) -> tuple[int, ...]:
         raise UsageError("no sizes given")
     for n in out:
         _whole("a size", n, 1)
+    twice = sorted({n for n in out if out.count(n) > 1})
+    if twice:
+        raise UsageError(f"size {twice[0]} is given twice: each size is one cell of the plan")
     return out
 
 
@@ -126,6 +161,11 @@ class SweepSpec:
                 raise UsageError(
                     f"unknown strategy {unknown[0]!r}: choose from {', '.join(registry.names(None))}"
                 )
+            twice = [s for i, s in enumerate(names) if s in names[:i]]
+            if twice:
+                raise UsageError(
+                    f"strategy {twice[0]!r} is named twice: each strategy is measured once per size"
+                )
             object.__setattr__(self, "strategies", names)
         object.__setattr__(self, "sizes", _sizes(self.sizes))
         object.__setattr__(self, "device", _device_text(self.device))
@@ -135,7 +175,7 @@ class SweepSpec:
             _whole("reps_large", self.reps_large, 1)
         if self.order not in ORDERS:
             raise UsageError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}")
-        _whole("seed", self.seed, -(2**63))
+        _seed(self.seed)
         dtype = str(self.dtype).replace("torch.", "")
         item = _dtype_size(dtype)
         object.__setattr__(self, "dtype", dtype)
@@ -144,6 +184,35 @@ class SweepSpec:
             raise UsageError(f"size {bad[0]} is not a multiple of {dtype}'s {item} bytes")
         object.__setattr__(self, "empty_cache", bool(self.empty_cache))
         object.__setattr__(self, "empty_host_cache_each_size", bool(self.empty_host_cache_each_size))
+        rows = self.planned_rows()
+        if rows > MAX_PLAN_ROWS:
+            raise UsageError(
+                f"this plan would time {rows:,} copies (about {self.estimated_hours():,.0f} hours at "
+                f"{FLOOR_GBPS:g} GB/s); at most {MAX_PLAN_ROWS:,} fit in one run: lower reps or sizes"
+            )
+
+    def _per_size(self) -> list[tuple[int, int]]:
+        large = 1024**3
+        return [
+            (n, self.warmup + (self.reps if self.reps_large is None or n < large else self.reps_large))
+            for n in self.sizes
+        ]
+
+    def planned_rows(self, n_strategies: int | None = None) -> int:
+        """Copies the plan holds (warm-ups included); ``n_strategies`` defaults to the
+        named ones, or to every registered strategy when none are named (an upper bound)."""
+        from h2dlab import strategies as registry
+
+        k = n_strategies or (len(self.strategies) if self.strategies is not None else len(registry.names()))
+        return k * sum(copies for _, copies in self._per_size())
+
+    def estimated_hours(self, n_strategies: int | None = None) -> float:
+        """A rough duration: every copy at :data:`FLOOR_GBPS` GB/s plus 10 us, no set-up."""
+        from h2dlab import strategies as registry
+
+        k = n_strategies or (len(self.strategies) if self.strategies is not None else len(registry.names()))
+        seconds = sum(copies * (n / (FLOOR_GBPS * 1e9) + 10e-6) for n, copies in self._per_size())
+        return k * seconds / 3600
 
     def resolved(self, device: Any, strategy_names: list[str]) -> SweepSpec:
         """The same spec with the device resolved (``'cuda'`` -> ``'cuda:0'``) and, if
@@ -183,7 +252,7 @@ class ForumSpec:
     def __post_init__(self) -> None:
         if self.order not in FORUM_ORDERS:
             raise UsageError(f"order must be one of {', '.join(FORUM_ORDERS)}, not {self.order!r}")
-        _whole("seed", self.seed, -(2**63))
+        _seed(self.seed)
         object.__setattr__(self, "device", _device_text(self.device))
         if self.seqs is not None:
             seqs = tuple(self.seqs)
@@ -191,6 +260,8 @@ class ForumSpec:
                 raise UsageError("seqs, when given, must name at least one seq")
             for s in seqs:
                 _whole("a seq", s, 1)
+            if len(set(seqs)) != len(seqs):
+                raise UsageError("seqs name a seq twice: each seq is measured once")
             object.__setattr__(self, "seqs", seqs)
 
     def resolved(self, device: Any) -> ForumSpec:
@@ -218,7 +289,7 @@ class OverlapSpec:
 
     def __post_init__(self) -> None:
         _whole("size_bytes", self.size_bytes, 1)
-        _whole("reps", self.reps, 1)
+        _whole("reps", self.reps, 1, most=100_000)
         object.__setattr__(self, "device", _device_text(self.device))
 
     def to_dict(self) -> dict[str, Any]:

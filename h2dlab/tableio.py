@@ -13,8 +13,11 @@ import gzip
 import io
 import json
 import os
+import signal
 import tempfile
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,17 @@ import pandas as pd
 from h2dlab import SCHEMA_VERSION
 from h2dlab.schema import COLUMNS, OPTIONAL_COLUMNS, SchemaError, validate
 
-__all__ = ["SUFFIXES", "atomic_write", "env_path", "read", "read_env", "save", "suffix_of", "write_env"]
+__all__ = [
+    "SUFFIXES",
+    "atomic_write",
+    "env_path",
+    "read",
+    "read_env",
+    "remove_stale_temporaries",
+    "save",
+    "suffix_of",
+    "write_env",
+]
 
 SUFFIXES = (".csv", ".csv.gz", ".parquet", ".xlsx")
 # Names stay text when read: a run id of digits only ("0123...") must not become a number.
@@ -56,20 +69,88 @@ def _legacy_env_path(path: Path) -> Path:
     return path.with_name(stem + ".env.json")
 
 
+def _tmp_prefix(path: Path) -> str:
+    """``.<name>.tmp-``: the temporaries of ``path``, recognisable as its own."""
+    return f".{path.name}.tmp-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(path: str | Path) -> list[Path]:
+    """Remove the temporaries an earlier write of ``path`` left behind (a process killed
+    mid-write): ``.<name>.tmp-<pid>-*`` of processes no longer running. Returns them."""
+    path = Path(path)
+    gone = []
+    for tmp in path.parent.glob(_tmp_prefix(path).replace("[", "[[]") + "*"):
+        pid = tmp.name[len(_tmp_prefix(path)) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+            gone.append(tmp)
+    return gone
+
+
+@contextmanager
+def _terminate_raises() -> Iterator[None]:
+    """Within the block, SIGTERM (where it would kill the process outright) raises
+    ``KeyboardInterrupt`` instead, so that cleanup code runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.getsignal(signal.SIGTERM)
+    if old not in (signal.SIG_DFL, None):
+        yield
+        return
+
+    def handler(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def atomic_write(path: Path, write: Callable[[str], object]) -> None:
     """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it onto
-    ``path``: readers see the old file or the whole new one, never a half file."""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=path.name, dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a table is not a secret
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    ``path``: readers see the old file or the whole new one, never a half file.
+
+    The temporary is ``.<name>.tmp-<pid>-...``; it is removed if the write fails or is
+    interrupted (SIGINT, SIGTERM), and one left by a killed process is removed by the
+    next write of the same ``path``. A failure to write names ``path``, not the temporary.
+    """
+    path = Path(path)
+    remove_stale_temporaries(path)
+    with _terminate_raises():
+        try:
+            fd, tmp = tempfile.mkstemp(
+                prefix=f"{_tmp_prefix(path)}{os.getpid()}-", suffix=suffix_of(path), dir=path.parent
+            )
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot write {path}: {exc.strerror}") from None
+        try:
+            os.close(fd)
+            write(tmp)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a table is not a secret
+            os.replace(tmp, path)
+        except OSError as exc:
+            Path(tmp).unlink(missing_ok=True)
+            if exc.filename == tmp or exc.filename2 == tmp or tmp in str(exc):
+                raise OSError(exc.errno, f"cannot write {path}: {exc.strerror}") from None
+            raise
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def save(df: pd.DataFrame, path: str | Path, env: dict[str, Any] | None = None) -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
 from h2dlab.errors import UsageError
 
@@ -82,10 +83,12 @@ def parse_size(text: str) -> int:
         raise UsageError(
             f"cannot read size {text!r}: write a number and a unit such as 4096, 1KiB, 64MiB, 1GiB"
         )
-    value = float(m.group(1)) * UNITS[unit]
+    if len(m.group(1)) > 40:
+        raise UsageError(f"size {text!r} is too large to be a size")
+    value = Fraction(m.group(1)) * UNITS[unit]  # exact: 9007199254740993 stays itself
     if value <= 0:
         raise UsageError(f"size {text!r} must be positive")
-    if value != int(value):
+    if value.denominator != 1:
         raise UsageError(f"size {text!r} is not a whole number of bytes")
     return int(value)
 

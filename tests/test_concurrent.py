@@ -64,7 +64,7 @@ OTHER = {
     "--dtype": "float16",
 }
 # Options that say where and how to run, not what: they are not part of the spec.
-NOT_SPEC = {"--out", "--resume", "--gpus", "--no-progress", "--help"}
+NOT_SPEC = {"--out", "--resume", "--force", "--max-hours", "--gpus", "--no-progress", "--help"}
 
 
 @pytest.mark.parametrize("gpus", [None, "2"])

@@ -94,7 +94,7 @@ def test_resolved_fills_strategies_only_when_none():
 @settings(max_examples=60, deadline=None)
 @given(
     names=st.lists(st.sampled_from(sorted(strategies.REGISTRY)), min_size=1, max_size=4, unique=True),
-    sizes=st.lists(st.integers(1, 2**12).map(lambda k: 16 * k), min_size=1, max_size=5),
+    sizes=st.lists(st.integers(1, 2**12).map(lambda k: 16 * k), min_size=1, max_size=5, unique=True),
     reps=st.integers(1, 50),
     warmup=st.integers(0, 5),
     reps_large=st.none() | st.integers(1, 9),

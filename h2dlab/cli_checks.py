@@ -1,0 +1,64 @@
+"""The command line's checks of what a run would write and cost, before it starts.
+
+Kept beside ``cli``: ``--out`` is never replaced without ``--force`` (nor taken from a
+run still writing it), a plan estimated to run for days is refused with its cost, and
+``explain --out`` never overwrites its own source. Messages name the flags.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from h2dlab.errors import UsageError
+from h2dlab.spec import SweepSpec
+
+__all__ = ["GPUS_DEVICE_KINDS", "check_plan", "check_target", "not_the_source"]
+
+#: Device kinds --gpus runs on (tests widen it to run the same code path with CPU processes).
+GPUS_DEVICE_KINDS = ("cuda",)
+
+
+def check_plan(spec: SweepSpec, *, gpus: str | None, max_hours: float) -> None:
+    """Refuse ``--gpus`` off CUDA and a plan estimated to take longer than ``--max-hours``."""
+    if gpus is not None and spec.device.partition(":")[0] not in GPUS_DEVICE_KINDS:
+        raise UsageError(f"--gpus runs one process per GPU and needs --device cuda, not {spec.device}")
+    if not max_hours > 0:
+        raise UsageError(f"--max-hours must be positive, got {max_hours}")
+    hours = spec.estimated_hours()
+    if hours > max_hours:
+        raise UsageError(
+            f"this plan ({spec.planned_rows():,} copies) would take about {hours:,.1f} hours at 1 GB/s, "
+            f"more than --max-hours {max_hours:g}: lower --reps or --sizes, or raise --max-hours"
+        )
+
+
+def check_target(out: Path, *, resume: bool = False, force: bool = False, resumable: bool = True) -> Path:
+    """Refuse to replace what is at ``--out`` unless ``--force`` (or ``--resume``, which
+    continues it); never take the output of a run still going, even with ``--force``."""
+    from h2dlab.partial import check_free, partial_path
+
+    partial = partial_path(out)
+    check_free(out)  # another live run writing this output: refused whatever the flags
+    if partial.is_symlink():
+        raise UsageError(f"{partial} is a symbolic link: h2dlab never writes a run through a link; remove it")
+    if out.exists() and not os.access(out, os.W_OK):
+        raise UsageError(f"{out} is read-only or immutable: it cannot be replaced; choose another --out")
+    if resume or force:
+        return out
+    if partial.exists():
+        raise UsageError(
+            f"{partial} holds the rows of an unfinished run of {out.name}: "
+            "continue it with --resume, or discard them with --force"
+        )
+    if out.exists() or out.is_symlink():
+        again = ", continue its run with --resume," if resumable else ""
+        raise UsageError(f"{out} exists: write elsewhere{again} or replace it with --force")
+    return out
+
+
+def not_the_source(source: str, out: Path) -> None:
+    """Refuse an ``explain --out`` that names the table being explained."""
+    src = Path(source)
+    if src.exists() and (out.exists() and os.path.samefile(src, out) or out.resolve() == src.resolve()):
+        raise UsageError(f"--out {out} is the table explain reads: write the annotated table elsewhere")
