@@ -262,7 +262,9 @@ class Recording:
             self.start_at = len(done)
             self.rows = done.to_dict("records")
         elif self.out is not None and (self.out.exists() or self.out.is_symlink()) and not force:
-            raise UsageError(f"{self.out} exists: resume its run, or force a new run to replace it")
+            raise UsageError(
+                f"{self.out} exists and is kept: choose another output, or force a new run to replace it"
+            )
         self.writer = None
         if self.out is not None:
             self.writer = RowWriter(self.out, done, fd=fd, force=force)
