@@ -348,3 +348,6 @@ from h2dlab.plots_compare import (  # noqa: E402  (re-exported: every figure is 
 )  # fmt: skip
 
 __all__ += ["advice_bars", "benchmark", "cache_kept_vs_emptied", "device_alloc_cost", "pin_cost"]
+from h2dlab.plots_transfer import batch_overhead, directions, duplex_aggregate  # noqa: E402
+
+__all__ += ["batch_overhead", "directions", "duplex_aggregate"]
