@@ -1,0 +1,230 @@
+"""No run lost (issue 15): an output is never replaced unasked, a run owns its partial file,
+resume repairs what an interruption left, and a write leaves no temporary behind.
+
+Each test here failed on the code before the change it guards (noted per test)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from h2dlab import datasets
+from h2dlab.errors import UsageError
+from h2dlab.measure import sweep
+from h2dlab.partial import OutputBusy, partial_path
+from h2dlab.plan import plan_spec
+from h2dlab.recorder import Recording
+from h2dlab.spec import SweepSpec
+from tests.conftest import ROOT
+
+SPEC = SweepSpec(("pageable",), (1024, 2048, 4096), device="cpu", reps=3, warmup=1, seed=5)
+PLAN = plan_spec(SPEC)
+V1_COLUMNS = [
+    "run_id",
+    "order",
+    "strategy",
+    "size_bytes",
+    "shape",
+    "dtype",
+    "rep",
+    "warmup",
+    "t_s",
+    "wall_ms",
+    "event_ms",
+    "host_allocs",
+    "device_allocs",
+    "empty_cache",
+    "error",
+]
+
+
+def synthetic_row(p, i):
+    """A synthetic measured row for planned row ``p`` (no copy is timed)."""
+    return {
+        **{k: p[k] for k in ("order", "strategy", "size_bytes", "rep", "warmup")},
+        "shape": f"({p['size_bytes']},)",
+        "dtype": "uint8",
+        "t_s": 0.01 * i,
+        "wall_ms": 0.5 + 0.001 * i,
+        "event_ms": np.nan,
+        "host_allocs": np.nan,
+        "device_allocs": np.nan,
+        "empty_cache": False,
+        "error": "",
+    }
+
+
+def killed_run(out, k):
+    """A run that wrote ``k`` rows and died (kill -9: no finish; its lock goes with it)."""
+    rec = Recording(out, SPEC.to_dict(), PLAN)
+    for i, p in enumerate(PLAN[:k]):
+        rec.write(synthetic_row(p, i))
+    rec.writer.close()
+    return rec
+
+
+def test_a_second_run_with_the_same_out_refuses_and_the_first_keeps_its_rows(tmp_path):
+    # Before: the second run truncated the first's partial file; the first lost every row.
+    out = tmp_path / "same.csv"
+    first = Recording(out, SPEC.to_dict(), PLAN)
+    for i, p in enumerate(PLAN[:5]):
+        first.write(synthetic_row(p, i))
+    for kw in ({}, {"force": True}, {"resume": True}):
+        with pytest.raises(OutputBusy, match=f"another run \\(pid {os.getpid()}\\) is writing"):
+            Recording(out, SPEC.to_dict(), PLAN, **kw)
+    for i, p in enumerate(PLAN[5:], start=5):
+        first.write(synthetic_row(p, i))
+    df = first.finish(__import__("h2dlab.recorder").recorder.StopFlag(), gpu=False)
+    assert len(df) == len(PLAN) and df["order"].tolist() == list(range(len(PLAN)))
+    assert datasets.read(out)["run_id"].nunique() == 1 and not partial_path(out).exists()
+
+
+def test_a_second_process_refuses_at_once_naming_the_first(tmp_path):
+    out = tmp_path / "same.csv"
+    first = Recording(out, SPEC.to_dict(), PLAN)
+    first.write(synthetic_row(PLAN[0], 0))
+    code = (
+        "import sys; from h2dlab.measure import sweep; from h2dlab.spec import SweepSpec\n"
+        f"sweep(SweepSpec(('pageable',), (1024,), device='cpu', reps=1), out={str(out)!r}, progress=False)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode != 0 and f"pid {os.getpid()}" in r.stderr.splitlines()[-1]
+    assert len(partial_path(out).read_text().splitlines()) == 2  # header + the first run's row
+
+
+@pytest.mark.parametrize("name", ["budget.xlsx", "earlier.csv.gz", "notes.csv"])
+def test_an_existing_output_is_kept_unless_forced(tmp_path, name):
+    # Before: overwritten without a word.
+    out = tmp_path / name
+    out.write_bytes(b"not a measurement, and not ours")
+    with pytest.raises(UsageError, match="exists and is kept"):
+        sweep(SPEC, out=out, progress=False)
+    assert out.read_bytes() == b"not a measurement, and not ours"
+    assert not partial_path(out).exists() and not datasets.env_path(out).exists()
+    df = sweep(SPEC, out=out, progress=False, force=True)
+    assert len(datasets.read(out)) == len(df) == len(PLAN)
+
+
+def test_the_partial_file_of_a_killed_run_is_kept_unless_forced(tmp_path):
+    # Before: re-running without --resume truncated the only copy of the killed run.
+    out = tmp_path / "k.csv"
+    killed_run(out, 4)
+    before = partial_path(out).read_bytes()
+    with pytest.raises(UsageError, match="unfinished run"):
+        sweep(SPEC, out=out, progress=False)
+    assert partial_path(out).read_bytes() == before
+    sweep(SPEC, out=out, progress=False, force=True)
+    assert len(datasets.read(out)) == len(PLAN) and not partial_path(out).exists()
+
+
+@pytest.mark.parametrize("tail", [b"", b"a1b2c3,", b"a1b2c3,7,pageable,10", b"\x00" * 40])
+def test_resume_cuts_a_torn_last_line(tmp_path, tail):
+    # Before: new rows were appended onto the fragment: "Expected 15 fields, saw 19" forever.
+    out = tmp_path / "t.csv"
+    killed_run(out, 5)
+    with open(partial_path(out), "ab") as fh:
+        fh.write(tail)
+    done = sweep(SPEC, out=out, resume=True, progress=False)
+    back = datasets.read(out)
+    assert len(back) == len(done) == len(PLAN) and back["order"].tolist() == list(range(len(PLAN)))
+    assert back["run_id"].nunique() == 1 and back["wall_ms"].head(5).tolist() == [
+        0.5 + 0.001 * i for i in range(5)
+    ]
+
+
+def test_resume_rewrites_a_v1_partial_with_the_v2_header(tmp_path):
+    # Before: 23-field rows were appended to a 15-field file.
+    out = tmp_path / "old.csv"
+    rows = [dict(synthetic_row(p, i), run_id="0123456789ab") for i, p in enumerate(PLAN[:4])]
+    partial_path(out).write_text(pd.DataFrame(rows)[V1_COLUMNS].to_csv(index=False))
+    env = {"schema_version": 1, "spec": SPEC.to_dict(), "run_id": "0123456789ab"}
+    datasets.write_env(env, datasets.env_path(out))  # where older versions wrote it
+    sweep(SPEC, out=out, resume=True, progress=False)
+    back = datasets.read(out)
+    assert list(back.columns) == list(datasets.COLUMNS) and len(back) == len(PLAN)
+    assert back["run_id"].eq("0123456789ab").all() and back["direction"].eq("h2d").all()
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_link_planted_at_the_partial_path_is_refused(tmp_path, dangling):
+    # Before: the partial file was opened through the link and its target overwritten.
+    victim = tmp_path / "victim.txt"
+    if not dangling:
+        victim.write_text("precious")
+    out = tmp_path / "run.csv"
+    partial_path(out).symlink_to(victim)
+    for kw in ({}, {"force": True}, {"resume": True}):
+        with pytest.raises(UsageError, match="symbolic link"):
+            sweep(SPEC, out=out, progress=False, **kw)
+    assert victim.read_text() == "precious" if not dangling else not victim.exists()
+
+
+def test_a_run_that_fails_at_once_leaves_the_tables_fingerprint_alone(tmp_path, monkeypatch):
+    # Before: env.json was written beside the output when the run began.
+    out = tmp_path / "r.csv.gz"
+    sweep(SPEC, out=out, progress=False)
+    env_before = datasets.env_path(out).read_text()
+    from h2dlab import strategies
+
+    def broken(self, x):
+        raise TypeError("a bug in the strategy")
+
+    monkeypatch.setattr(strategies.get("pageable").__class__, "copy", broken)
+    with pytest.raises(TypeError):
+        sweep(SPEC, out=out, progress=False, force=True)
+    assert datasets.env_path(out).read_text() == env_before
+    assert json.loads(datasets.env_path(partial_path(out)).read_text())["pid"] == os.getpid()
+
+
+def _save_killed_by_sigterm(folder, ext):
+    code = f"""
+import os, signal, pandas as pd
+from h2dlab import datasets
+df = datasets.load("forum_a100").head(20)
+def killed(self, path, *a, **k):
+    open(path, "wb").write(b"half a file")
+    os.kill(os.getpid(), signal.SIGTERM)
+for attr in ("to_excel", "to_parquet", "to_csv"):
+    setattr(pd.DataFrame, attr, killed)
+datasets.save(df, {str(folder / ("r" + ext))!r})
+"""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+@pytest.mark.parametrize("ext", [".xlsx", ".parquet", ".csv.gz"])
+def test_sigterm_during_the_final_save_leaves_no_temporary(tmp_path, ext):
+    # Before: the temporary file stayed forever.
+    r = _save_killed_by_sigterm(tmp_path, ext)
+    assert r.returncode != 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_later_write_removes_stale_temporaries_of_its_own_output(tmp_path):
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    pid = int(dead.stdout)
+    stale = tmp_path / f".r.xlsx.tmp-{pid}-abc.xlsx"
+    live = tmp_path / f".r.xlsx.tmp-{os.getppid()}-abc.xlsx"  # a process still running
+    other = tmp_path / f".q.xlsx.tmp-{pid}-abc.xlsx"  # another output's
+    for f in (stale, live, other):
+        f.write_bytes(b"x")
+    datasets.save(datasets.load("forum_a100").head(5), tmp_path / "r.xlsx")
+    assert not stale.exists() and live.exists() and other.exists()
+
+
+def test_a_failed_write_names_the_users_path_not_the_temporary(tmp_path):
+    # Before: "Is a directory: '.tmp-xyzr.csv'".
+    target = tmp_path / "r.csv"
+    target.mkdir()
+    with pytest.raises(OSError) as info:
+        datasets.save(datasets.load("forum_a100").head(5), target)
+    assert str(target) in str(info.value) and ".tmp-" not in str(info.value)
+    assert [p.name for p in tmp_path.iterdir()] == ["r.csv"]
+    with pytest.raises(OSError, match="cannot write .*nope/r.csv"):
+        datasets.atomic_write(tmp_path / "nope" / "r.csv", lambda p: None)
