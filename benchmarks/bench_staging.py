@@ -57,35 +57,48 @@ def timed(fns: dict, reps: int, warmup: int, timer: Timer) -> dict[str, list[flo
     return out
 
 
-def tune(timer: Timer, cores: int, nbytes: int) -> list[dict]:
-    """A Stager at ``nbytes`` over threads x slot sizes, then the best pair on huge pages."""
-    x = src(nbytes)
-    rows = []
-    for threads in sorted({t for t in (8, 12, 16, 24, 32, cores) if t <= cores}):
-        for chunk in (4 * MiB, 8 * MiB, 16 * MiB):
-            with stg.Stager(DEV, threads=threads, chunk_bytes=chunk) as st:
-                ms = timed({"s": lambda st=st: st(x)}, 5, 1, timer)["s"]
-            rows.append({"threads": threads, "chunk_bytes": chunk, "huge_pages": False, **stats(ms, nbytes)})
-            log(f"tune {threads:2d} threads x {chunk // MiB:2d} MiB: {rows[-1]['gbps_median']:.1f} GB/s")
+TUNE_CONFIGS_TORCH = (8 * MiB, 16 * MiB, 32 * MiB)  # engine "torch": one staging thread, these slots
+
+
+def _tune_one(timer, sizes, threads, chunk, engine, huge) -> dict:
+    """One configuration at every tuning size (same ring), with the equal-bytes rate: the
+    sizes' bytes over the sum of their median times scaled to equal bytes."""
+    row = {"threads": threads, "chunk_bytes": chunk, "engine": engine, "huge_pages": huge, "by_size": []}
+    with stg.Stager(DEV, threads=threads, chunk_bytes=chunk, huge_pages=huge, engine=engine) as st:
+        for n in sizes:
+            x = src(n)
+            row["by_size"].append(stats(timed({"s": lambda st=st, x=x: st(x)}, 5, 1, timer)["s"], n))
+    per_byte_ms = sum(r["ms_median"] / r["size_bytes"] for r in row["by_size"]) / len(sizes)
+    row["gbps_median"] = 1 / per_byte_ms / 1e6
+    what = ", ".join(f"{r['size_bytes'] // MiB} MiB {r['gbps_median']:.1f}" for r in row["by_size"])
+    log(
+        f"tune {engine:5s} {threads:2d} threads x {chunk // MiB:2d} MiB{' huge' if huge else ''}: {what} GB/s"
+    )
+    return row
+
+
+def tune(timer: Timer, cores: int, sizes: tuple[int, ...]) -> list[dict]:
+    """Stagers over engines x threads x slot sizes, each timed at every one of ``sizes`` (so a
+    setting good at 1 GiB but poor at 256 MiB is not picked), then the best on huge pages."""
+    cfgs = [(t, c, "numpy") for t in sorted({t for t in (8, 12, 16, 24, 32, cores) if t <= cores})
+            for c in (4 * MiB, 8 * MiB, 16 * MiB)] + [(1, c, "torch") for c in TUNE_CONFIGS_TORCH]  # fmt: skip
+    rows = [_tune_one(timer, sizes, t, c, e, False) for t, c, e in cfgs]
     best = max(rows, key=lambda r: r["gbps_median"])
-    try:  # the best pair again, its ring on transparent huge pages
-        with stg.Stager(DEV, threads=best["threads"], chunk_bytes=best["chunk_bytes"], huge_pages=True) as st:
-            ms = timed({"s": lambda st=st: st(x)}, 5, 1, timer)["s"]
-        rows.append({**best, "huge_pages": True, **stats(ms, nbytes)})
-        log(f"tune, same on huge pages: {rows[-1]['gbps_median']:.1f} GB/s")
+    try:  # the best again, its ring on transparent huge pages
+        rows.append(_tune_one(timer, sizes, best["threads"], best["chunk_bytes"], best["engine"], True))
     except Exception as exc:  # noqa: BLE001 - said, and the run goes on without it
         log(f"huge-page ring failed: {exc}")
     return rows
 
 
 def pick(rows: list[dict]) -> dict:
-    """The fastest tuning row; huge pages only if they beat the same pair without by 3 %."""
+    """The fastest tuning row; huge pages only if they beat the same setting without by 3 %."""
     plain = max((r for r in rows if not r["huge_pages"]), key=lambda r: r["gbps_median"])
     huge = [r for r in rows if r["huge_pages"] and r["gbps_median"] >= 1.03 * plain["gbps_median"]]
     return huge[0] if huge else plain
 
 
-def bounds(size: int, timer, threads, chunk, huge, reps=5) -> dict:
+def bounds(size: int, timer, threads, chunk, huge, reps=5, engine="numpy") -> dict:
     x = src(size)
     p = torch.empty(size, dtype=torch.uint8, pin_memory=True).copy_(x)
     d = torch.empty(size, dtype=torch.uint8, device=DEV)
@@ -93,7 +106,7 @@ def bounds(size: int, timer, threads, chunk, huge, reps=5) -> dict:
     pb = torch.empty(STREAM_BYTES, dtype=torch.uint8, pin_memory=True)  # the streaming DMA's own buffers
     db = torch.empty(STREAM_BYTES, dtype=torch.uint8, device=DEV)
     covered = []
-    with stg.Stager(DEV, threads=threads, chunk_bytes=chunk, huge_pages=huge) as st:
+    with stg.Stager(DEV, threads=threads, chunk_bytes=chunk, huge_pages=huge, engine=engine) as st:
         host_ms = timed({"h": lambda: st.host_copy(x)}, 3, 1, timer)["h"]
         k = (
             int(np.ceil(3 * np.median(host_ms) / (STREAM_BYTES / 50e6))) + 1
@@ -133,13 +146,13 @@ def bounds(size: int, timer, threads, chunk, huge, reps=5) -> dict:
     r = {k: stats(v, size) for k, v in ms.items()}
     g = {k: v["gbps_median"] for k, v in r.items()}
     up, lo = min(g["host_alone"], g["dma_alone"]), g["host_under_dma"]
-    return {"size_bytes": size, "threads": threads, "chunk_bytes": chunk, "chunks": len(stg.chunk_plan(size, threads, chunk)) - 1,
+    return {"size_bytes": size, "threads": threads, "chunk_bytes": chunk, "engine": engine, "chunks": len(stg.chunk_plan(size, threads, chunk)) - 1,
             "upper_gbps": up, "lower_gbps": lo, "to_device_gbps": g["to_device"], "frac_of_upper": g["to_device"] / up,
             "frac_of_lower": g["to_device"] / lo, "dma_covered_host_copy": all(covered), "streaming_dma_copies": k,
             "host_copies_during_dma_timing": len(spins), **{f"{k}_gbps": v for k, v in g.items()}, "detail": r}  # fmt: skip
 
 
-def repeated(size: int, steps: int, timer, threads, chunk, huge) -> list[dict]:
+def repeated(size: int, steps: int, timer, threads, chunk, huge, engine="numpy") -> list[dict]:
     batches = [src(size, k) for k in range(3 if size >= GiB else 8)]
     it = iter(range(10**9))
 
@@ -157,7 +170,7 @@ def repeated(size: int, steps: int, timer, threads, chunk, huge) -> list[dict]:
     except Exception as exc:  # noqa: BLE001 - reported, not hidden
         log(f"tensordict unavailable: {exc}")
     rows = []
-    with stg.Stager(DEV, threads=threads, chunk_bytes=chunk, huge_pages=huge) as st:
+    with stg.Stager(DEV, threads=threads, chunk_bytes=chunk, huge_pages=huge, engine=engine) as st:
         methods["stager"] = lambda: st(nxt())
         for name, fn in methods.items():
             ms = timed({name: fn}, steps, 1, timer)[name]
@@ -174,9 +187,9 @@ def repeated(size: int, steps: int, timer, threads, chunk, huge) -> list[dict]:
     return rows
 
 
-def timeline(size: int, threads: int, chunk: int, huge: bool) -> dict:
+def timeline(size: int, threads: int, chunk: int, huge: bool, engine: str = "numpy") -> dict:
     x = src(size)
-    with stg.Stager(DEV, threads=threads, chunk_bytes=chunk, huge_pages=huge) as st:
+    with stg.Stager(DEV, threads=threads, chunk_bytes=chunk, huge_pages=huge, engine=engine) as st:
         for _ in range(2):
             st(x)
         st.timeline = []
@@ -196,7 +209,7 @@ def timeline(size: int, threads: int, chunk: int, huge: bool) -> dict:
         end = b if end is None else max(end, b)
     med = lambda k0, k1: float(np.median([c["bytes"] / max(c[k1] - c[k0], 1e-6) / 1e6 for c in chunks]))  # noqa: E731
     last_copy = max(c["copy_end_ms"] for c in chunks)
-    return {"size_bytes": size, "threads": threads, "chunk_bytes": chunk, "n_chunks": t["n_chunks"], "wall_ms": wall_ms,
+    return {"size_bytes": size, "threads": threads, "chunk_bytes": chunk, "engine": engine, "n_chunks": t["n_chunks"], "wall_ms": wall_ms,
             "first_dma_start_ms": min(c["dma_start_ms"] for c in chunks), "last_dma_end_ms": end,
             "last_host_copy_end_ms": last_copy, "tail_ms": end - last_copy, "dma_idle_ms": gaps,
             "slot_wait_ms": sum(c["copy_start_ms"] - c["wait_start_ms"] for c in chunks),

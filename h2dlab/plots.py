@@ -346,6 +346,7 @@ from h2dlab.plots_compare import (  # noqa: E402  (re-exported: every figure is 
     overlap,
     pin_cost,
 )  # fmt: skip
+from h2dlab.plots_fastpath import staged_timeline  # noqa: E402,F401  (re-exported)
 
 __all__ += ["advice_bars", "benchmark", "cache_kept_vs_emptied", "device_alloc_cost", "pin_cost"]
 from h2dlab.plots_transfer import batch_overhead, directions, duplex_aggregate  # noqa: E402

@@ -9,6 +9,12 @@ DMA has completed: that is the only wait in the loop, and no thread waits for an
 
 A copy is cut into about ``WAVES`` chunks per thread (at most a slot each): with one chunk per
 thread every thread copies at once and then every DMA runs at once, and nothing overlaps.
+
+Two engines do the host side. ``"numpy"``: each staging thread copies its chunks with NumPy;
+the threads take the GIL back after every chunk to queue its DMA, and on the 16-core H200 host
+a third of their time went there (see ``benchmarks/bench_staging.py``'s timeline). ``"torch"``:
+the chunk is copied by ``Tensor.copy_``, which PyTorch spreads over its intra-op threads
+without the GIL, so one staging thread is enough and no thread waits for the GIL.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from h2dlab.pinning import host_register, host_unregister
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
+    "ENGINES",
     "MAX_CHUNK_BYTES",
     "MAX_THREADS",
     "MIN_CHUNK_BYTES",
@@ -48,7 +55,8 @@ MIN_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_THREADS = 4 * KiB, 1024 * MiB, 256  # allo
 SLOTS_PER_THREAD = 2  # one being filled while the other's DMA runs
 WAVES = 4  # chunks per thread a copy is cut into, where slots allow (pipeline depth)
 MIN_STEP_BYTES = 1 * MiB  # but no smaller than this: below it per-chunk overhead dominates
-TAIL_SPLIT = 4  # the last wave's chunks are cut this much finer (see chunk_plan)
+TAIL_SPLIT = 4  # the first chunk and the last wave's chunks are cut this much finer (chunk_plan)
+ENGINES = ("numpy", "torch")  # who copies a chunk on the host (see the module's docstring)
 _ALIGN = 4 * KiB
 
 
@@ -63,7 +71,8 @@ def chunk_plan(nbytes: int, threads: int, chunk_bytes: int) -> list[int]:
     thread, each at least ``MIN_STEP_BYTES`` (or the slot, if smaller), at most one slot, in
     multiples of 4 KiB; the last wave (a chunk per thread) is cut ``TAIL_SPLIT`` times finer
     where its pieces stay >= ``MIN_STEP_BYTES``, so that little DMA is left after the last
-    host copy and the threads finish together."""
+    host copy and the threads finish together, and so is the first chunk, so that the first
+    DMA starts after a piece, not a whole chunk, has been copied."""
     if nbytes <= 0:
         return [0]
     step = max(MIN_STEP_BYTES, -(-nbytes // (threads * WAVES)))
@@ -73,7 +82,10 @@ def chunk_plan(nbytes: int, threads: int, chunk_bytes: int) -> list[int]:
     if piece < MIN_STEP_BYTES or nbytes < 2 * tail:
         return [*range(0, nbytes, step), nbytes]
     head = (nbytes - tail) // step * step  # whole chunks, then the pieces
-    return [*range(0, head, step), *range(head, nbytes, piece), nbytes]
+    starts = [*range(0, head, step)]
+    if head >= 2 * step:  # the first chunk in pieces too
+        starts[:1] = range(0, step // piece * piece, piece)  # any remainder joins the last piece
+    return [*starts, *range(head, nbytes, piece), nbytes]
 
 
 def _serve(inbox: queue.SimpleQueue, done: queue.SimpleQueue) -> None:
@@ -121,6 +133,9 @@ class Stager:
     huge_pages
         Back the ring with transparent huge pages (anonymous ``mmap`` + ``MADV_HUGEPAGE``):
         fewer TLB misses while threads write it. Off by default; the benchmark measures it.
+    engine
+        Who copies a chunk on the host: ``"numpy"`` (each staging thread, default) or
+        ``"torch"`` (``Tensor.copy_`` over PyTorch's intra-op threads; use ``threads=1``).
 
     Raises
     ------
@@ -142,12 +157,15 @@ class Stager:
         threads: int | None = None,
         chunk_bytes: int | None = None,
         huge_pages: bool = False,
+        engine: str = "numpy",
     ) -> None:
         threads = default_threads() if threads is None else check_count("threads", threads, 1, MAX_THREADS)
         chunk = DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
         chunk = check_count("chunk_bytes", chunk, MIN_CHUNK_BYTES, MAX_CHUNK_BYTES)
         if huge_pages is not False and huge_pages is not True:
             raise TypeError(f"huge_pages must be True or False, got {huge_pages!r}")
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         dev = cuda_device(device)
         if not torch.cuda.is_available():
             raise RuntimeError("staging needs CUDA, and torch.cuda.is_available() is False")
@@ -161,7 +179,7 @@ class Stager:
         #: Set to a list to record one dict per copy with per-chunk host times and DMA events.
         self.timeline: list | None = None
         k = SLOTS_PER_THREAD
-        self.huge_pages = huge_pages
+        self.huge_pages, self.engine = huge_pages, engine
         if huge_pages:  # untouched anonymous memory: THP can back it before registration faults it in
             region = mmap.mmap(-1, threads * k * chunk)
             if hasattr(mmap, "MADV_HUGEPAGE"):
@@ -208,7 +226,8 @@ class Stager:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self.nbytes / MiB:.0f} MiB pinned"
         return (
-            f"Stager({str(self.device)!r}, threads={self.threads}, chunk_bytes={self.chunk_bytes}, {state})"
+            f"Stager({str(self.device)!r}, threads={self.threads}, chunk_bytes={self.chunk_bytes}, "
+            f"engine={self.engine!r}, {state})"
         )
 
     def to_device(self, tensor: torch.Tensor, *, non_blocking: bool = False) -> torch.Tensor:
@@ -271,7 +290,8 @@ class Stager:
                     s.wait_stream(current)  # `dst` may reuse memory still in use there
             counter = itertools.count()  # next() is atomic under the GIL
             failed = threading.Event()
-            work = partial(self._work, src_np=src_np, dst=dst, counter=counter, bounds=bounds)
+            src = torch.from_numpy(src_np) if self.engine == "torch" else src_np  # no copy
+            work = partial(self._work, src=src, dst=dst, counter=counter, bounds=bounds)
             work = partial(work, failed=failed, trace=trace)
             for w in range(1, users):
                 self._inboxes[w - 1].put(partial(work, w))
@@ -299,9 +319,11 @@ class Stager:
             if dst is not None and not non_blocking:
                 current.synchronize()
 
-    def _work(self, w, *, src_np, dst, counter, bounds, failed, trace) -> None:
+    def _work(self, w, *, src, dst, counter, bounds, failed, trace) -> None:
         # One thread's share: whole chunks into its own slots, each DMA queued on its own stream.
-        slots, slots_np, events, stream = self._slots[w], self._slots_np[w], self._events[w], self._streams[w]
+        slots, events, stream = self._slots[w], self._events[w], self._streams[w]
+        slots_host = slots if self.engine == "torch" else self._slots_np[w]
+        copy = torch.Tensor.copy_ if self.engine == "torch" else np.copyto
         n_chunks, k, n_slots = len(bounds) - 1, self._next[w], len(slots)
         clock = time.perf_counter
         try:
@@ -318,7 +340,7 @@ class Stager:
                     if not events[j].query():  # query first: no GIL round trip when done
                         events[j].synchronize()  # this slot's previous DMA has finished
                     t_copy = clock() if trace else 0.0
-                    np.copyto(slots_np[j][:n], src_np[off : off + n])
+                    copy(slots_host[j][:n], src[off : off + n])
                     t_copied = clock() if trace else 0.0
                     if dst is None:
                         continue

@@ -12,6 +12,7 @@ read once, here (:func:`fastpath`). Without it: 32 MiB, :func:`default_threads`,
 ``fastpath.json`` (format 1)::
 
     {"format": 1, "min_bytes": int, "threads": int, "chunk_bytes": int, "huge_pages": bool,
+     "engine": "numpy" | "torch" (optional, default "numpy"; see h2dlab.stager),
      "measured_on": {"gpu_name": ..., "cpu_affinity": ..., "date": ..., "command": ...},
      "evidence": {...}}
 """
@@ -31,6 +32,7 @@ from h2dlab.copyargs import check_count, cuda_device, takes_plain_to
 from h2dlab.pinning import host_register, host_unregister, pinned
 from h2dlab.stager import (
     DEFAULT_CHUNK_BYTES,
+    ENGINES,
     MAX_CHUNK_BYTES,
     MAX_THREADS,
     MIN_CHUNK_BYTES,
@@ -70,8 +72,9 @@ def _cores() -> int:
 def read_fastpath(source: str | Path | dict[str, Any]) -> dict[str, Any]:
     """Fast-path settings from a ``fastpath.json`` file (or its parsed dict), checked.
 
-    Returns ``{"min_bytes", "threads", "chunk_bytes", "huge_pages", "source", "measured_on"}``,
-    threads capped at this machine's usable cores (``huge_pages`` may be absent: False).
+    Returns ``{"min_bytes", "threads", "chunk_bytes", "huge_pages", "engine", "source",
+    "measured_on"}``, threads capped at this machine's usable cores (``huge_pages`` may be
+    absent: False; ``engine`` may be absent: ``"numpy"``).
 
     Raises
     ------
@@ -91,6 +94,7 @@ def read_fastpath(source: str | Path | dict[str, Any]) -> dict[str, Any]:
             "threads": min(check_count("threads", d["threads"], 1, MAX_THREADS), _cores()),
             "chunk_bytes": check_count("chunk_bytes", d["chunk_bytes"], MIN_CHUNK_BYTES, MAX_CHUNK_BYTES),
             "huge_pages": _flag(d.get("huge_pages", False)),
+            "engine": _engine(d.get("engine", "numpy")),
             "source": where,
             "measured_on": d.get("measured_on", {}),
         }
@@ -106,12 +110,19 @@ def _flag(value: Any) -> bool:
     return value
 
 
+def _engine(value: Any) -> str:
+    if value not in ENGINES:
+        raise TypeError(f"engine must be one of {', '.join(ENGINES)}, got {value!r}")
+    return value
+
+
 def _defaults() -> dict[str, Any]:
     return {
         "min_bytes": DEFAULT_MIN_BYTES,
         "threads": default_threads(),
         "chunk_bytes": DEFAULT_CHUNK_BYTES,
         "huge_pages": False,
+        "engine": "numpy",
         "source": "defaults (no fastpath.json)",
         "measured_on": {},
     }
@@ -157,13 +168,16 @@ _STAGERS: dict[int, Stager] = {}
 _STAGERS_LOCK = threading.Lock()
 
 
-def _stager(dev: torch.device, threads: int, chunk: int, huge: bool) -> Stager:
+def _stager(dev: torch.device, threads: int, chunk: int, huge: bool, engine: str) -> Stager:
     with _STAGERS_LOCK:
         st = _STAGERS.get(dev.index)
-        if st is None or st.closed or (st.threads, st.chunk_bytes, st.huge_pages) != (threads, chunk, huge):
+        want = (threads, chunk, huge, engine)
+        if st is None or st.closed or (st.threads, st.chunk_bytes, st.huge_pages, st.engine) != want:
             if st is not None:  # one ring per device at a time keeps the pinned memory bounded
                 st.close()
-            st = _STAGERS[dev.index] = Stager(dev, threads=threads, chunk_bytes=chunk, huge_pages=huge)
+            st = _STAGERS[dev.index] = Stager(
+                dev, threads=threads, chunk_bytes=chunk, huge_pages=huge, engine=engine
+            )
         return st
 
 
@@ -272,4 +286,5 @@ def to_device(
         dev = torch.device("cuda", torch.cuda.current_device())
     threads = fp["threads"] if num_threads is None else num_threads
     chunk = fp["chunk_bytes"] if chunk_bytes is None else chunk_bytes
-    return _stager(dev, threads, chunk, fp["huge_pages"]).to_device(tensor, non_blocking=non_blocking)
+    st = _stager(dev, threads, chunk, fp["huge_pages"], fp["engine"])
+    return st.to_device(tensor, non_blocking=non_blocking)

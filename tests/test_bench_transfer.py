@@ -77,7 +77,7 @@ def test_dry_run_writes_every_section(bench, fake_cuda, monkeypatch, tmp_path): 
         "DEV": torch.device("cpu"),
         "Timer": _Timer,
         "collect_env": lambda argv=None: {"gpu_name": "none (CPU dry run)", "command": "dry run"},
-        "TUNE_BYTES": 512 * KiB,
+        "TUNE_SIZES": (256 * KiB, 512 * KiB),
         "TIMELINE_BYTES": 256 * KiB,
         "BOUND_SIZES": (256 * KiB, MiB),
         "REPEATED": ((64 * KiB, 3), (MiB, 2)),
@@ -90,7 +90,7 @@ def test_dry_run_writes_every_section(bench, fake_cuda, monkeypatch, tmp_path): 
     finally:
         transfer.use_fastpath(prev)
     res = json.loads(out.read_text())
-    assert set(res) >= {"env", "tuning_1GiB", "crossover", "settings", "rows", "fastpath_overhead_us", "bounds",
+    assert set(res) >= {"env", "tuning", "crossover", "settings", "rows", "fastpath_overhead_us", "bounds",
                         "repeated", "timeline_256MiB", "ceilings", "targets", "elapsed_s"}  # fmt: skip
     sizes = [2**k for k in range(10, 21)]
     for m in ("to", "to_device", "pin_then_to", "pinned_reuse"):

@@ -210,10 +210,19 @@ def _sizes(bounds):
 @pytest.mark.parametrize(
     ("nbytes", "threads", "chunk", "sizes"),
     [
-        # 256 MiB over 16 threads: 4 MiB chunks (4 per thread, not 1), the last wave in 1 MiB pieces
-        (256 * MiB, 16, 16 * MiB, [4 * MiB] * 48 + [MiB] * 64),
-        (GiB, 16, 16 * MiB, [16 * MiB] * 48 + [4 * MiB] * 64),
-        (4 * GiB, 16, 16 * MiB, [16 * MiB] * 240 + [4 * MiB] * 64),
+        # 256 MiB over 16 threads: 4 MiB chunks (4 per thread, not 1), the first chunk and the
+        # last wave in 1 MiB pieces
+        (256 * MiB, 16, 16 * MiB, [MiB] * 4 + [4 * MiB] * 47 + [MiB] * 64),
+        (GiB, 16, 16 * MiB, [4 * MiB] * 4 + [16 * MiB] * 47 + [4 * MiB] * 64),
+        (4 * GiB, 16, 16 * MiB, [4 * MiB] * 4 + [16 * MiB] * 239 + [4 * MiB] * 64),
+        (256 * MiB, 1, 16 * MiB, [4 * MiB] * 4 + [16 * MiB] * 14 + [4 * MiB] * 4),  # engine "torch"
+        # a slot that is no multiple of 4 pieces: the first chunk's remainder joins its last piece
+        (
+            5 * (4 * MiB + 4 * KiB),
+            1,
+            4 * MiB + 4 * KiB,
+            [MiB] * 3 + [MiB + 4 * KiB] + [4 * MiB + 4 * KiB] * 3 + [MiB] * 4 + [4 * KiB],
+        ),  # fmt: skip
         (GiB, 16, 2 * MiB, [2 * MiB] * 512),  # pieces would be < 1 MiB: no finer tail
         (32 * MiB, 16, 16 * MiB, [MiB] * 32),
         (10, 16, 16 * MiB, [10]),
@@ -536,3 +545,44 @@ def test_huge_page_ring(fake_cuda):
     with pytest.raises(TypeError, match="huge_pages must be True or False"):
         stager.Stager("cuda", huge_pages=1)
     assert transfer.fastpath()["huge_pages"] in (True, False)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_torch_engine_copies_with_tensor_copy_not_numpy(fake_cuda, monkeypatch, threads):
+    def no_numpy(dst, src):
+        raise AssertionError("the torch engine must not copy with NumPy")
+
+    monkeypatch.setattr(stager.np, "copyto", no_numpy)
+    x = torch.arange(3 * MiB // 8 + 13, dtype=torch.float64)
+    with _cpu_stager(threads=threads, chunk_bytes=64 * KiB, engine="torch") as s:
+        s.timeline = []
+        assert torch.equal(s(x), x) and torch.equal(s(x[::2]), x[::2])
+        assert "engine='torch'" in repr(s)
+        spans = sorted((c["offset"], c["bytes"]) for c in s.timeline[0]["chunks"])
+        assert sum(b for _, b in spans) == x.numel() * 8 and max(b for _, b in spans) <= 64 * KiB
+        s.host_copy(x)
+    with pytest.raises(ValueError, match="engine must be one of"):
+        stager.Stager("cuda", engine="omp")
+
+
+def test_fastpath_engine_is_read_and_decides_the_ring(fake_cuda, monkeypatch):
+    assert transfer.read_fastpath(_fp())["engine"] == "numpy"  # absent: the old behaviour
+    assert transfer.read_fastpath(_fp(engine="torch"))["engine"] == "torch"
+    with pytest.raises(ValueError, match="engine must be one of"):
+        transfer.read_fastpath(_fp(engine="gpu"))
+    made = []
+
+    def spy(*a, **k):
+        made.append(_cpu_stager(**k))
+        return made[-1]
+
+    monkeypatch.setattr(transfer, "Stager", spy)
+    transfer.free_ring()
+    prev = transfer.use_fastpath(_fp(min_bytes=0, threads=1, chunk_bytes=64 * KiB, engine="torch"))
+    try:
+        x = torch.arange(100_000.0)
+        assert torch.equal(transfer.to_device(x, "cuda"), x)
+        assert made[-1].engine == "torch" and made[-1].threads == 1
+    finally:
+        transfer.use_fastpath(prev)
+        transfer.free_ring()
