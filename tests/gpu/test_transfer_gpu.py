@@ -171,11 +171,43 @@ def test_error_reaches_the_caller_and_the_ring_survives(monkeypatch):
     def boom(*a, **k):
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(stager.np, "copyto", boom)
-    with pytest.raises(OSError, match="disk on fire"):
-        transfer.to_device(x, min_bytes=0)
-    monkeypatch.undo()
-    assert _same_bytes(transfer.to_device(x, min_bytes=0), x)
+    prev = transfer.use_fastpath({**transfer.fastpath(), "engine": "numpy"})  # the engine that uses np.copyto
+    try:
+        monkeypatch.setattr(stager.np, "copyto", boom)
+        with pytest.raises(OSError, match="disk on fire"):
+            transfer.to_device(x, min_bytes=0)
+        monkeypatch.undo()
+        assert _same_bytes(transfer.to_device(x, min_bytes=0), x)
+    finally:
+        transfer.use_fastpath(prev)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_torch_engine_bytes_and_non_blocking(threads):
+    with stager.Stager("cuda", threads=threads, chunk_bytes=8 * MiB, engine="torch") as st:
+        for i, n in enumerate((3, MiB + 1, 40 * MiB + 5)):
+            x = _rand((n,), torch.uint8, seed=20 + i)
+            assert _same_bytes(st(x), x)
+        x = _rand((64 * MiB,), torch.uint8, seed=30)
+        ref = x.clone()
+        y = st(x, non_blocking=True)
+        x.zero_()  # every byte has left x once the call returned
+        assert torch.equal(y.cpu(), ref)
+        f = _rand((3, 1000, 3333), torch.float16, seed=31)
+        assert _same_bytes(st(f.transpose(0, 2)), f.transpose(0, 2))
+        st.host_copy(f)
+
+
+def test_to_device_with_the_torch_engine():
+    prev = transfer.use_fastpath({**transfer.fastpath(), "engine": "torch", "threads": 1, "min_bytes": MiB})
+    try:
+        transfer.free_ring()
+        x = _rand((48 * MiB + 7,), torch.uint8, seed=40)
+        assert _same_bytes(transfer.to_device(x), x)
+        assert transfer.ring_bytes() == stager.SLOTS_PER_THREAD * transfer.fastpath()["chunk_bytes"]
+    finally:
+        transfer.use_fastpath(prev)
+        transfer.free_ring()
 
 
 def test_unused_stager_is_collected_and_released():
@@ -194,7 +226,8 @@ def test_timeline_of_one_copy():
         st.timeline = []
         y = st(x)
         (t,) = st.timeline
-        assert t["nbytes"] == 64 * MiB and len(t["chunks"]) == t["n_chunks"] == 28  # 12 x 4 MiB + 16 x 1 MiB
+        # the first chunk in 4 x 1 MiB, 11 x 4 MiB, the last wave in 16 x 1 MiB
+        assert t["nbytes"] == 64 * MiB and len(t["chunks"]) == t["n_chunks"] == 31
         for c in t["chunks"]:
             e0, e1 = c["dma"]
             start, end = t["ref"].elapsed_time(e0), t["ref"].elapsed_time(e1)
