@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from h2dlab import cli_measuring
+from h2dlab import cli_measuring, cli_record
 from h2dlab.cli_checks import check_plan, check_target, not_the_source
 from h2dlab.errors import UsageError
 from h2dlab.spec import FORUM_ORDERS, ORDERS, ForumSpec, OverlapSpec, SweepSpec
@@ -172,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--only", default=None, help="comma list of notebook names to run")
     cli_measuring.add_parser(sub)  # duplex, batch
+    cli_record.add_parser(sub)
     return p
 
 
@@ -329,6 +330,7 @@ COMMANDS = {
     "overlap": _cmd_overlap,
     "explain": _cmd_explain,
     "report": _cmd_report,
+    "record": lambda a, argv: cli_record.run(a),
 }
 COMMANDS.update(dict.fromkeys(cli_measuring.COMMANDS, cli_measuring.run))
 

@@ -15,7 +15,9 @@ the gap between consecutive recorded runs' dates beyond their ``t_s``).
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
+import platform
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,10 +33,13 @@ __all__ = [
     "PLAN_VERSION",
     "QUICK_CAP_BYTES",
     "Experiment",
+    "default_folder",
     "experiments",
+    "finished",
     "experiment_from_dict",
     "read_manifest",
     "select",
+    "plan_lines",
     "show_args",
     "total_seconds",
     "write_manifest",
@@ -239,3 +244,46 @@ def write_manifest(folder: str | Path, manifest: Mapping[str, Any]) -> Path:
     text = json.dumps(manifest, indent=2, default=str) + "\n"
     atomic_write(p, lambda q: Path(q).write_text(text))
     return p
+
+
+def plan_lines(runs: list[dict[str, Any]], gpus: int, device: str) -> list[str]:
+    """``--dry-run``'s lines: each run (as stored in recording.json) with its estimate, then the total."""
+    lines = []
+    for i, r in enumerate(runs, 1):
+        env = " ".join(f"{k}={v}" for k, v in r["env"].items())
+        lines.append(
+            f"{i:3d}. {r['name']:30s} ~{r['seconds']:4.0f} s  h2dlab {show_args(r['args'])}"
+            + (f"  [{env}]" if env else "")
+        )
+    total = sum(r["seconds"] for r in runs)
+    where = f"{gpus} GPU{'s' if gpus != 1 else ''}" if device != "cpu" else "its CPU (sweep only)"
+    lines.append(f"estimated {total:.0f} s (~{total / 60:.1f} min) on an H200 machine with {where}")
+    return lines
+
+
+def default_folder(gpu_name: str | None, root: str | Path | None = None) -> Path:
+    """A new recording's folder: ``<root>/<host>-<gpu>-<date>`` (``-2``, ``-3`` ... when taken);
+    ``root`` defaults to ``datasets.runs_dir()``."""
+    from h2dlab.datasets import runs_dir
+
+    root = Path(root) if root is not None else runs_dir()
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{platform.node()}-{gpu_name or 'cpu'}".lower()).strip("-")
+    base = root / f"{slug}-{_dt.date.today().isoformat()}"
+    folder, k = base, 1
+    while folder.exists():
+        k += 1
+        folder = base.with_name(f"{base.name}-{k}")
+    return folder
+
+
+def finished(table: str | Path) -> bool:
+    """Whether the table at ``table`` is a whole run: it exists and its env.json does not
+    say it was stopped early (``measured_rows`` < ``planned_rows``, as a stopped run keeps)."""
+    from h2dlab.tableio import read_env
+
+    p = Path(table)
+    if not p.exists():
+        return False
+    env = read_env(p) or {}
+    measured, planned = env.get("measured_rows"), env.get("planned_rows")
+    return measured is None or planned is None or int(measured) >= int(planned)

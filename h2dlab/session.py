@@ -15,10 +15,9 @@ until every notebook reads a recording.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import platform
-import re
+import signal
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ import pandas as pd
 
 from h2dlab import datasets
 from h2dlab.errors import UsageError
-from h2dlab.record_plan import KINDS, MANIFEST, read_manifest
+from h2dlab.record_plan import KINDS, MANIFEST, default_folder, finished, read_manifest
 
 __all__ = [
     "BUNDLED",
@@ -98,12 +97,13 @@ def _bundled_dir(kind: str) -> Path:
 
 
 def _table_files(folder: Path) -> list[Path]:
+    """The whole runs in ``folder`` (not partial files, not runs that were stopped early)."""
     if not folder.is_dir():
         return []
     return sorted(
         p
         for p in folder.iterdir()
-        if datasets.suffix_of(p) in datasets.SUFFIXES and not p.name.endswith(".partial.csv")
+        if datasets.suffix_of(p) in datasets.SUFFIXES and not p.name.endswith(".partial.csv") and finished(p)
     )
 
 
@@ -271,16 +271,6 @@ def find_recording(machine: Mapping[str, Any], root: str | Path | None = None) -
     return max(found)[2] if found else None
 
 
-def _new_folder(machine: Mapping[str, Any], root: Path) -> Path:
-    slug = re.sub(r"[^a-z0-9]+", "-", f"{machine.get('hostname')}-{machine.get('gpu_name') or 'cpu'}".lower())
-    base = root / f"{slug.strip('-')}-{_dt.date.today().isoformat()}"
-    folder, k = base, 1
-    while folder.exists():
-        k += 1
-        folder = base.with_name(f"{base.name}-{k}")
-    return folder
-
-
 def live_recording(echo=print) -> tuple[Path, bool]:
     """This machine's recording: found in ``datasets.runs_dir()``, or made now with
     ``h2dlab record --quick`` (an unfinished one is resumed). Returns (folder, made now).
@@ -293,13 +283,18 @@ def live_recording(echo=print) -> tuple[Path, bool]:
     if found is not None:
         args = ["--resume", str(found)]
     else:
-        found = _new_folder(here, datasets.runs_dir())
+        found = default_folder(here["gpu_name"])
         args = ["--quick", "--out", str(found)]
     cmd = [sys.executable, "-m", "h2dlab.cli", "record", *args]
     echo(f"recording this machine once: h2dlab record {' '.join(args)}")
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        for line in proc.stdout or []:
-            echo(line.rstrip())
+        try:
+            for line in proc.stdout or []:
+                echo(line.rstrip())
+        except KeyboardInterrupt:  # a notebook's stop button: the recorder keeps what it has
+            proc.send_signal(signal.SIGINT)
+            proc.wait()
+            raise
         rc = proc.wait()
     if rc != 0:
         raise RuntimeError(f"h2dlab record exited with {rc}: see {found / 'record.log'}")

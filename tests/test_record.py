@@ -1,0 +1,144 @@
+"""h2dlab record on a CPU: the dry run, usage errors, a tiny plan into a recording folder,
+an interrupted recording finished exactly by --resume, and a failed experiment."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from h2dlab import cli, session
+from h2dlab.plan import plan_sweep
+from h2dlab.record_plan import MANIFEST, read_manifest
+from h2dlab.units import parse_sizes
+
+ROOT = Path(__file__).resolve().parent.parent
+NO_CUDA = not __import__("torch").cuda.is_available()
+
+TINY = {"kind": "sweep", "run": "tiny", "args": ["measure", "--sizes", "1KiB..4KiB", "--reps", "2", "--warmup", "0", "--strategies", "pageable"], "seconds": 3}  # fmt: skip
+SLOW = {"kind": "sweep", "run": "slow", "args": ["measure", "--sizes", "1KiB..64KiB", "--reps", "100", "--warmup", "0", "--strategies", "pageable"], "seconds": 9}  # fmt: skip
+BAD = {"kind": "sweep", "run": "bad", "args": ["measure", "--strategies", "no_such_way", "--sizes", "1KiB"], "seconds": 2}  # fmt: skip
+
+
+def _plan(tmp_path: Path, *rows) -> str:
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(list(rows)))
+    return str(p)
+
+
+def _record(*args, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("H2DLAB_DEBUG", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "h2dlab.cli", "record", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        **kw,
+    )
+
+
+def test_dry_run_prints_the_plan_and_its_estimate(capsys, tmp_path):
+    out = tmp_path / "rec"
+    assert cli.main(["record", "--dry-run", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "14 experiments" in text and "estimated 547 s (~9.1 min)" in text
+    assert "allocator/pin-register-emptied" in text and "PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host" in text
+    assert cli.main(["record", "--dry-run", "--quick", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "12 experiments" in text and "estimated 148 s" in text and "<73 values" in text
+    assert cli.main(["record", "--dry-run", "--only", "pow2,forum", "--out", str(out)]) == 0
+    assert "5 experiments" in capsys.readouterr().out
+    assert not out.exists()  # a dry run writes nothing
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="checks the refusal on a machine without CUDA")
+def test_without_cuda_record_refuses_in_one_line(capsys, tmp_path):
+    assert cli.main(["record", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no CUDA GPU" in err[0] and "--device cpu" in err[0]
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--resume", "{tmp}", "--quick"], "takes its plan from the folder"),
+        (["--resume", "{tmp}"], "holds no recording.json"),
+        (["--device", "tpu"], "unknown device 'tpu'"),
+        (["--device", "cpu", "--only", "nope"], "no experiment named 'nope'"),
+        (["--device", "cpu", "--out", "{tmp}"], "is not empty"),
+        (["--device", "cpu", "--plan", "{tmp}/missing.json"], "cannot read the plan"),
+    ],
+)
+def test_usage_mistakes_exit_2_in_one_line(argv, says, capsys, tmp_path):
+    (tmp_path / "something").write_text("x")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert cli.main(["record", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+
+
+def test_cpu_recording_interrupted_then_resumed_exactly(tmp_path):
+    folder = tmp_path / "rec"
+    p = _record("--device", "cpu", "--plan", _plan(tmp_path, TINY, SLOW), "--out", str(folder))
+    partial = folder / "sweep" / "slow.csv.gz.partial.csv"
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None:  # stop it once the slow run has rows on disk
+        if partial.exists() and len(partial.read_text().splitlines()) > 5:
+            p.send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.05)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert f"h2dlab record --resume {folder}" in err
+    m = read_manifest(folder)
+    assert [(r["name"], r["status"]) for r in m["experiments"]] == [
+        ("sweep/tiny", "done"),
+        ("sweep/slow", "interrupted"),
+    ]
+    assert m["status"] == "incomplete" and m["device"] == "cpu" and m["hostname"]
+    rec = session.recording(str(folder), environ={})
+    assert rec.runs("sweep") == ["tiny"]  # the stopped run is not offered as a whole one
+    kept = len(__import__("h2dlab.datasets").datasets.read(folder / "sweep" / "slow.csv.gz"))
+    assert 5 < kept < 700
+    tiny_mtime = (folder / "sweep" / "tiny.csv.gz").stat().st_mtime_ns
+
+    p = _record("--resume", str(folder))
+    _, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err
+    m = read_manifest(folder)
+    assert m["status"] == "complete" and all(r["status"] == "done" for r in m["experiments"])
+    assert (folder / "sweep" / "tiny.csv.gz").stat().st_mtime_ns == tiny_mtime  # not measured again
+    slow = session.recording(str(folder), environ={}).table("sweep", "slow")
+    planned = plan_sweep(["pageable"], parse_sizes("1KiB..64KiB"), 100, 0)
+    assert len(slow) == len(planned) == 700
+    assert slow["run_id"].nunique() == 1  # continued, not started over
+    assert sorted(slow["order"]) == list(range(700))
+    assert "--resume" in (folder / "record.log").read_text().splitlines()[-2]
+    both = session.recording(str(folder), environ={}).table("sweep")
+    assert sorted(both.attrs["run_names"].values()) == ["slow", "tiny"] and len(both) == 700 + 6
+    assert (folder / "sweep" / "tiny.csv.gz.env.json").exists() and (folder / MANIFEST).exists()
+
+
+def test_a_failed_experiment_does_not_stop_the_others(tmp_path):
+    folder = tmp_path / "rec"
+    p = _record("--device", "cpu", "--plan", _plan(tmp_path, BAD, TINY), "--out", str(folder))
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1, err
+    assert "failed: sweep/bad" in err and "record.log" in err
+    m = read_manifest(folder)
+    assert [(r["name"], r["status"], r["rc"]) for r in m["experiments"]] == [
+        ("sweep/bad", "failed", 2),
+        ("sweep/tiny", "done", 0),
+    ]
+    assert "no_such_way" in (folder / "record.log").read_text()
+    assert session.recording(str(folder), environ={}).runs("sweep") == ["tiny"]
