@@ -44,7 +44,6 @@ from h2dlab.record_plan import (
 __all__ = ["add_parser", "run"]
 
 EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
-_RESUMABLE = ("measure", "forum")  # commands whose own --resume continues a partial run
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -250,13 +249,26 @@ class _Progress:
             self.bar.close()
 
 
+def _options(cmd: str) -> set[str]:
+    """The option strings the subcommand ``cmd`` accepts (the real parser's)."""
+    from h2dlab.cli import build_parser
+
+    subs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return set(subs.choices[cmd]._option_string_actions) if cmd in subs.choices else set()
+
+
 def _command(r: dict[str, Any], folder: Path) -> list[str]:
     out = folder / r["kind"] / f"{r['run']}.csv.gz"
     cmd = [sys.executable, "-m", "h2dlab.cli", *r["args"], "--out", str(out)]
-    if r["args"][0] in _RESUMABLE:
+    opts = _options(r["args"][0])
+    if "--no-progress" in opts:
         cmd.append("--no-progress")
-        if "--gpus" not in r["args"] and (out.exists() or Path(f"{out}.partial.csv").exists()):
-            cmd.append("--resume")  # the run's own resume continues its rows exactly
+    if (
+        "--resume" in opts
+        and "--gpus" not in r["args"]
+        and (out.exists() or Path(f"{out}.partial.csv").exists())
+    ):
+        cmd.append("--resume")  # the run's own resume continues its rows exactly
     return cmd
 
 
