@@ -19,6 +19,21 @@ CODE = {
     "pin_memory": "x.pin_memory()",
     "pinned_to_cuda": "x_pinned.to('cuda') after empty_cache()",
     "direct_to_cuda": "x.to('cuda') after empty_cache()",
+    # device -> host (h2dlab.strategies_d2h)
+    "d2h_pageable": "y.to('cpu')",
+    "d2h_pinned_reuse": "out_pinned.copy_(y, non_blocking=True); synchronize",
+    "d2h_non_blocking": "y.to('cpu', non_blocking=True); synchronize",
+    "d2h_staged": "y in 8 MiB chunks through 2 pinned slots, copied out on the host",
+    # both ways at once (h2dlab.duplex)
+    "alone": "one direction, pinned buffers",
+    "duplex": "both directions at once on two streams, pinned buffers",
+    # many tensors (h2dlab.batch_methods)
+    "loop_to": "[t.to('cuda') for t in batch]",
+    "loop_non_blocking": "[t.to('cuda', non_blocking=True) for t in batch]; synchronize",
+    "pinned_each": "[p.to('cuda', non_blocking=True) for p in pinned_batch]",
+    "pinned_flat": "torch.cat(batch, out=flat_pinned).to('cuda', non_blocking=True), views",
+    "foreach_copy": "torch._foreach_copy_(device_batch, pinned_batch, non_blocking=True)",
+    "to_device_packed": "to_device(torch.cat(batch, out=flat)), views",
 }
 #: The benchmark's method names (benchmarks/bench_transfer.py) in the registry's names.
 BENCHMARK = {
