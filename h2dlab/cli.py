@@ -171,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--inplace", action="store_true", help="also refresh the outputs stored in notebooks/*.ipynb"
     )
     r.add_argument("--only", default=None, help="comma list of notebook names to run")
+    r.add_argument("--data", default=None, help="the recording to report: h200 or a folder [h200]")
     cli_measuring.add_parser(sub)  # duplex, batch
     cli_record.add_parser(sub)
     return p
@@ -304,7 +305,7 @@ def _cmd_report(a, argv) -> int:
     unknown = [n for n in only or [] if n not in report.NOTEBOOKS]
     if unknown:
         raise UsageError(f"unknown notebook {unknown[0]!r}: choose from {', '.join(report.NOTEBOOKS)}")
-    return report.build(outdir=a.outdir, mode=a.mode, notebooks=only, inplace=a.inplace)
+    return report.build(outdir=a.outdir, mode=a.mode, notebooks=only, inplace=a.inplace, data=a.data)
 
 
 def _cmd_env(a, argv) -> int:

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from h2dlab import datasets
+from h2dlab import datasets, session
 from h2dlab.session import ROOT, resolve_mode
 
 __all__ = ["NOTEBOOKS", "REPORTED", "build", "workbook"]
@@ -30,6 +30,7 @@ def build(
     notebooks: list[str] | None = None,
     inplace: bool = False,
     timeout: int = 600,
+    data: str | Path | None = None,
 ) -> int:
     """Execute the notebooks and render ``reports/*.html`` plus an Excel workbook.
 
@@ -46,6 +47,11 @@ def build(
         outputs are refreshed).
     timeout
         Seconds a cell may run.
+    data
+        The recording the notebooks read (``H2DLAB_DATA`` for the kernels): ``"h200"``
+        or a recording folder (default: this process's variable, else each notebook's
+        ``DATA``). In live mode this machine's recording is found or made once, here,
+        before any notebook runs, and every notebook reads that same folder.
 
     Returns
     -------
@@ -64,6 +70,13 @@ def build(
     if mode is not None:
         kernel_env["H2DLAB_MODE"] = mode
     resolved = resolve_mode("auto", kernel_env)  # fails early, in one line, for live without CUDA
+    if data is not None:
+        rec = session.Recorded(data if str(data) == session.BUNDLED else Path(data).resolve())  # checks it
+        kernel_env["H2DLAB_DATA"] = rec.name if rec.name == session.BUNDLED else str(rec.folder)
+    if resolved == "live":  # record this machine once (or find its recording), then every notebook reads it
+        rec = session.recording(kernel_env.get("H2DLAB_DATA", session.BUNDLED), "live", environ=kernel_env)
+        kernel_env["H2DLAB_DATA"] = str(rec.folder)
+    shown = kernel_env.get("H2DLAB_DATA", "each notebook's DATA")
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     names = notebooks or REPORTED
@@ -73,7 +86,7 @@ def build(
         src = ROOT / "notebooks" / f"{name}.py"
         nb = jupytext.read(src)
         t0 = time.time()
-        print(f"[{k}/{len(names)}] executing {name} ({resolved}) ...", flush=True)
+        print(f"[{k}/{len(names)}] executing {name} ({resolved}, data: {shown}) ...", flush=True)
         failed = None
         try:
             NotebookClient(
@@ -97,23 +110,29 @@ def build(
             )
             return 1
         print(f"      wrote {out / (name + '.html')} in {time.time() - t0:.0f} s", flush=True)
-    workbook(out / "h2dlab-tables.xlsx")
+    workbook(out / "h2dlab-tables.xlsx", kernel_env.get("H2DLAB_DATA", session.BUNDLED))
     print(f"wrote {out / 'h2dlab-tables.xlsx'}; all done in {time.time() - t_all:.0f} s")
     return 0
 
 
-def workbook(path: str | Path) -> Path:
-    """The tables behind the report, one sheet each, from the recorded data."""
+def workbook(path: str | Path, data: str | Path = session.BUNDLED) -> Path:
+    """The tables behind the report, one sheet each, from the recording ``data``
+    (``"h200"``, the bundled one, or a recording folder); kinds it lacks get no sheet."""
     from h2dlab import model, outliers
 
+    rec = session.Recorded(data)
+    label = "h200" if rec.name == session.BUNDLED else "recording"
     sheets = {}
-    sweep = datasets.load("h200_sweep")
-    sheets["fit_h200_sweep"] = model.fit(sweep, n_boot=50)
-    sheets["medians_h200_sweep"] = model.medians(sweep)
-    sheets["advice_1GiB"] = model.advise(2**30, df=sweep)
-    sheets["advice_64MiB"] = model.advise(2**26, df=sweep)
-    for name in ("forum_a100", "h200_forum", "h200_allocator"):
-        e = outliers.explain(datasets.load(name))
+    if rec.has("sweep"):
+        sweep = rec.table("sweep")
+        sheets[f"fit_{label}_sweep"] = model.fit(sweep, n_boot=50)
+        sheets[f"medians_{label}_sweep"] = model.medians(sweep)
+        sheets["advice_1GiB"] = model.advise(2**30, df=sweep)
+        sheets["advice_64MiB"] = model.advise(2**26, df=sweep)
+    tables = {"forum_a100": datasets.load("forum_a100")}
+    tables.update({f"{label}_{k}": rec.table(k) for k in ("forum", "allocator") if rec.has(k)})
+    for name, df in tables.items():
+        e = outliers.explain(df)
         sheets[f"flagged_{name}"] = e[e.is_outlier][
             [
                 "run_id",
