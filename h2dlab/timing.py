@@ -111,20 +111,23 @@ def _nvml(dev: torch.device) -> Any:
     found = nvml_handle(idx)
     if found is not None:
         pynvml, handle = found
-        props = torch.cuda.get_device_properties(idx)
-        if getattr(props, "pci_bus_id", None) is not None:
+        masked = bool(os.environ.get("CUDA_VISIBLE_DEVICES"))  # NVML indexes every GPU, CUDA the visible
+        try:
+            props = torch.cuda.get_device_properties(idx)
             bus = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
-            try:
-                handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
-            except TypeError:  # older bindings take bytes
+        except Exception:  # noqa: BLE001 - a torch without PCI ids: the index, unless masked
+            bus = None
+        if bus is not None:
+            for arg in (bus, bus.encode()):  # str, or bytes for older bindings
                 try:
-                    handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus.encode())
+                    handle = pynvml.nvmlDeviceGetHandleByPciBusId(arg)
+                    break
                 except Exception:  # noqa: BLE001
-                    handle = None if os.environ.get("CUDA_VISIBLE_DEVICES") else handle
-            except Exception:  # noqa: BLE001 - keep the index's handle unless devices are masked
-                handle = None if os.environ.get("CUDA_VISIBLE_DEVICES") else handle
-        elif os.environ.get("CUDA_VISIBLE_DEVICES"):
-            handle = None  # NVML indexes every GPU; CUDA only the visible ones
+                    continue
+            else:
+                handle = None if masked else handle
+        elif masked:
+            handle = None
         found = (pynvml, handle) if handle is not None else None
     _NVML[idx] = found
     return found

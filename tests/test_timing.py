@@ -126,3 +126,46 @@ def test_the_evidence_costs_microseconds():
             t(f)
         per.append((time.perf_counter() - a) / 2000 * 1e6)
     assert np.median(per) < 100
+
+
+class _FakePci:
+    """Synthetic NVML that knows one GPU by its PCI bus id."""
+
+    def __init__(self, known):
+        self.known, self.asked = known, []
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus):
+        self.asked.append(bus)
+        if bus != self.known:
+            raise RuntimeError("NVML_ERROR_NOT_FOUND")
+        return "pci-handle"
+
+
+@pytest.mark.parametrize(
+    ("known", "masked", "want"),
+    [
+        ("00000000:3B:00.0", False, "pci-handle"),  # found by bus id
+        ("elsewhere", False, "index-handle"),  # not found, devices not masked: NVML's index
+        ("elsewhere", True, None),  # masked: the index could name another GPU
+    ],
+)
+def test_nvml_device_is_matched_by_pci_bus_id(monkeypatch, known, masked, want):
+    import h2dlab.env
+
+    fake = _FakePci(known)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda i: SimpleNamespace(pci_domain_id=0, pci_bus_id=0x3B, pci_device_id=0),
+    )
+    monkeypatch.setattr(h2dlab.env, "nvml_handle", lambda i: (fake, "index-handle"))
+    monkeypatch.setattr(timing, "_NVML", {})
+    if masked:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    else:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    found = timing._nvml(torch.device("cuda", 0))
+    assert (found[1] if found else None) == want
+    assert fake.asked[0] == "00000000:3B:00.0"
+    assert timing._nvml(torch.device("cuda", 0)) is found  # looked up once
