@@ -364,6 +364,10 @@ def main(argv=None) -> int:
 
 
 def report(res: dict) -> None:
+    for t in sorted(res.get("tuning", []), key=lambda t: -t["gbps_median"]):
+        sizes = ", ".join(f"{r['size_bytes'] // MiB} MiB {r['gbps_median']:.1f}" for r in t["by_size"])
+        print(f"tuning {t['engine']:5s} {t['threads']:2d} threads x {t['chunk_bytes'] // MiB:2d} MiB"
+              f"{' huge' if t['huge_pages'] else '     '}: {t['gbps_median']:5.1f} GB/s equal-bytes ({sizes})")  # fmt: skip
     rows = res["rows"]
     methods = list(dict.fromkeys(r["method"] for r in rows))
     print(f"{'size':>11s} " + " ".join(f"{m:>17s}" for m in methods) + "   GB/s (x .to())")
