@@ -291,6 +291,7 @@ def _record(folder: Path, manifest: dict[str, Any]) -> int:
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [kit, os.environ.get("PYTHONPATH")])),
     }
+    base_env.pop("PYTORCH_CUDA_ALLOC_CONF", None)  # the plan says where it applies; none inherited
     log = folder / "record.log"
     stop = _Stop()
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}

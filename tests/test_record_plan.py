@@ -3,6 +3,8 @@ and covers what the bundled H200 recording holds."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from h2dlab import session
@@ -95,3 +97,12 @@ def test_experiment_round_trip_and_bad_names():
         experiment_from_dict({"kind": "sweep", "run": "../x", "args": ["measure"]})
     with pytest.raises(ValueError, match="needs kind, run and args"):
         experiment_from_dict({"kind": "sweep"})
+
+
+def test_data_readme_states_the_plan_totals():
+    text = (Path(__file__).resolve().parent.parent / "data" / "README.md").read_text()
+    full = [round(total_seconds(experiments(gpus=g))) for g in (1, 2)]
+    quick = [round(total_seconds(experiments(quick=True, gpus=g), quick=True)) for g in (1, 2)]
+    assert f"**{full[0]} / {full[1]}**" in text and f"**{quick[0]} / {quick[1]}**" in text
+    for e in PLAN:
+        assert f"`{e.kind}/{e.run.split('-')[0]}" in text, e.name
