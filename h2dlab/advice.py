@@ -217,13 +217,19 @@ def pin_first_pays(table: pd.DataFrame) -> Finding:
     def word(pays: bool) -> str:
         return "faster than" if pays else "slower than"
 
+    first = (
+        f"on its first call, when the allocator must make a new block, {cold:.2f} ms, {word(cold_pays)} it. "
+        if not np.isnan(cold)
+        else "its first call (a new block) was not measured near this size. "
+    )
     verdict = (
         f"At {size}, `x.pin_memory().to('cuda')` with its pinned block cached took {hot:.2f} ms, "
-        f"{word(hot_pays)} `x.to('cuda')` ({page:.2f} ms); on its first call, when the allocator must make a new "
-        f"block, {cold:.2f} ms, {word(cold_pays)} it. "
+        f"{word(hot_pays)} `x.to('cuda')` ({page:.2f} ms); {first}"
         + (
             "The tutorial's warning holds exactly when a new pinned block is made."
-            if hot_pays and not cold_pays
+            if hot_pays and not cold_pays and not np.isnan(cold)
+            else "With its block cached, pinning first pays."
+            if hot_pays and np.isnan(cold)
             else "Pinning first pays in both cases here."
             if hot_pays and cold_pays
             else "Pinning first does not pay here, cached or not."

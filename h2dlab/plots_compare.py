@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import NullFormatter
 
 from h2dlab import findings, model
 from h2dlab.env import describe
@@ -142,6 +143,7 @@ def device_alloc_cost(forum: pd.DataFrame, reuse: pd.DataFrame, *, ax=None, stra
     hline_label(ax, r["median"], f"median {r['median']:.2f}x", "#333333", "-")
     hline_label(ax, 1.0, "no cost", "#999999", ":")
     size_axis(ax)
+    ax.set_ylim(bottom=0)  # the "no cost" line and its label clear of the size axis
     ax.set_ylabel("time ratio")
     ax.grid(alpha=0.3)
     ax.set_title("what empty_cache() in the loop costs each copy")
@@ -197,6 +199,9 @@ def advice_bars(table: pd.DataFrame, *, ax=None, name: str | None = None):
     ax.set_yticks(y, t.what)
     ax.invert_yaxis()
     ax.set_xscale("log")
+    ends = (t.per_copy_ms + t.upfront_ms.fillna(0)).dropna()
+    ax.set_xlim(t.per_copy_ms.min() / 2, ends.max() * 1.5)  # bars start at 0: log autoscale would cut them
+    ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide on a log axis
     ax.set_xlabel("ms")
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(f"ways to move {size_label(int(t.size_bytes.iloc[0]))} to the GPU")

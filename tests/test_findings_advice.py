@@ -181,3 +181,10 @@ def test_host_copy_ceiling():
 def test_size_text():
     assert advice.size_text(GiB) == "1 GiB" and advice.size_text(64 * KiB) == "64 KiB"
     assert np.isfinite(advice.advice(datasets.run_named(datasets.load("h200_sweep"), "pow2"), GiB).gbps).all()
+
+
+def test_pin_first_pays_without_cold_rows_says_not_measured(inter):
+    t = advice.advice(inter, GiB)  # no cold table, and the sweep's new blocks are far from 1 GiB
+    t.loc[t.way == "pin_cold", "per_copy_ms"] = np.nan
+    f = advice.pin_first_pays(t)
+    assert f.holds and "was not measured" in f.verdict and "tutorial" not in f.verdict

@@ -196,7 +196,7 @@ def test_forum_notebook_runs_in_lab(lab, browser):
     run_all(page, url, token, names[1])
     assert not errors(page), errors(page)
     assert len(images(page)) >= 5
-    assert "Replay" in page.inner_text(".h2dlab-banner")
+    assert page.locator(".jp-RenderedMarkdown", has_text="Replay of the bundled recording").count() == 1
     page.close()
 
 
