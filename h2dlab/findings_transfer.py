@@ -177,8 +177,10 @@ def batch_overhead(df: pd.DataFrame) -> Finding:
             "No single-tensor batches to compare with: the per-tensor cost is unknown.", False, {}, m
         )
     n = int(top.n_tensors.iloc[0])
-    parts = ", ".join(f"{s} {v:.1f} µs" for s, v in per.dropna().items())
+    parts = ", ".join(f"{s} {v:+.1f} µs" for s, v in per.dropna().items())
     verdict = f"Each extra tensor in a batch of {n} costs (median over totals, vs one tensor of the same bytes): {parts}."
+    if (per.dropna() < 0).any():
+        verdict += " A negative cost means the split batch was faster than one tensor of the same bytes."
     return Finding(verdict, bool(per.notna().all()), per.to_dict(), m)
 
 
