@@ -310,3 +310,48 @@ def test_concurrency_without_a_one_gpu_figure():
     assert np.isnan(c["single_gpu_gbps"]).all() and np.isnan(c["scaling"]).all()
     exact = GiB / (0.01 + GiB / 40e6) / 1e6 + GiB / (0.01 + GiB / 30e6) / 1e6
     assert c["aggregate_gbps"].iloc[0] == pytest.approx(exact, rel=1e-12)
+
+
+def test_interpolate_ms_between_beside_and_beyond_measured_sizes():
+    med = pd.DataFrame(
+        {
+            "strategy": "staged",
+            "size_bytes": [1024, 4096, 16384, 65536],
+            "median_ms": [0.01, 0.02, 0.08, 0.32],
+        }
+    )
+    f = model.interpolate_ms
+    assert f(med, "staged", 4096) == pytest.approx(0.02, rel=1e-12)
+    assert f(med, "staged", 2048) == pytest.approx(math.sqrt(0.01 * 0.02), rel=1e-12)  # log-log midpoint
+    assert f(med, "staged", 32768) == pytest.approx(math.sqrt(0.08 * 0.32), rel=1e-12)
+    assert f(med, "staged", 512) == pytest.approx(0.01, rel=1e-12)  # constant time below
+    assert f(med, "staged", 2 * 65536) == pytest.approx(0.64, rel=1e-12)  # constant GB/s beyond
+    assert math.isnan(f(med, "pageable", 4096))
+    assert f(med.iloc[::-1], "staged", 2048) == pytest.approx(math.sqrt(0.01 * 0.02), rel=1e-12)
+
+
+def test_advise_smallest_sizes_and_anchored_messages():
+    df = synthetic_table(["pageable", "staged"])
+    a = model.advise(1, df=df)  # one byte is a size
+    assert (a["size_bytes"] == 1).all()
+    assert model.advise(0.5, df=df)["best_ms"].iloc[0] == pytest.approx(0.02 + 1024 / 5e6, rel=1e-12)
+    with pytest.raises(
+        ValueError, match=r"^df has no timed rows \(no rows without warm-up or error\): nothing"
+    ):
+        model.advise(GiB, df=df.assign(warmup=True))
+    with pytest.raises(TypeError, match=r"^size_bytes must be a number of bytes, got str$"):
+        model.advise("1", df=df)
+    cold = synthetic_table(["pin_then_copy"])
+    with pytest.raises(ValueError, match=r"^one_off has no pin_then_copy row .* emptied before each size$"):
+        model.advise(GiB, df=df, one_off=cold)
+    for col in ("host_allocs", "strategy"):
+        with pytest.raises(ValueError, match=f"missing column.*{col}"):
+            model.cold_pin_rows(cold.drop(columns=[col]))
+
+
+def test_concurrency_messages_and_columns():
+    c = synthetic_concurrent()
+    with pytest.raises(ValueError, match=r"^not a concurrent run: .* \(measure on several GPUs at once\)$"):
+        model.concurrency(c.drop(columns=["gpu"]))
+    # It needs no run_id (one concurrent run per table).
+    assert len(model.concurrency(c.drop(columns=["run_id"]))) == 2
