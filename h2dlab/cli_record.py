@@ -16,7 +16,6 @@ import argparse
 import datetime as _dt
 import json
 import os
-import platform
 import re
 import shlex
 import signal
@@ -29,12 +28,12 @@ from typing import Any
 from h2dlab.errors import UsageError
 from h2dlab.record_plan import (
     MANIFEST,
-    PLAN_VERSION,
     Experiment,
     default_folder,
     experiment_from_dict,
     experiments,
     finished,
+    new_manifest,
     plan_lines,
     read_manifest,
     select,
@@ -164,24 +163,8 @@ def run(args: argparse.Namespace) -> int:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create {folder}: {exc.strerror}") from None
-    from h2dlab import __version__
-
-    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    manifest = {
-        "format": 1,
-        "plan_version": PLAN_VERSION,
-        "quick": bool(args.quick),
-        "device": device,
-        "hostname": platform.node(),
-        "gpu_name": name,
-        "gpu_count": gpus,
-        "created": now,
-        "updated": now,
-        "h2dlab_version": __version__,
-        "command": shlex.join(["h2dlab", *sys.argv[1:]]) if sys.argv[1:2] == ["record"] else "h2dlab record",
-        "status": "incomplete",
-        "experiments": runs,
-    }
+    command = shlex.join(["h2dlab", *sys.argv[1:]]) if sys.argv[1:2] == ["record"] else "h2dlab record"
+    manifest = new_manifest(runs, quick=args.quick, device=device, gpus=gpus, gpu_name=name, command=command)
     write_manifest(folder, manifest)
     return _record(folder, manifest)
 
@@ -283,6 +266,7 @@ def _tail(log: Path, n: int = 3) -> str:
 def _record(folder: Path, manifest: dict[str, Any]) -> int:
     """Run every experiment of ``manifest`` not yet done; keep recording.json current."""
     import h2dlab
+    from h2dlab.tableio import read_env
 
     runs = manifest["experiments"]
     todo = [r for r in runs if r["status"] != "done"]
@@ -329,10 +313,8 @@ def _record(folder: Path, manifest: dict[str, Any]) -> int:
             r["wall_s"], r["rc"] = round(time.time() - t0, 1), rc
             if rc == 0 and finished(out):
                 r["status"] = "done"
-                if not manifest.get("gpu_name") and manifest.get("device") != "cpu":
-                    from h2dlab.tableio import read_env
-
-                    manifest["gpu_name"] = (read_env(out) or {}).get("gpu_name")  # as torch names it
+                if manifest.get("device") != "cpu":  # as torch names it (what live mode compares)
+                    manifest["gpu_name"] = (read_env(out) or {}).get("gpu_name") or manifest.get("gpu_name")
             elif stop.signum is not None or rc in (EXIT_INTERRUPTED, -signal.SIGINT, -signal.SIGTERM):
                 r["status"] = "interrupted"
                 stop.signum = stop.signum or signal.SIGINT

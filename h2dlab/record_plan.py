@@ -36,6 +36,7 @@ __all__ = [
     "default_folder",
     "experiments",
     "finished",
+    "new_manifest",
     "experiment_from_dict",
     "read_manifest",
     "select",
@@ -287,3 +288,28 @@ def finished(table: str | Path) -> bool:
     env = read_env(p) or {}
     measured, planned = env.get("measured_rows"), env.get("planned_rows")
     return measured is None or planned is None or int(measured) >= int(planned)
+
+
+def new_manifest(
+    runs: list[dict[str, Any]], *, quick: bool, device: str, gpus: int, gpu_name: str | None, command: str
+) -> dict[str, Any]:
+    """A new recording's recording.json: the machine, the date and every run to make
+    (each as :meth:`Experiment.to_dict` plus ``name`` and ``status``)."""
+    from h2dlab import __version__
+
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return {
+        "format": 1,
+        "plan_version": PLAN_VERSION,
+        "quick": bool(quick),
+        "device": device,
+        "hostname": platform.node(),
+        "gpu_name": gpu_name,
+        "gpu_count": gpus,
+        "created": now,
+        "updated": now,
+        "h2dlab_version": __version__,
+        "command": command,
+        "status": "incomplete",
+        "experiments": runs,
+    }
