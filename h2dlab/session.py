@@ -9,8 +9,7 @@
     rec.banner()
 
 ``H2DLAB_DATA`` and ``H2DLAB_MODE`` (the report builder sets them) win over the
-notebook's ``DATA`` and ``MODE``. ``Session`` is the older per-dataset reader, kept
-until every notebook reads a recording.
+notebook's ``DATA`` and ``MODE``.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import platform
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,10 +33,8 @@ __all__ = [
     "BUNDLED",
     "MODES",
     "ROOT",
-    "RUNS_DIR",
     "Markdown",
     "Recorded",
-    "Session",
     "find_recording",
     "live_recording",
     "recording",
@@ -48,7 +44,6 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("auto", "replay", "live")
-RUNS_DIR = ROOT / "data" / "runs"
 #: The bundled recording's name; its kinds live in ``data/h200_<kind>`` (concurrent: ``h200x2_``).
 BUNDLED = "h200"
 
@@ -333,143 +328,3 @@ def recording(
         return Recorded(data, "live")
     folder, made = live_recording()
     return Recorded(folder, "live", made_now=made)
-
-
-class Session:
-    """The older per-dataset reader (recorded datasets, or runs measured now); use
-    :func:`recording` instead.
-
-    ``data(name)`` returns the recorded dataset in replay mode; in live mode it runs
-    the matching measurement with the kit's CLI (a fresh process, so that CUDA
-    start-up lands where the forum's did), saves it under ``data/runs/`` with its
-    env.json, and returns it.
-    """
-
-    #: What a live notebook measures in place of each recorded dataset: run name, CLI
-    #: arguments, extra environment. The same experiments as data/record_h200.sh, capped
-    #: at 1 GiB and with fewer repetitions so that a whole live report takes minutes.
-    REG = {"PYTORCH_CUDA_ALLOC_CONF": "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"}
-    PIN = [
-        "measure",
-        "--sizes",
-        "forum",
-        "--strategies",
-        "pin_then_copy",
-        "--reps",
-        "2",
-        "--warmup",
-        "0",
-        "--order",
-        "ascending",
-    ]
-    DEV = [
-        "measure",
-        "--sizes",
-        "1KiB..256MiB",
-        "--strategies",
-        "pageable,pinned_reuse",
-        "--reps",
-        "5",
-        "--warmup",
-        "1",
-    ]
-    LIVE = {
-        "h200_forum": [(f"ascending-{i}", ["forum"], {}) for i in (1, 2, 3)]
-        + [("shuffled-1", ["forum", "--order", "shuffled", "--seed", "1"], {})],
-        "h200_sweep": [
-            (
-                "pow2",
-                ["measure", "--sizes", "1KiB..1GiB", "--reps", "10", "--reps-large", "3", "--warmup", "2"],
-                {},
-            ),
-            (
-                "forum-sizes",
-                [
-                    "measure",
-                    "--sizes",
-                    "forum",
-                    "--strategies",
-                    "pageable,pinned_reuse",
-                    "--reps",
-                    "3",
-                    "--warmup",
-                    "1",
-                ],
-                {},
-            ),
-        ],
-        "h200_allocator": [
-            ("pin-warm", PIN, {}),
-            ("pin-emptied", [*PIN, "--empty-host-cache"], {}),
-            ("pin-register-warm", PIN, REG),
-            ("pin-register-emptied", [*PIN, "--empty-host-cache"], REG),
-            ("device-cache-kept", DEV, {}),
-            ("device-empty-cache", [*DEV, "--empty-cache"], {}),
-        ],
-        "h200_overlap": [("overlap", ["overlap", "--size", "256MiB", "--reps", "5"], {})],
-    }
-
-    def __init__(self, mode: str = "auto") -> None:
-        self.mode = resolve_mode(mode)
-        self.sources: dict[str, str] = {}
-        self._cache: dict[str, object] = {}
-
-    def data(self, name: str):
-        """The recorded dataset ``name`` (replay), or the same experiment run now (live)."""
-        if name in self._cache:
-            return self._cache[name]
-        if self.mode == "replay" or name not in self.LIVE:
-            df = datasets.timeline(name) if name in datasets.TIMELINES else datasets.load(name)
-            self.sources[name] = f"recorded `{name}`"
-        else:
-            df = self._measure(name)
-        self._cache[name] = df
-        return df
-
-    def run(self, name: str, run: str):
-        """One run of a dataset by its file name (e.g. ``pow2``), in either mode."""
-        return datasets.run_named(self.data(name), run)
-
-    def _measure(self, name: str):
-        import subprocess
-
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        folder = RUNS_DIR / f"{stamp}-{name.replace('h200_', '')}"
-        folder.mkdir(parents=True, exist_ok=True)
-        for run, args, extra in self.LIVE[name]:
-            out = folder / f"{run}.csv.gz"
-            cmd = [sys.executable, "-m", "h2dlab.cli", *args, "--out", str(out)]
-            if args[0] in ("measure", "forum"):
-                cmd.append("--no-progress")
-            print("measuring:", " ".join(["h2dlab", *cmd[3:]]), flush=True)
-            subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, **extra})
-        df = datasets.timeline(str(folder)) if name in datasets.TIMELINES else datasets.load(str(folder))
-        df.attrs["dataset"] = f"live run {folder.relative_to(ROOT)}"
-        self.sources[name] = f"measured now, saved in `{folder.relative_to(ROOT)}`"
-        return df
-
-    def banner(self):
-        """An HTML banner: which mode ran, on what GPU, when, from which data."""
-        from IPython.display import HTML
-
-        from h2dlab.env import collect_env, describe
-
-        here = collect_env(gpu=self.mode == "live")
-        if self.mode == "replay":
-            envs = [datasets.run_env(d) for d in self._cache.values() if hasattr(d, "attrs")]
-            rec = next((e for e in envs if e and e.get("gpu_name")), {})
-            what = (
-                f"<b>Replay</b> of recorded data ({', '.join(self.sources.values()) or 'none yet'}), "
-                f"measured on {describe(rec) if rec else 'the machine named in each figure'}."
-            )
-            why = (
-                "No CUDA GPU here" if not here.get("cuda_available") else "Replay was asked for"
-            ) + ": set <code>H2DLAB_MODE=live</code> on a GPU machine to measure it instead."
-        else:
-            what = f"<b>Live</b> measurement on this machine: {describe(here)}."
-            why = "Runs are saved under <code>data/runs/</code> with their env.json."
-        return HTML(
-            f'<div class="h2dlab-banner" style="border-left:4px solid #1f77b4;padding:6px 10px;'
-            f'background:#f3f7fb;font-size:90%">{what} {why}<br><small>executed '
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by h2dlab</small></div>"
-        )

@@ -8,7 +8,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from h2dlab import cli, datasets, report
+from h2dlab import cli, datasets, report, session
 from h2dlab.record_plan import write_manifest
 
 
@@ -52,9 +52,45 @@ def test_report_data_must_be_a_recording(tmp_path, capsys):
     assert not (tmp_path / "r").exists()  # refused before anything ran
 
 
+def _whole_folder(tmp_path):
+    """Every bundled H200 run but the concurrent one, laid out as a recording folder."""
+    rec = session.recording("h200", environ={})
+    folder = tmp_path / "box-rec"
+    for kind in rec.kinds():
+        if kind == "concurrent":
+            continue
+        (folder / kind).mkdir(parents=True)
+        for run in rec.runs(kind):
+            src = session_dir(kind) / f"{run}.csv.gz"
+            shutil.copy(src, folder / kind / src.name)
+            shutil.copy(
+                datasets.env_path(src)
+                if datasets.env_path(src).exists()
+                else src.with_name(f"{run}.env.json"),
+                folder / kind / f"{run}.csv.gz.env.json",
+            )
+    write_manifest(
+        folder,
+        {
+            "hostname": "box",
+            "gpu_name": "NVIDIA H200",
+            "created": "2031-05-06T07:08:09",
+            "status": "complete",
+        },
+    )
+    return folder
+
+
+def session_dir(kind):
+    return datasets.DATA_DIR / ("h200x2_concurrent" if kind == "concurrent" else f"h200_{kind}")
+
+
 @pytest.mark.slow
 def test_report_renders_from_a_recording_folder(tmp_path):
-    folder = _folder(tmp_path)
-    rc = report.build(outdir=tmp_path / "r", mode="replay", notebooks=["02-fastest-way"], data=folder)
+    folder = _whole_folder(tmp_path)
+    out = tmp_path / "r"
+    rc = report.build(outdir=out, mode="replay", notebooks=["02-fastest-way"], data=folder)
     assert rc == 0
-    assert "fit_recording_sweep" in pd.read_excel(tmp_path / "r" / "h2dlab-tables.xlsx", sheet_name=None)
+    html = (out / "02-fastest-way.html").read_text()
+    assert str(folder) in html and "2031-05-06" in html  # the banner names the recording shown
+    assert "fit_recording_sweep" in pd.read_excel(out / "h2dlab-tables.xlsx", sheet_name=None)
