@@ -343,12 +343,13 @@ from h2dlab.plots_compare import (  # noqa: E402  (re-exported: every figure is 
     cache_kept_vs_emptied,
     concurrency,
     device_alloc_cost,
+    machines,
     overlap,
     pin_cost,
 )  # fmt: skip
 from h2dlab.plots_fastpath import staged_timeline  # noqa: E402,F401  (re-exported)
 
-__all__ += ["advice_bars", "benchmark", "cache_kept_vs_emptied", "device_alloc_cost", "pin_cost"]
+__all__ += ["advice_bars", "benchmark", "cache_kept_vs_emptied", "device_alloc_cost", "machines", "pin_cost"]
 from h2dlab.plots_transfer import batch_overhead, directions, duplex_aggregate  # noqa: E402
 
 __all__ += ["batch_overhead", "directions", "duplex_aggregate"]

@@ -34,6 +34,7 @@ __all__ = [
     "cache_kept_vs_emptied",
     "concurrency",
     "device_alloc_cost",
+    "machines",
     "overlap",
     "pin_cost",
 ]
@@ -207,4 +208,29 @@ def advice_bars(table: pd.DataFrame, *, ax=None, name: str | None = None):
     ax.set_title(f"ways to move {size_label(int(t.size_bytes.iloc[0]))} to the GPU")
     legend_outside(ax)
     footnote(ax, None, text=f"data: {name or 'advice table'} · whiskers: IQR")
+    return ax
+
+
+def machines(table: pd.DataFrame, *, ax=None):
+    """Machines side by side from ``compare_machines.compare()``: GB/s per strategy
+    (bandwidth at 1 GiB and the forum protocol's copies), one bar per machine, with the
+    quartiles as whiskers."""
+    ax = axes_or_new(ax)
+    t = table[table.unit == "GB/s"].reset_index(drop=True)
+    t = t.assign(what=t.metric.map({"bandwidth": "sweep", "forum_bandwidth": "forum"}) + ": " + t.strategy)
+    order = list(dict.fromkeys(t.sort_values(["metric", "value"], ascending=[False, False]).what))
+    names = list(dict.fromkeys(t.machine))
+    sns.barplot(t, x="value", y="what", hue="machine", order=order, hue_order=names, errorbar=None, ax=ax)
+    for bars, m in zip(list(ax.containers), names, strict=False):  # seaborn draws a machine's bars in `order`
+        g = t[t.machine == m].set_index("what").reindex(order).dropna(subset=["value"])
+        ys = [b.get_y() + b.get_height() / 2 for b in bars][: len(g)]
+        ax.errorbar(g.value, ys, xerr=[(g.value - g.lo).clip(lower=0), (g.hi - g.value).clip(lower=0)],
+                    fmt="none", color="k", lw=0.7, capsize=2)  # fmt: skip
+    ax.set_xlabel("GB/s (median; whiskers: IQR)")
+    ax.set_ylabel("")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title("each machine's copies, side by side")
+    legend_outside(ax, "machine")
+    gpus = ", ".join(dict.fromkeys(f"{m}: {g}" for m, g in zip(t.machine, t.gpu, strict=True)))
+    footnote(ax, None, text=f"data: {gpus} · sweep at 1 GiB or its largest size; forum: its largest size")
     return ax

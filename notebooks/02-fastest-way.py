@@ -30,9 +30,10 @@ DATA = "h200"
 MODE = "replay"
 
 # %%
+import pandas as pd
 from IPython.display import Markdown, display
 
-from h2dlab import advice, datasets, factors, plots, session
+from h2dlab import advice, compare_machines, datasets, factors, findings_transfer, plots, session
 
 rec = session.recording(DATA, mode=MODE)
 sweep = rec.table("sweep", "pow2-interleaved")
@@ -106,19 +107,55 @@ display(adv[["what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_m
 display(advice.best_way(adv), advice.best_way(adv, copies=100), advice.pin_first_pays(adv))
 
 # %% [markdown]
-# ## 6 · Many small tensors, and the way back
+# ## 6 · Results back to the host: is device → host as fast?
 #
-# *What about a batch of many tensors, and results coming back to the host?* A training step
-# moves many tensors at once, and results, logits or checkpoints come back.
+# *Does the way back cost the same?* Results, logits and checkpoints return with `.cpu()` (into
+# pageable memory) or into a pinned buffer. The same sweep in the other direction, solid lines
+# host → device and dashed device → host:
 
 # %% tags=["hide-input"]
-display(Markdown("This recording has batches of many tensors." if rec.has("batch") else
-                 "This recording has no batch of many small tensors, so this notebook does not advise on them."))
-display(Markdown("This recording has device-to-host copies." if rec.has("d2h") else
-                 "This recording has no device-to-host copies, so the advice covers host to device only."))
+both = pd.concat([sweep, rec.table("d2h")]) if rec.has("d2h") else None
+if both is not None:
+    plots.directions(both)
+
+# %% tags=["hide-input"]
+display(findings_transfer.direction_bandwidth(both) if both is not None else
+        Markdown("This recording has no device-to-host copies, so this notebook cannot compare the two directions."))
 
 # %% [markdown]
-# ## 7 · Several GPUs at once
+# ## 7 · Both directions at once: is the link full duplex?
+#
+# *Can a copy in and a copy out share the link without slowing each other?* PCIe sends in both
+# directions at once on separate lanes. Each size below was copied host → device and
+# device → host on two streams together, and each direction alone:
+
+# %% tags=["hide-input"]
+if rec.has("bidir"):
+    plots.duplex_aggregate(rec.table("bidir"))
+
+# %% tags=["hide-input"]
+display(findings_transfer.duplex_summary(rec.table("bidir")) if rec.has("bidir") else
+        Markdown("This recording has no copies in both directions at once, so it cannot say how close the link "
+                 "comes to full duplex."))
+
+# %% [markdown]
+# ## 8 · A batch of many small tensors
+#
+# *What does each extra tensor cost, and which way moves a batch fastest?* A training step moves
+# a batch: many tensors, of equal or mixed sizes. Each method moved the same bytes split into
+# more and more tensors; the figure shows the time per tensor at the smallest batch total.
+
+# %% tags=["hide-input"]
+if rec.has("batch"):
+    plots.batch_overhead(rec.table("batch"))
+
+# %% tags=["hide-input"]
+display(*(findings_transfer.batch_overhead(rec.table("batch")), findings_transfer.best_batch_method(rec.table("batch")))
+        if rec.has("batch") else
+        [Markdown("This recording has no batches of many tensors, so this notebook does not advise on them.")])
+
+# %% [markdown]
+# ## 9 · Several GPUs at once
 #
 # *Do several GPUs fed from one host slow each other down?* Feeding several GPUs from one host, the copies compete for host memory bandwidth and, if the
 # GPUs share a switch, for PCIe lanes. `h2dlab measure --gpus 1..2` runs one process per GPU,
@@ -131,3 +168,21 @@ if rec.has("concurrent"):
 # %% tags=["hide-input"]
 display(factors.concurrency(rec.table("concurrent")) if rec.has("concurrent") else
         Markdown("This recording has no run of several GPUs at once."))
+
+# %% [markdown]
+# ## 10 · Your machine beside the H200 and the A100
+#
+# *How does this recording's machine differ from the bundled H200 and the forum's A100?* The same
+# few numbers for each: bandwidth per strategy at the largest common size, the small-copy floor,
+# what `pin_memory()` costs, and the forum protocol's pinned-cache growth. The A100 has only the
+# forum's table, so it has only the forum's rows.
+
+# %% tags=["hide-input"]
+machines = compare_machines.compare(None if rec.name == session.BUNDLED else rec)
+plots.machines(machines);
+
+# %% tags=["hide-input"]
+display(Markdown("This notebook shows the bundled H200 recording itself, so it stands beside the forum's A100 alone: "
+                 "set `MODE = \"live\"` on a CUDA machine, or `DATA` to a recording folder, to put yours beside them."
+                 if rec.name == session.BUNDLED else f"This recording's machine ({machines.gpu.iloc[0]}) is `{rec.name}` in the figure and the table."))
+machines.pivot_table(index=["metric", "strategy", "unit"], columns="machine", values="value", sort=False).round(2)

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from h2dlab import advice, datasets, model, outliers, plots  # noqa: E402
+from h2dlab import advice, compare_machines, datasets, model, outliers, plots  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -200,6 +200,7 @@ def _figures():
         lambda: one(lambda ax: plots.overlap(datasets.timeline("h200_overlap"), ax=ax, name="h200_overlap")),
     )
     yield "concurrency", lambda: one(lambda ax: plots.concurrency(datasets.load("h200x2_concurrent"), ax=ax))
+    yield "machines", lambda: one(lambda ax: plots.machines(compare_machines.compare(None), ax=ax))
     yield (
         "advice",
         lambda: one(
@@ -231,3 +232,15 @@ def test_notebook_figures_have_titles_outside_legends_and_apart_labels(name, dra
     overlaps, out = text_problems(fig)
     assert not overlaps, f"{name}: overlapping texts {overlaps[:3]}"
     assert not out, f"{name}: texts leave the figure {out[:3]}"
+
+
+def test_machines_draws_one_bar_per_machine_and_gbps_row():
+    t = compare_machines.compare(None)
+    ax = plots.machines(t)
+    g = t[t.unit == "GB/s"]
+    from matplotlib.container import BarContainer
+
+    bars = [b for c in ax.containers if isinstance(c, BarContainer) for b in c]
+    heights = sorted(round(b.get_width(), 6) for b in bars)
+    assert heights == sorted(round(v, 6) for v in g.value)  # every GB/s figure drawn, nothing else
+    assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == sorted(g.machine.unique())
