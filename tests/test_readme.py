@@ -1,4 +1,4 @@
-"""README's "What it found" table says what the bundled data says: every figure in it is
+"""README's "What it found" table says what the bundled recording says: every figure in it is
 recomputed here with the same functions the notebooks use (h2dlab.advice, findings,
 forum_claims, factors) and must appear, formatted the same way, in its row."""
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from h2dlab import advice, datasets, factors, findings, forum_claims, outliers
+from h2dlab import advice, datasets, factors, findings, forum_claims, outliers, session
 from h2dlab.env import PCIE_X16_GBPS
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -23,14 +23,15 @@ def found_table():
 
 @pytest.fixture(scope="module")
 def expected():
-    sweep = datasets.load("h200_sweep")
-    inter, reuse = datasets.run_named(sweep, "pow2-interleaved"), datasets.run_named(sweep, "forum-sizes")
-    cold = datasets.run_named(datasets.load("h200_allocator"), "pin-emptied")
-    forum = datasets.load("h200_forum")
+    rec = session.recording(
+        "h200", mode="replay", environ={}
+    )  # the bundled recording, as the notebooks read it
+    inter, reuse = rec.table("sweep", "pow2-interleaved"), rec.table("sweep", "forum-sizes")
+    cold, forum = rec.table("allocator", "pin-emptied"), rec.table("forum")
     a = advice.advice(inter, 2**30, cold=cold).set_index("way")
     floor = advice.small_copy_floor(inter)
     growth = findings.host_alloc_growth(forum)
-    conc = factors.concurrency(datasets.load("h200x2_concurrent"))["by_strategy"]
+    conc = factors.concurrency(rec.table("concurrent"))["by_strategy"]
     runs = forum.run_id.nunique()
     eps = forum_claims.episodes(outliers.explain(datasets.load("forum_a100")))["count"]
     return {
