@@ -75,17 +75,9 @@ def _gpus(device: str) -> tuple[int, str | None]:
             "this machine has no CUDA GPU: record needs one (use --device cpu for a CPU recording "
             "of the sweep only, or --dry-run to see the plan)"
         )
-    name = None
-    try:  # nvidia-smi names the GPU as torch does, and starts no context here
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-        name = out.stdout.splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError):
-        pass
+    from h2dlab.session import gpu_name
+
+    name = gpu_name()
     return torch.cuda.device_count(), name
 
 

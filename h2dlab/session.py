@@ -36,6 +36,7 @@ __all__ = [
     "Markdown",
     "Recorded",
     "find_recording",
+    "gpu_name",
     "live_recording",
     "recording",
     "resolve_mode",
@@ -236,14 +237,33 @@ def _cuda() -> bool:
         return False
 
 
+def gpu_name() -> str | None:
+    """The first GPU's name, from ``nvidia-smi`` (no CUDA context in this process), else
+    from torch; None without a GPU. Recordings name their GPU as torch does; the two agree."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.splitlines()[0].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
 def this_machine() -> dict[str, Any]:
-    """``hostname``, ``gpu_name`` and ``gpu_count`` of this machine (GPU fields None without CUDA)."""
+    """``hostname``, ``gpu_name`` and ``gpu_count`` of this machine (GPU fields None/0 without CUDA)."""
     import torch
 
     cuda = torch.cuda.is_available()
     return {
         "hostname": platform.node(),
-        "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
+        "gpu_name": gpu_name() if cuda else None,
         "gpu_count": torch.cuda.device_count() if cuda else 0,
     }
 

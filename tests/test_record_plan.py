@@ -106,3 +106,18 @@ def test_data_readme_states_the_plan_totals():
     assert f"**{full[0]} / {full[1]}**" in text and f"**{quick[0]} / {quick[1]}**" in text
     for e in PLAN:
         assert f"`{e.kind}/{e.run.split('-')[0]}" in text, e.name
+
+
+def test_quick_forum_runs_keep_the_forums_question_pair():
+    import inspect
+
+    from h2dlab.forum_claims import size_pair
+    from h2dlab.record_plan import FORUM_PAIR
+
+    defaults = inspect.signature(size_pair).parameters
+    assert FORUM_PAIR == (defaults["small"].default, defaults["large"].default)
+    parser = build_parser()
+    for e in experiments(quick=True):
+        if e.kind == "forum":
+            seqs = spec_from_args(parser.parse_args([*e.argv(True), "--out", "a.csv"])).seqs
+            assert set(FORUM_PAIR) <= set(seqs) and len(seqs) == 75

@@ -94,3 +94,58 @@ def test_report_renders_from_a_recording_folder(tmp_path):
     html = (out / "02-fastest-way.html").read_text()
     assert str(folder) in html and "2031-05-06" in html  # the banner names the recording shown
     assert "fit_recording_sweep" in pd.read_excel(out / "h2dlab-tables.xlsx", sheet_name=None)
+
+
+def _quick_shaped(tmp_path):
+    """SYNTHETIC: the bundled H200 runs cut to the rows a ``record --quick`` makes (its sizes
+    and repetitions), to check that every notebook renders from a quick recording's shape.
+    The numbers are the bundled ones, subset; nothing is made up."""
+    from h2dlab.record_plan import FORUM_PAIR, QUICK_CAP_BYTES, experiments
+    from h2dlab.units import forum_nbytes
+
+    bundled = session.recording("h200", environ={})
+    folder = tmp_path / "quick-shaped"
+    parser = cli.build_parser()
+    for e in experiments(quick=True, gpus=1):
+        src_dir = session_dir(e.kind)
+        src = next(p for p in src_dir.iterdir() if p.name.startswith(f"{e.run}.csv"))
+        (folder / e.kind).mkdir(parents=True, exist_ok=True)
+        dest = folder / e.kind / f"{e.run}.csv.gz"
+        if e.kind == "overlap":
+            tl = pd.read_csv(src)
+            tl[tl.rep < 3].to_csv(dest, index=False)
+            shutil.copy(src.with_name("overlap.env.json"), dest.with_name("overlap.csv.gz.env.json"))
+            continue
+        df = bundled.table(e.kind, e.run)
+        a = parser.parse_args([*e.argv(True), "--out", "x.csv"])
+        if e.kind == "forum":
+            keep = (df.size_bytes <= QUICK_CAP_BYTES) | df.size_bytes.isin(
+                [forum_nbytes(s) for s in FORUM_PAIR]
+            )
+        else:
+            sizes = set(cli.spec_from_args(a).sizes)
+            large = a.reps if a.reps_large is None else a.reps_large
+            reps = df.size_bytes.where(df.size_bytes >= 2**30, 0).map({0: a.reps}).fillna(large)
+            keep = df.size_bytes.isin(sizes) & (
+                (df.warmup & (df.rep < a.warmup)) | (~df.warmup & (df.rep < reps))
+            )
+        env = dict(bundled.env(e.kind, e.run))
+        env.update(planned_rows=int(keep.sum()), measured_rows=int(keep.sum()))
+        datasets.save(df[keep].reset_index(drop=True), dest, env=env)
+    write_manifest(
+        folder,
+        {"hostname": "synthetic", "gpu_name": "NVIDIA H200", "created": "2032-01-01", "status": "complete"},
+    )
+    return folder
+
+
+@pytest.mark.slow
+def test_every_notebook_renders_from_a_quick_shaped_recording(tmp_path):
+    folder = _quick_shaped(tmp_path)
+    rec = session.recording(str(folder), environ={})
+    assert rec.runs("forum") == ["ascending-1", "shuffled-1"] and not rec.has("concurrent")
+    assert rec.table("allocator", "pin-warm").size_bytes.max() <= 136 * 2**20
+    out = tmp_path / "r"
+    assert report.build(outdir=out, mode="replay", data=folder) == 0
+    for name in report.REPORTED:
+        assert "2032-01-01" in (out / f"{name}.html").read_text()
