@@ -42,6 +42,8 @@ def check_target(out: Path, *, resume: bool = False, force: bool = False, resuma
     check_free(out)  # another live run writing this output: refused whatever the flags
     if partial.is_symlink():
         raise UsageError(f"{partial} is a symbolic link: h2dlab never writes a run through a link; remove it")
+    if out.is_dir():
+        raise UsageError(f"{out} is a folder: give --out a file name")
     if out.exists() and not os.access(out, os.W_OK):
         raise UsageError(f"{out} is read-only or immutable: it cannot be replaced; choose another --out")
     if resume or force:

@@ -21,7 +21,7 @@ def load_source(source: str):
     a readable h2dlab table is the user's mistake (``UsageError``)."""
     try:
         df = datasets.load(source)
-    except datasets.SchemaError as exc:
+    except ValueError as exc:  # SchemaError, or a name that cannot be a dataset ('')
         raise UsageError(str(exc)) from exc
     if df.empty:
         raise UsageError(f"{source}: the table has no rows")

@@ -1,0 +1,216 @@
+"""Bad input across the command line and the library (issue 15): every case is refused
+before anything is measured or written. The command: exit code 2, ONE line on stderr,
+no traceback. The library: ``ValueError``/``TypeError`` with a message in library terms."""
+
+import math
+import os
+
+import pandas as pd
+import pytest
+import torch
+
+from h2dlab import cli, datasets, model, transfer
+from h2dlab.errors import UsageError
+from h2dlab.partial import partial_path
+from h2dlab.recorder import Recording
+from h2dlab.spec import ForumSpec, OverlapSpec, SweepSpec
+from h2dlab.units import parse_size, parse_sizes
+
+M = ["measure", "--device", "cpu", "--no-progress", "--strategies", "pageable", "--sizes", "1KiB"]
+F = ["forum", "--device", "cpu", "--no-progress"]
+O = ["overlap", "--device", "cpu"]
+
+
+@pytest.fixture
+def place(tmp_path):
+    """Files the cases refer to: an existing output, a killed run's partial file, a planted
+    link, a folder named like a table, a table that is not h2dlab's, one with an infinity."""
+    (tmp_path / "exists.csv").write_text("an earlier table\n")
+    (tmp_path / "budget.xlsx").write_bytes(b"PK not ours")
+    (tmp_path / "killed.csv.partial.csv").write_text(",".join(datasets.COLUMNS) + "\n")
+    partial_path(tmp_path / "linked.csv").symlink_to(tmp_path / "victim.txt")
+    (tmp_path / "folder.csv").mkdir()
+    pd.DataFrame({"x": [1, 2]}).to_csv(tmp_path / "foreign.csv", index=False)
+    good = datasets.load("forum_a100").head(30)
+    datasets.save(good, tmp_path / "good.csv")
+    bad = good.astype({"wall_ms": object})
+    bad.loc[3, "wall_ms"] = "inf"
+    bad.to_csv(tmp_path / "inf.csv", index=False)
+    good.drop(columns=["error"]).to_csv(tmp_path / "noerror.csv", index=False)
+    return tmp_path
+
+
+CLI_CASES = [
+    # measure: what to measure
+    ([*M, "--strategies", "teleport"], ["unknown strategy"]),
+    ([*M, "--strategies", "pageable,pageable"], ["named twice"]),
+    ([*M, "--strategies", ","], ["no strategy"]),
+    ([*M, "--sizes", "12QB"], ["12QB", "unit"]),
+    ([*M, "--sizes", "0"], ["must be positive"]),
+    ([*M, "--sizes=-4KiB"], ["must be positive"]),
+    ([*M, "--sizes", "1GiB..1KiB"], ["backwards"]),
+    ([*M, "--sizes", "0.5"], ["whole number of bytes"]),
+    ([*M, "--sizes", ""], ["no sizes"]),
+    ([*M, "--sizes", "1e3"], ["cannot read size"]),
+    ([*M, "--sizes", "9" * 60], ["too large"]),
+    ([*M, "--sizes", "1KiB,,2KiB"], ["cannot read size"]),
+    ([*M, "--reps", "0"], ["--reps", "at least 1"]),
+    ([*M, "--reps", "ten"], ["--reps", "whole number"]),
+    ([*M, "--reps", "99999999999"], ["copies", "at most"]),
+    ([*M, "--sizes", "1GiB", "--reps", "200000"], ["hours", "--max-hours"]),
+    ([*M, "--warmup", "-1"], ["--warmup"]),
+    ([*M, "--reps-large", "0"], ["--reps-large"]),
+    ([*M, "--dtype", "float128"], ["unknown dtype"]),
+    ([*M, "--dtype", "bool"], ["bool", "uint8"]),
+    ([*M, "--dtype", "qint8"], ["no plain copy"]),
+    ([*M, "--dtype", "__class__"], ["unknown dtype"]),
+    ([*M, "--sizes", "1023", "--dtype", "float32"], ["multiple"]),
+    ([*M, "--seed", str(2**64)], ["64 bits"]),
+    ([*M, f"--seed={-(2**63) - 1}"], ["64 bits"]),
+    ([*M, "--seed", "abc"], ["--seed"]),
+    ([*M, "--order", "random"], ["--order"]),
+    ([*M, "--device", "tpu"], ["tpu"]),
+    ([*M, "--device", "cuda:x"], ["unknown device"]),
+    ([*M, "--device", "cpu:0"], ["unknown device"]),
+    ([*M, "--gpus", "1..2"], ["--gpus", "cuda"]),
+    ([*M, "--gpus", "2", "--resume"], ["--resume", "--gpus"]),
+    ([*M, "--max-hours", "0"], ["--max-hours"]),
+    ([*M, "--max-hours", "nan"], ["--max-hours"]),
+    ([*M, "--bogus"], ["unrecognized"]),
+    (["measure", "--device", "cpu", "--no-out"], ["--out"]),
+    # measure: where it goes
+    ([*M, "--out", "{d}/r.json"], ["cannot write"]),
+    ([*M, "--out", "{d}/nope/r.csv"], ["does not exist"]),
+    ([*M, "--out", "{d}/exists.csv"], ["exists", "--force"]),
+    ([*M, "--out", "{d}/budget.xlsx"], ["exists", "--force"]),
+    ([*M, "--out", "{d}/killed.csv"], ["unfinished run", "--resume", "--force"]),
+    ([*M, "--out", "{d}/linked.csv"], ["symbolic link"]),
+    ([*M, "--out", "{d}/linked.csv", "--force"], ["symbolic link"]),
+    ([*M, "--out", "{d}/folder.csv", "--force"], ["folder"]),
+    ([*M, "--out", "{d}/none.csv", "--resume"], ["nothing to resume"]),
+    ([*M, "--out", "/proc/h2dlab-bad-input.csv"], ["not writable"]),
+    # forum
+    ([*F, "--order", "sideways"], ["--order"]),
+    ([*F, "--seqs", "a,b"], ["--seqs"]),
+    ([*F, "--seqs", "1,1"], ["twice"]),
+    ([*F, "--seqs", "0"], ["seq"]),
+    ([*F, "--seed", str(2**70)], ["64 bits"]),
+    ([*F, "--out", "{d}/exists.csv"], ["exists", "--force"]),
+    ([*F, "--out", "{d}/f.csv"], ["CUDA"]),
+    # overlap
+    ([*O, "--size", "1KiB,2KiB"], ["one size"]),
+    ([*O, "--reps", "0"], ["--reps"]),
+    ([*O, "--reps", "99999999999"], ["reps must be at most"]),
+    ([*O, "--out", "{d}/o.parquet"], ["cannot write", ".csv.gz"]),
+    ([*O, "--out", "{d}/exists.csv"], ["exists", "--force"]),
+    # explain
+    (["explain", "no_such_dataset"], ["unknown dataset"]),
+    (["explain", ""], ["empty dataset name"]),
+    (["explain", "{d}/foreign.csv"], ["missing column"]),
+    (["explain", "{d}/noerror.csv"], ["missing column", "error"]),
+    (["explain", "{d}/inf.csv"], ["row 3", "wall_ms", "infinite"]),
+    (["explain", "{d}/folder.csv"], ["folder.csv"]),
+    (["explain", "{d}/good.csv", "--out", "{d}/good.csv"], ["explain reads"]),
+    (["explain", "{d}/good.csv", "--out", "{d}/good.csv", "--force"], ["explain reads"]),
+    (["explain", "forum_a100", "--out", "{d}/exists.csv"], ["exists", "--force"]),
+    (["explain", "forum_a100", "--out", "{d}/a.json"], ["cannot write"]),
+    # the rest
+    (["report", "--only", "nope"], ["unknown notebook"]),
+    (["report", "--mode", "sideways"], ["--mode"]),
+    ([], ["required"]),
+    (["teleport"], ["invalid choice"]),
+]
+
+
+def _ids(case):
+    return " ".join(case[0][4:] if case[0][:1] == ["measure"] else case[0])[:60]
+
+
+@pytest.mark.parametrize("argv,needles", CLI_CASES, ids=[_ids(c) for c in CLI_CASES])
+def test_cli_refuses_in_one_line(place, capsys, argv, needles):
+    argv = [a.replace("{d}", str(place)) for a in argv]
+    if "--no-out" in argv:  # the case of a forgotten --out
+        argv.remove("--no-out")
+    elif argv[:1] in (["measure"], ["forum"], ["overlap"]) and "--out" not in argv:
+        argv += ["--out", str(place / "new.csv")]
+    before = sorted(p.name for p in place.iterdir())
+    try:
+        rc = cli.main(argv)
+    except SystemExit as exc:  # argparse's own refusals
+        rc = exc.code
+    out, err = capsys.readouterr()
+    assert rc == 2, (rc, err)
+    assert "Traceback" not in err + out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    for n in needles:
+        assert n.lower() in lines[0].lower(), (n, lines[0])
+    assert sorted(p.name for p in place.iterdir()) == before  # nothing written, nothing removed
+    assert (place / "exists.csv").read_text() == "an earlier table\n"
+    assert not (place / "victim.txt").exists()
+
+
+def _err(fn, kind=ValueError):
+    with pytest.raises(kind) as info:
+        fn()
+    msg = str(info.value)
+    assert msg and "--" not in msg, msg  # library terms, no command-line flags
+    return msg
+
+
+LIBRARY_CASES = [
+    (lambda: parse_size("12QB"), ValueError, "cannot read size"),
+    (lambda: parse_size(""), ValueError, "cannot read size"),
+    (lambda: parse_size("1.5"), ValueError, "whole number"),
+    (lambda: parse_size("-1KiB"), ValueError, "positive"),
+    (lambda: parse_size("9" * 50), ValueError, "too large"),
+    (lambda: parse_sizes(" "), ValueError, "no sizes"),
+    (lambda: parse_sizes("8KiB..4KiB"), ValueError, "backwards"),
+    (lambda: parse_sizes("1KiB.."), ValueError, "cannot read size"),
+    (lambda: SweepSpec(strategies=("pageable", "pageable")), ValueError, "named twice"),
+    (lambda: SweepSpec(sizes=(1024, 1024)), ValueError, "given twice"),
+    (lambda: SweepSpec(seed=2**64), ValueError, "64 bits"),
+    (lambda: SweepSpec(seed=1.5), ValueError, "whole number"),
+    (lambda: SweepSpec(reps=10**12), ValueError, "at most 10,000,000"),
+    (lambda: SweepSpec(dtype="bool"), ValueError, "bool"),
+    (lambda: SweepSpec(dtype="int4"), ValueError, "no plain copy"),
+    (lambda: SweepSpec(device=None), ValueError, "unknown device"),
+    (lambda: ForumSpec(seqs=(6, 6)), ValueError, "twice"),
+    (lambda: ForumSpec(seed=-(2**64)), ValueError, "64 bits"),
+    (lambda: OverlapSpec(reps=10**9), ValueError, "at most"),
+    (lambda: OverlapSpec(size_bytes=0), ValueError, "at least 1"),
+    (lambda: datasets.load(""), ValueError, "empty dataset name"),
+    (lambda: datasets.load(None), TypeError, "dataset name"),
+    (lambda: datasets.load("no_such_dataset"), ValueError, "unknown dataset"),
+    (lambda: datasets.read("/nonexistent/r.csv"), ValueError, "no such file"),
+    (lambda: datasets.validate([1, 2]), ValueError, "DataFrame"),
+    (lambda: datasets.validate(pd.DataFrame({"x": [1]})), ValueError, "missing column"),
+    (lambda: datasets.save(datasets.load("forum_a100").head(3), "/tmp/x.json"), ValueError, "cannot write"),
+    (lambda: model.advise(-5, df=datasets.load("h200_sweep")), ValueError, "positive"),
+    (lambda: model.advise(math.nan, df=datasets.load("h200_sweep")), ValueError, "finite"),
+    (lambda: model.advise("1GiB", df=datasets.load("h200_sweep")), TypeError, "number of bytes"),
+    (lambda: model.advise(2**30, df=datasets.empty_table()), ValueError, "no timed rows"),
+    (lambda: transfer.to_device(torch.zeros(4), "cuda", num_threads=0), ValueError, "num_threads"),
+    (lambda: transfer.to_device(torch.zeros(4), "cuda", chunk_bytes=1), ValueError, "chunk_bytes"),
+    (lambda: transfer.to_device([1, 2], "cuda"), TypeError, "torch.Tensor"),
+    (lambda: Recording(None, {}, [], resume=True), ValueError, "output file"),
+]
+
+
+@pytest.mark.parametrize("fn,kind,needle", LIBRARY_CASES, ids=[f"lib{i}" for i in range(len(LIBRARY_CASES))])
+def test_library_refuses_with_a_message(fn, kind, needle):
+    assert needle.lower() in _err(fn, kind).lower()
+
+
+def test_library_output_refusals(tmp_path):
+    spec = SweepSpec(("pageable",), (1024,), device="cpu", reps=1, warmup=0)
+    (tmp_path / "r.csv").write_text("kept")
+    assert "exists and is kept" in _err(lambda: Recording(tmp_path / "r.csv", spec.to_dict(), []), UsageError)
+    partial_path(tmp_path / "l.csv").symlink_to(tmp_path / "target")
+    assert "symbolic link" in _err(lambda: Recording(tmp_path / "l.csv", spec.to_dict(), []), UsageError)
+    assert not (tmp_path / "target").exists() and (tmp_path / "r.csv").read_text() == "kept"
+
+
+def test_there_are_at_least_60_cases():
+    assert len(CLI_CASES) + len(LIBRARY_CASES) + 2 >= 60
+    assert len({tuple(c[0]) for c in CLI_CASES}) == len(CLI_CASES)  # distinct
