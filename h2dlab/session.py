@@ -212,7 +212,7 @@ class Recorded:
         where = f"{describe({**m, 'date': None})} on host `{m.get('hostname', '?')}`{cores}"
         what = "the bundled recording `h200`" if self.name == BUNDLED else f"the recording `{self.folder}`"
         if self.mode == "live":
-            how = "made now by `h2dlab record --quick`" if self.made_now else "made earlier on this machine"
+            how = "made just now by `h2dlab record --quick`" if self.made_now else "made by `h2dlab record`"
             text = f"**Live**: this machine, {what} ({how}): {where}, recorded {self.date()}."
         else:
             text = f"**Replay** of {what}: {where}, recorded {self.date()}."

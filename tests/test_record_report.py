@@ -96,17 +96,17 @@ def test_report_renders_from_a_recording_folder(tmp_path):
     assert "fit_recording_sweep" in pd.read_excel(out / "h2dlab-tables.xlsx", sheet_name=None)
 
 
-def _quick_shaped(tmp_path):
-    """SYNTHETIC: the bundled H200 runs cut to the rows a ``record --quick`` makes (its sizes
-    and repetitions), to check that every notebook renders from a quick recording's shape.
-    The numbers are the bundled ones, subset; nothing is made up."""
+def _plan_shaped(tmp_path, quick):
+    """SYNTHETIC: the bundled H200 runs cut to the rows ``record`` (``--quick`` or full) makes
+    (its sizes and repetitions), to check that every notebook renders from a recording of
+    that shape. The numbers are the bundled ones, subset; nothing is made up."""
     from h2dlab.record_plan import FORUM_PAIR, QUICK_CAP_BYTES, experiments
     from h2dlab.units import forum_nbytes
 
     bundled = session.recording("h200", environ={})
-    folder = tmp_path / "quick-shaped"
+    folder = tmp_path / ("quick-shaped" if quick else "full-shaped")
     parser = cli.build_parser()
-    for e in experiments(quick=True, gpus=1):
+    for e in experiments(quick=quick, gpus=1):
         src_dir = session_dir(e.kind)
         src = next(p for p in src_dir.iterdir() if p.name.startswith(f"{e.run}.csv"))
         (folder / e.kind).mkdir(parents=True, exist_ok=True)
@@ -117,8 +117,10 @@ def _quick_shaped(tmp_path):
             shutil.copy(src.with_name("overlap.env.json"), dest.with_name("overlap.csv.gz.env.json"))
             continue
         df = bundled.table(e.kind, e.run)
-        a = parser.parse_args([*e.argv(True), "--out", "x.csv"])
-        if e.kind == "forum":
+        a = parser.parse_args([*e.argv(quick), "--out", "x.csv"])
+        if e.kind == "forum" and not quick:
+            keep = df.size_bytes > 0
+        elif e.kind == "forum":
             keep = (df.size_bytes <= QUICK_CAP_BYTES) | df.size_bytes.isin(
                 [forum_nbytes(s) for s in FORUM_PAIR]
             )
@@ -140,11 +142,12 @@ def _quick_shaped(tmp_path):
 
 
 @pytest.mark.slow
-def test_every_notebook_renders_from_a_quick_shaped_recording(tmp_path):
-    folder = _quick_shaped(tmp_path)
+@pytest.mark.parametrize("quick", [True, False])
+def test_every_notebook_renders_from_a_plan_shaped_recording(tmp_path, quick):
+    folder = _plan_shaped(tmp_path, quick)
     rec = session.recording(str(folder), environ={})
-    assert rec.runs("forum") == ["ascending-1", "shuffled-1"] and not rec.has("concurrent")
-    assert rec.table("allocator", "pin-warm").size_bytes.max() <= 136 * 2**20
+    assert len(rec.runs("forum")) == (2 if quick else 4) and not rec.has("concurrent")
+    assert rec.table("allocator", "pin-warm").size_bytes.max() <= (136 if quick else 400) * 2**20
     out = tmp_path / "r"
     assert report.build(outdir=out, mode="replay", data=folder) == 0
     for name in report.REPORTED:
