@@ -3,7 +3,6 @@ before anything is measured or written. The command: exit code 2, ONE line on st
 no traceback. The library: ``ValueError``/``TypeError`` with a message in library terms."""
 
 import math
-import os
 
 import pandas as pd
 import pytest
@@ -18,7 +17,7 @@ from h2dlab.units import parse_size, parse_sizes
 
 M = ["measure", "--device", "cpu", "--no-progress", "--strategies", "pageable", "--sizes", "1KiB"]
 F = ["forum", "--device", "cpu", "--no-progress"]
-O = ["overlap", "--device", "cpu"]
+OV = ["overlap", "--device", "cpu"]
 
 
 @pytest.fixture
@@ -98,11 +97,11 @@ CLI_CASES = [
     ([*F, "--out", "{d}/exists.csv"], ["exists", "--force"]),
     ([*F, "--out", "{d}/f.csv"], ["CUDA"]),
     # overlap
-    ([*O, "--size", "1KiB,2KiB"], ["one size"]),
-    ([*O, "--reps", "0"], ["--reps"]),
-    ([*O, "--reps", "99999999999"], ["reps must be at most"]),
-    ([*O, "--out", "{d}/o.parquet"], ["cannot write", ".csv.gz"]),
-    ([*O, "--out", "{d}/exists.csv"], ["exists", "--force"]),
+    ([*OV, "--size", "1KiB,2KiB"], ["one size"]),
+    ([*OV, "--reps", "0"], ["--reps"]),
+    ([*OV, "--reps", "99999999999"], ["reps must be at most"]),
+    ([*OV, "--out", "{d}/o.parquet"], ["cannot write", ".csv.gz"]),
+    ([*OV, "--out", "{d}/exists.csv"], ["exists", "--force"]),
     # explain
     (["explain", "no_such_dataset"], ["unknown dataset"]),
     (["explain", ""], ["empty dataset name"]),

@@ -5,7 +5,6 @@ Each test here failed on the code before the change it guards (noted per test)."
 
 import json
 import os
-import signal
 import subprocess
 import sys
 
