@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 
 from h2dlab import cli, session
 from h2dlab.plan import plan_sweep
-from h2dlab.record_plan import MANIFEST, read_manifest
+from h2dlab.record_plan import MANIFEST, experiments, read_manifest, total_seconds
 from h2dlab.units import parse_sizes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,11 +51,18 @@ def test_dry_run_prints_the_plan_and_its_estimate(capsys, tmp_path):
     out = tmp_path / "rec"
     assert cli.main(["record", "--dry-run", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "14 experiments" in text and "estimated 547 s (~9.1 min)" in text
+    full, quick = experiments(gpus=1), experiments(quick=True, gpus=1)
+    assert f"{len(full)} experiments" in text and f"estimated {total_seconds(full):.0f} s (~" in text
+    assert (
+        len(text.strip().splitlines()) == len(full) + 3
+    )  # the no-GPU note, a header, a line each, the total
     assert "allocator/pin-register-emptied" in text and "PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host" in text
     assert cli.main(["record", "--dry-run", "--quick", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "12 experiments" in text and "estimated 148 s" in text and "<73 values" in text
+    assert (
+        f"{len(quick)} experiments" in text and f"estimated {total_seconds(quick, quick=True):.0f} s" in text
+    )
+    assert "<73 values" in text and "<75 values" in text  # sizes of the capped grid; seqs with the pair
     assert cli.main(["record", "--dry-run", "--only", "pow2,forum", "--out", str(out)]) == 0
     assert "5 experiments" in capsys.readouterr().out
     assert not out.exists()  # a dry run writes nothing

@@ -44,13 +44,15 @@ def test_names_are_unique_and_kinds_known():
 def test_plan_reproduces_the_bundled_recording():
     rec = session.recording("h200")
     bundled = {(k, r) for k in rec.kinds() for r in rec.runs(k)}
-    assert {(e.kind, e.run) for e in experiments(gpus=2)} == bundled
+    plan = {(e.kind, e.run) for e in experiments(gpus=2)}
+    assert bundled <= plan  # every bundled run is made by the plan (new kinds may come first)
     quick = {(e.kind, e.run) for e in experiments(quick=True, gpus=2)}
-    assert quick == bundled - {("forum", "ascending-2"), ("forum", "ascending-3")}  # every figure's data
+    assert bundled - {("forum", "ascending-2"), ("forum", "ascending-3")} <= quick  # every figure's data
     # the allocator setting goes to exactly the register runs, as in the bundled env.json
     for e in PLAN:
-        conf = rec.env(e.kind, e.run).get("PYTORCH_CUDA_ALLOC_CONF")
-        assert dict(e.env).get("PYTORCH_CUDA_ALLOC_CONF") == conf, e.run
+        if (e.kind, e.run) in bundled:
+            conf = rec.env(e.kind, e.run).get("PYTORCH_CUDA_ALLOC_CONF")
+            assert dict(e.env).get("PYTORCH_CUDA_ALLOC_CONF") == conf, e.run
 
 
 def test_time_budget_on_an_h200():
