@@ -355,3 +355,21 @@ def test_concurrency_messages_and_columns():
         model.concurrency(c.drop(columns=["gpu"]))
     # It needs no run_id (one concurrent run per table).
     assert len(model.concurrency(c.drop(columns=["run_id"]))) == 2
+
+
+def test_medians_quartiles_and_bandwidth():
+    rows = synthetic_table(["staged"], reps=1)
+    ms = np.array([1.0, 2.0, 4.0, 8.0, 100.0])  # one cell, five timed copies
+    df = pd.concat([rows.iloc[[0]]] * 5, ignore_index=True).assign(
+        rep=range(5), order=range(5), event_ms=ms, wall_ms=ms, size_bytes=2**20
+    )
+    df = pd.concat([df, df.iloc[[0]].assign(rep=5, order=5, event_ms=0.0, wall_ms=0.0)], ignore_index=True)
+    m = model.medians(df).iloc[0]
+    assert (m["strategy"], m["size_bytes"], m["n"]) == ("staged", 2**20, 5)  # the zero-time row is not timed
+    assert (m["median_ms"], m["q1_ms"], m["q3_ms"]) == (4.0, 2.0, 8.0)
+    assert m["gbps"] == pytest.approx(2**20 / 4.0 / 1e6, rel=1e-12)
+    assert m["iqr_over_median"] == pytest.approx((8.0 - 2.0) / 4.0, rel=1e-12)
+    assert len(model.timed(df)) == 5
+    with pytest.raises(ValueError, match="missing column.*strategy"):
+        model.medians(df.drop(columns=["strategy"]))
+    assert len(model.medians(df.drop(columns=["run_id"]))) == 1  # medians needs no run_id
