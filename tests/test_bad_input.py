@@ -213,3 +213,54 @@ def test_library_output_refusals(tmp_path):
 def test_there_are_at_least_60_cases():
     assert len(CLI_CASES) + len(LIBRARY_CASES) + 2 >= 60
     assert len({tuple(c[0]) for c in CLI_CASES}) == len(CLI_CASES)  # distinct
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.3])
+def test_ctrl_c_while_the_command_starts_is_exit_130_without_a_traceback(delay):
+    """SIGINT while the command imports its libraries (pandas, torch): one line, exit 130.
+    Before: a 50-70 line KeyboardInterrupt traceback."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    p = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "h2dlab.cli", "explain", "forum_a100"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for line in p.stderr:  # the command's own module is imported: main() runs next
+        if line.rstrip().endswith("h2dlab.cli_checks"):  # the last of cli.py's own imports
+            break
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    rest = [ln for ln in p.stderr.read().splitlines() if not ln.startswith("import time:")]
+    assert p.wait(timeout=60) == 130, rest
+    assert not any("Traceback" in ln for ln in rest) and rest == ["h2dlab: interrupted"], rest
+
+
+def test_explain_out_writes_its_own_fingerprint(tmp_path, capsys):
+    """Before: no env.json beside the annotated table."""
+    out = tmp_path / "a.csv"
+    (tmp_path / "a.csv").write_text("old")
+    assert cli.main(["explain", "forum_a100", "--out", str(out), "--force"]) == 0
+    env = datasets.read_env(out)
+    assert env["annotated"]["source"] == "forum_a100" and "explain forum_a100" in env["annotated"]["command"]
+    assert len(pd.read_csv(out)) == 630
+
+
+def test_a_read_only_out_is_named_in_one_line(tmp_path, capsys):
+    out = tmp_path / "r.csv"
+    out.write_text("kept")
+    out.chmod(0o444)
+    import os
+
+    if os.access(out, os.W_OK):
+        pytest.skip("running as a user who may write anywhere (root)")
+    assert cli.main([*M, "--out", str(out), "--force"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(out) in err[0] and ".tmp-" not in err[0]
