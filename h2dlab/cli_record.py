@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -180,7 +181,7 @@ class _Progress:
     """One bar over the estimated seconds (tqdm on a terminal, plain lines otherwise)."""
 
     def __init__(self, total: float, n: int) -> None:
-        self.total, self.n, self.done = total, n, 0.0
+        self.total, self.n, self.done, self.what = total, n, 0.0, ""
         self.bar = None
         if sys.stderr.isatty():
             try:
@@ -189,15 +190,17 @@ class _Progress:
                 self.bar = tqdm(
                     total=round(total),
                     unit="s",
-                    bar_format="{desc} {percentage:3.0f}%|{bar}| ~{remaining} left",
+                    ncols=min(shutil.get_terminal_size((100, 20)).columns or 100, 120),
+                    bar_format="{percentage:3.0f}%|{bar}| {desc}",
                 )
             except ImportError:
                 pass
 
     def start(self, i: int, r: dict[str, Any]) -> None:
         left = self.total - self.done
+        self.what = f"[{i}/{self.n}] {r['name']}"
         if self.bar is not None:
-            self.bar.set_description_str(f"[{i}/{self.n}] {r['name']}")
+            self.bar.set_description_str(self.what)
         else:
             print(
                 f"[{i}/{self.n}] {r['name']} (est. {r['seconds']:.0f} s; about {left / 60:.1f} min left)",
@@ -206,8 +209,10 @@ class _Progress:
 
     def tick(self, elapsed: float, est: float) -> None:
         if self.bar is not None:
-            self.bar.n = round(self.done + min(elapsed, 0.98 * est))
-            self.bar.refresh()
+            at = self.done + min(elapsed, 0.98 * est)  # an experiment over its estimate waits at 98 %
+            left = max(self.total - at, 0)
+            self.bar.n = round(at)
+            self.bar.set_description_str(f"{self.what}, ~{int(left) // 60}:{int(left) % 60:02d} left (est.)")
 
     def end(self, r: dict[str, Any], what: str) -> None:
         self.done += r["seconds"]
