@@ -243,12 +243,11 @@ def _command(r: dict[str, Any], folder: Path) -> list[str]:
     opts = _options(r["args"][0])
     if "--no-progress" in opts:
         cmd.append("--no-progress")
-    if (
-        "--resume" in opts
-        and "--gpus" not in r["args"]
-        and (out.exists() or Path(f"{out}.partial.csv").exists())
-    ):
+    started = out.exists() or Path(f"{out}.partial.csv").exists()
+    if "--resume" in opts and "--gpus" not in r["args"] and started:
         cmd.append("--resume")  # the run's own resume continues its rows exactly
+    elif started and "--force" in opts:
+        cmd.append("--force")  # an unfinished run that cannot resume starts again (never unasked)
     return cmd
 
 
