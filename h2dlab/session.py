@@ -40,6 +40,7 @@ __all__ = [
     "live_recording",
     "recording",
     "resolve_mode",
+    "same_machine",
     "this_machine",
 ]
 
@@ -268,6 +269,15 @@ def this_machine() -> dict[str, Any]:
     }
 
 
+def same_machine(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Same host and same GPU model (names compared without case or spacing differences)."""
+
+    def norm(name: Any) -> str:
+        return " ".join(str(name or "").lower().split())
+
+    return a.get("hostname") == b.get("hostname") and norm(a.get("gpu_name")) == norm(b.get("gpu_name"))
+
+
 def find_recording(machine: Mapping[str, Any], root: str | Path | None = None) -> Path | None:
     """The newest recording of ``machine`` (same host and GPU) under ``root``
     (default ``datasets.runs_dir()``): a complete one if any, else an unfinished one."""
@@ -277,11 +287,7 @@ def find_recording(machine: Mapping[str, Any], root: str | Path | None = None) -
     found = []
     for d in root.iterdir():
         m = read_manifest(d) if d.is_dir() else None
-        if (
-            m
-            and m.get("hostname") == machine.get("hostname")
-            and m.get("gpu_name") == machine.get("gpu_name")
-        ):
+        if m and same_machine(m, machine):
             found.append((m.get("status") == "complete", str(m.get("created", "")), d))
     return max(found)[2] if found else None
 
@@ -302,7 +308,9 @@ def live_recording(echo=print) -> tuple[Path, bool]:
         args = ["--quick", "--out", str(found)]
     cmd = [sys.executable, "-m", "h2dlab.cli", "record", *args]
     echo(f"recording this machine once: h2dlab record {' '.join(args)}")
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+    kit = str(Path(__file__).resolve().parent.parent)  # the recorder runs this very kit
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [kit, os.environ.get("PYTHONPATH")]))}
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
         try:
             for line in proc.stdout or []:
                 echo(line.rstrip())
@@ -344,7 +352,7 @@ def recording(
         return Recorded(data, "replay")
     here = this_machine()
     m = read_manifest(data) if not (isinstance(data, str) and data == BUNDLED) else None
-    if m and m.get("hostname") == here["hostname"] and m.get("gpu_name") == here["gpu_name"]:
+    if m and same_machine(m, here):
         return Recorded(data, "live")
     folder, made = live_recording()
     return Recorded(folder, "live", made_now=made)

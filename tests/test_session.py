@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +110,78 @@ def test_find_recording_matches_host_and_gpu_and_prefers_complete(tmp_path):
     write_manifest(c, {**m, "status": "incomplete", "created": "2040-01-01"})
     # complete beats newer-but-unfinished
     assert session.find_recording({"hostname": "box", "gpu_name": "NVIDIA Synthetic"}, tmp_path / "a") == a
+
+
+class _FakePopen:
+    """Stands in for the recorder's process: notes the command, marks the folder complete."""
+
+    calls: list[list[str]] = []
+
+    def __init__(self, cmd, **kw):
+        _FakePopen.calls.append(cmd)
+        folder = Path(cmd[cmd.index("--resume" if "--resume" in cmd else "--out") + 1])
+        m = json.loads((folder / MANIFEST).read_text()) if (folder / MANIFEST).exists() else {}
+        if not m:
+            shutil.copytree(_FakePopen.template, folder)
+            m = json.loads((folder / MANIFEST).read_text())
+        write_manifest(folder, {**m, "status": "complete"})
+        self.stdout = ["[1/1] sweep/pow2 (est. 19 s)\n"]
+
+    def wait(self):
+        return 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.fixture
+def live_box(tmp_path, monkeypatch):
+    """Live mode on a pretend GPU machine 'box' (no CUDA needed): runs folder in tmp_path."""
+    monkeypatch.setattr(session, "resolve_mode", lambda mode, env=None: "live")
+    monkeypatch.setattr(session, "this_machine", lambda: {"hostname": "box", "gpu_name": "NVIDIA Synthetic"})
+    monkeypatch.setattr(session.subprocess, "Popen", _FakePopen)
+    monkeypatch.setenv("H2DLAB_RUNS", str(tmp_path / "runs"))
+    _FakePopen.calls = []
+    _FakePopen.template = _folder_recording(tmp_path / "t", status="incomplete")
+    return tmp_path / "runs"
+
+
+def test_live_records_once_then_reuses(live_box):
+    rec = session.recording("h200", mode="live", environ={})
+    assert len(_FakePopen.calls) == 1 and _FakePopen.calls[0][3:6] == ["record", "--quick", "--out"]
+    assert rec.mode == "live" and rec.made_now and rec.folder.parent == live_box.resolve()
+    assert "**Live**" in rec.banner() and "made just now" in rec.banner()
+    again = session.recording("h200", mode="live", environ={})  # the next notebook: nothing measured
+    assert len(_FakePopen.calls) == 1 and again.folder == rec.folder and not again.made_now
+
+
+def test_live_resumes_an_unfinished_recording_of_this_machine(live_box):
+    live_box.mkdir()
+    unfinished = shutil.copytree(_FakePopen.template, live_box / "box-old")
+    rec = session.recording("h200", mode="live", environ={})
+    assert _FakePopen.calls == [[sys.executable, "-m", "h2dlab.cli", "record", "--resume", str(unfinished)]]
+    assert rec.folder == unfinished.resolve()
+
+
+def test_live_takes_the_given_folder_when_it_is_this_machines(live_box, tmp_path):
+    mine = _folder_recording(tmp_path / "given", status="complete")
+    rec = session.recording(str(mine), mode="live", environ={})
+    assert _FakePopen.calls == [] and rec.folder == mine.resolve() and rec.mode == "live"
+    other = _folder_recording(tmp_path / "other", host="elsewhere")  # another machine's: record this one
+    session.recording(str(other), mode="live", environ={})
+    assert len(_FakePopen.calls) == 1
+
+
+def test_same_machine_ignores_case_and_spacing_of_the_gpu_name():
+    assert session.same_machine(
+        {"hostname": "a", "gpu_name": "NVIDIA  H200"}, {"hostname": "a", "gpu_name": "nvidia h200"}
+    )
+    assert not session.same_machine(
+        {"hostname": "a", "gpu_name": "NVIDIA H200"}, {"hostname": "b", "gpu_name": "NVIDIA H200"}
+    )
+    assert not session.same_machine(
+        {"hostname": "a", "gpu_name": "NVIDIA H100"}, {"hostname": "a", "gpu_name": "NVIDIA H200"}
+    )
