@@ -69,7 +69,9 @@ def build(
     kernel_env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
     if mode is not None:
         kernel_env["H2DLAB_MODE"] = mode
-    resolved = resolve_mode("auto", kernel_env)  # fails early, in one line, for live without CUDA
+    # The notebooks replay unless H2DLAB_MODE says otherwise (their MODE is "replay"); live
+    # without CUDA fails here, early, in one line.
+    resolved = resolve_mode("auto", kernel_env) if kernel_env.get("H2DLAB_MODE") else "replay"
     if data is not None:
         rec = session.Recorded(data if str(data) == session.BUNDLED else Path(data).resolve())  # checks it
         kernel_env["H2DLAB_DATA"] = rec.name if rec.name == session.BUNDLED else str(rec.folder)
