@@ -15,6 +15,7 @@ import pandas as pd
 
 from h2dlab.findings import Finding, spread
 from h2dlab.model import medians, timed, value_ms
+from h2dlab.units import fmt_bytes
 
 __all__ = [
     "WAYS",
@@ -45,11 +46,8 @@ WAYS = (
 
 
 def size_text(n: float) -> str:
-    """``1073741824`` -> ``'1 GiB'`` (binary units)."""
-    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= div:
-            return f"{n / div:g} {unit}"
-    return f"{n:g} B"
+    """``1073741824`` -> ``'1 GiB'`` (binary units; :func:`h2dlab.units.fmt_bytes`, compact)."""
+    return fmt_bytes(n, compact=True)
 
 
 def _ms_text(ms: float) -> str:
@@ -109,20 +107,31 @@ def registering_cost(df: pd.DataFrame, size_bytes: int = 2**30) -> Finding:
     return Finding(verdict, bool(cost["median"] > 0), {"ms": cost, "size_bytes": size_bytes})
 
 
-def advice(sweep: pd.DataFrame, size_bytes: int, *, cold: pd.DataFrame | None = None) -> pd.DataFrame:
+def advice(
+    sweep: pd.DataFrame,
+    size_bytes: int,
+    *,
+    cold: pd.DataFrame | None = None,
+    d2h: pd.DataFrame | None = None,
+    batch: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """The advice table at ``size_bytes``: one row per way in :data:`WAYS`.
 
     ``sweep`` is one sweep run with the six strategies; ``pin_memory()`` rows are split by
     the allocator's counter into cached (``host_allocs == 0``) and cold (a new block).
     ``cold`` adds more cold rows (e.g. ``h200_allocator``'s ``pin-emptied`` run).
+    ``d2h`` (device→host rows) and ``batch`` (batch rows) add the cases "results back to
+    the host" and "a batch of many tensors" (:func:`h2dlab.advice_ways.extra_rows`), each
+    compared with its own plain way.
 
     Returns
     -------
     pandas.DataFrame
         ``way``, ``code``, ``what``, ``per_copy_ms`` with ``q1_ms``/``q3_ms``, ``gbps``,
         ``upfront_ms`` (paid once before the first copy), ``once_ms`` (upfront + one
-        copy), ``vs_pageable`` (``x.to()`` time over this per-copy time), ``verdict`` and
-        ``basis`` (which rows it comes from).
+        copy), ``vs_pageable`` (the plain way's time over this per-copy time: ``x.to()``,
+        ``y.cpu()`` or a loop of ``.to()``), ``verdict``, ``basis`` (which rows it comes
+        from), ``case`` and ``compared_with`` (its plain way).
     """
     pin = sweep[(sweep.strategy == "pin_then_copy") & (sweep.error == "")]
     cached = timed(pin[pin.host_allocs == 0])
@@ -159,16 +168,24 @@ def advice(sweep: pd.DataFrame, size_bytes: int, *, cold: pd.DataFrame | None = 
             }
         )
     t = pd.DataFrame(rows)
-    t["gbps"] = size_bytes / t.per_copy_ms / 1e6
-    t["once_ms"] = t.upfront_ms + t.per_copy_ms
     page = float(t.loc[t.way == "pageable", "per_copy_ms"].iloc[0])
-    t["vs_pageable"] = page / t.per_copy_ms
+    t = t.assign(
+        size_bytes=int(size_bytes), case="one tensor to the GPU", baseline_ms=page, compared_with="x.to()"
+    )
+    if (
+        d2h is not None or batch is not None
+    ):  # issue 16: results back, and batches, each against its plain way
+        from h2dlab.advice_ways import extra_rows
+
+        t = pd.concat([t, extra_rows(size_bytes, d2h=d2h, batch=batch)], ignore_index=True)
+    t["gbps"] = t.size_bytes / t.per_copy_ms / 1e6
+    t["once_ms"] = t.upfront_ms + t.per_copy_ms
+    t["vs_pageable"] = t.baseline_ms / t.per_copy_ms
     t["verdict"] = np.select(
         [t.vs_pageable > 1.05, t.vs_pageable < 0.95],
-        ["faster than x.to()", "slower than x.to()"],
-        "same as x.to()",
+        ["faster than " + t.compared_with, "slower than " + t.compared_with],
+        "same as " + t.compared_with,
     )
-    t.insert(0, "size_bytes", int(size_bytes))
     cols = [
         "size_bytes",
         "way",
@@ -181,26 +198,35 @@ def advice(sweep: pd.DataFrame, size_bytes: int, *, cold: pd.DataFrame | None = 
         "upfront_ms",
         "once_ms",
     ]
-    return t[cols + ["vs_pageable", "verdict", "basis"]]
+    return t[cols + ["vs_pageable", "verdict", "basis", "case", "compared_with"]].reset_index(drop=True)
 
 
-def best_way(table: pd.DataFrame, copies: int = 1) -> Finding:
+def best_way(table: pd.DataFrame, copies: int = 1, *, case: str = "one tensor to the GPU") -> Finding:
     """The fastest way in an :func:`advice` table for ``copies`` copies of the same data:
-    least ``upfront_ms + copies * per_copy_ms``. The cached ``pin_memory()`` and the
-    reused pinned buffer presume earlier steps, so a single copy (``copies == 1``) is
-    judged among the ways a fresh pageable tensor can take."""
-    t = table.dropna(subset=["per_copy_ms"]).copy()
+    least ``upfront_ms + copies * per_copy_ms``, among the rows of ``case`` (the table's
+    ``case`` column). The cached ``pin_memory()`` and the reused pinned buffer presume
+    earlier steps, so a single copy (``copies == 1``) to the GPU is judged among the ways
+    a fresh pageable tensor can take. ``holds`` when a way beats the case's plain one."""
+    t = table[table.case == case] if "case" in table else table
+    t = t.dropna(subset=["per_copy_ms"]).copy()
+    if t.empty:
+        raise ValueError(f"the advice table has no rows for {case!r}")
     if copies == 1:
         t = t[~t.way.isin(["pinned_reuse", "pin_cached"])]
     t["total_ms"] = t.upfront_ms + copies * t.per_copy_ms
+    plain = t.way.iloc[0] if "case" in t and case != "one tensor to the GPU" else "pageable"
+    base = f"`{t.compared_with.iloc[0]}`" if plain != "pageable" else "`x.to('cuda')`"
+    page = float(t.loc[t.way == plain, "total_ms"].iloc[0])
     t = t.sort_values("total_ms")
-    b, page = t.iloc[0], float(t.loc[t.way == "pageable", "total_ms"].iloc[0])
+    b = t.iloc[0]
     size = size_text(int(b.size_bytes))
+    what = f"{copies} cop{'y' if copies == 1 else 'ies'} of {size}"
+    if plain != "pageable":  # the other cases name their size themselves (a batch: its total)
+        what = (case if size in case else f"{case}, {size}") + ("" if copies == 1 else f", {copies} times")
     verdict = (
-        f"For {copies} cop{'y' if copies == 1 else 'ies'} of {size}: {b.what} (`{b.code}`), "
-        f"{b.total_ms:.1f} ms in all, {page / b.total_ms:.1f}x `x.to('cuda')`."
+        f"For {what}: {b.what} (`{b.code}`), {b.total_ms:.1f} ms in all, {page / b.total_ms:.1f}x {base}."
     )
-    return Finding(verdict, bool(b.way != "pageable"), {"way": b.way, "total_ms": float(b.total_ms)}, t)
+    return Finding(verdict, bool(b.way != plain), {"way": b.way, "total_ms": float(b.total_ms)}, t)
 
 
 def pin_first_pays(table: pd.DataFrame) -> Finding:

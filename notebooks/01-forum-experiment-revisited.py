@@ -166,9 +166,10 @@ display(forum_claims.size_pair(ea, forum))
 # tutorial warns that `x.pin_memory().to()` can be slower than `x.to()`: here is exactly when.
 
 # %% tags=["hide-input"]
-adv = advice.advice(sweep, 2**30, cold=cold)
+extra = {kind: rec.table(kind) for kind in ("d2h", "batch") if rec.has(kind)}  # results back; batches
+adv = advice.advice(sweep, 2**30, cold=cold, **extra)
 plots.advice_bars(adv, name=DATA);
 
 # %% tags=["hide-input"]
-display(adv[["what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict"]].round(2))
+display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict"]].round(2))
 display(advice.pin_first_pays(adv), advice.best_way(adv), advice.best_way(adv, copies=100))

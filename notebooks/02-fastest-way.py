@@ -97,14 +97,18 @@ display(advice.host_copy_ceiling(bench))
 # *So which way should you use?* The same table as in notebooks 01 and 04 and the README. *Per copy* is the median with its
 # quartiles; *up front* is what a way pays once before its first copy (pinning in place); the
 # first call of `pin_memory()` comes from runs with the host cache emptied before each size.
+# Where the recording has them, results coming back and a batch of many tensors are cases of
+# their own, each compared with its plain way (`.cpu()`; a loop of `.to()`).
 
 # %% tags=["hide-input"]
-adv = advice.advice(sweep, 2**30, cold=cold)
+extra = {kind: rec.table(kind) for kind in ("d2h", "batch") if rec.has(kind)}  # results back; batches
+adv = advice.advice(sweep, 2**30, cold=cold, **extra)
 plots.advice_bars(adv, name=DATA);
 
 # %% tags=["hide-input"]
-display(adv[["what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict"]].round(2))
+display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict"]].round(2))
 display(advice.best_way(adv), advice.best_way(adv, copies=100), advice.pin_first_pays(adv))
+display(*(advice.best_way(adv, case=case) for case in adv.case.unique()[1:]))
 
 # %% [markdown]
 # ## 6 · Results back to the host: is device → host as fast?

@@ -116,9 +116,10 @@ display(factors.machine(rec.env("sweep", "pow2-interleaved"), failed_rows=int((s
 # *Which way, then?* The same table as in notebooks 01 and 02 and the README.
 
 # %% tags=["hide-input"]
-adv = advice.advice(sweep, 2**30, cold=cold)
+extra = {kind: rec.table(kind) for kind in ("d2h", "batch") if rec.has(kind)}  # results back; batches
+adv = advice.advice(sweep, 2**30, cold=cold, **extra)
 plots.advice_bars(adv, name=DATA);
 
 # %% tags=["hide-input"]
-display(adv[["what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict"]].round(2))
+display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict"]].round(2))
 display(advice.best_way(adv), advice.best_way(adv, copies=100))

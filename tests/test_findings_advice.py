@@ -188,3 +188,45 @@ def test_pin_first_pays_without_cold_rows_says_not_measured(inter):
     t.loc[t.way == "pin_cold", "per_copy_ms"] = np.nan
     f = advice.pin_first_pays(t)
     assert f.holds and "was not measured" in f.verdict and "tutorial" not in f.verdict
+
+
+def synthetic_back_and_batch():
+    """SYNTHETIC device-to-host rows at 1 GiB and batch rows (1 GiB in 1 or 256 tensors)."""
+    d2h = synthetic_sweep(
+        {"d2h_pageable": {GiB: [100.0, 110.0, 90.0]}, "d2h_pinned_reuse": {GiB: [20.0, 21.0, 19.0]}}
+    )
+    rows = synthetic_sweep(
+        {
+            "loop_to": {GiB: [60.0, 62.0, 58.0], 512 * MiB: [30.0, 30.0, 30.0]},
+            "pinned_flat": {GiB: [25.0, 26.0, 24.0]},
+        }
+    )
+    batch = rows.assign(n_tensors=np.where(rows.size_bytes == GiB, 256, 1))
+    return d2h.assign(direction="d2h"), batch
+
+
+def test_advice_adds_results_back_and_batches_against_their_own_plain_way(inter, cold):
+    d2h, batch = synthetic_back_and_batch()
+    plain = advice.advice(inter, GiB, cold=cold)
+    t = advice.advice(inter, GiB, cold=cold, d2h=d2h, batch=batch)
+    main = t[t.case == "one tensor to the GPU"].drop(columns="case")
+    pd.testing.assert_frame_equal(main, plain.drop(columns="case"))  # the first case is unchanged
+    back = t[t.case == "results back to the host"].set_index("way")
+    assert back.loc["d2h_pinned_reuse", "per_copy_ms"] == pytest.approx(20.0)
+    assert back.loc["d2h_pinned_reuse", "vs_pageable"] == pytest.approx(100.0 / 20.0)
+    assert back.loc["d2h_pinned_reuse", "verdict"] == "faster than y.cpu()"
+    bt = t[t.case == "a batch of 256 tensors, 1 GiB in all"].set_index("way")
+    assert bt.loc["pinned_flat", "vs_pageable"] == pytest.approx(60.0 / 25.0)  # host clock medians
+    assert bt.loc["loop_to", "verdict"] == "same as a loop of .to()"
+    assert advice.best_way(t, case="results back to the host").values["way"] == "d2h_pinned_reuse"
+    f = advice.best_way(t, case="a batch of 256 tensors, 1 GiB in all")
+    assert f.holds and f.values["way"] == "pinned_flat" and "2.4x `a loop of .to()`" in f.verdict
+    assert advice.best_way(t).verdict == advice.best_way(plain).verdict
+
+
+def test_advice_extra_case_without_its_plain_way_gives_no_rows(inter):
+    d2h, batch = synthetic_back_and_batch()
+    t = advice.advice(
+        inter, GiB, d2h=d2h[d2h.strategy != "d2h_pageable"], batch=batch[batch.strategy != "loop_to"]
+    )
+    assert set(t.case) == {"one tensor to the GPU"}
