@@ -19,7 +19,11 @@ def test_rendered_report_in_chromium(rendered, browser, name):
     page.wait_for_load_state("load")
     # The banner is session.recording(...).banner(): Markdown naming the mode, machine, GPU and date.
     banner = page.locator(".jp-RenderedMarkdown", has_text="Replay of the bundled recording")
-    assert banner.count() == 1 and "NVIDIA H200" in banner.inner_text() and "recorded 2026-" in banner.inner_text()
+    assert (
+        banner.count() == 1
+        and "NVIDIA H200" in banner.inner_text()
+        and "recorded 2026-" in banner.inner_text()
+    )
     imgs = page.locator(".jp-OutputArea-output img")
     assert imgs.count() >= 2
     widths = page.eval_on_selector_all(".jp-OutputArea-output img", "els => els.map(e => e.naturalWidth)")
