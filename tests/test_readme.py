@@ -5,10 +5,12 @@ forum_claims, factors) and must appear, formatted the same way, in its row."""
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from h2dlab import advice, datasets, factors, findings, forum_claims, outliers, session
+from h2dlab import advice, datasets, factors, findings, findings_transfer, forum_claims, outliers, session
 from h2dlab.env import PCIE_X16_GBPS
+from h2dlab.units import fmt_bytes
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -23,9 +25,8 @@ def found_table():
 
 @pytest.fixture(scope="module")
 def expected():
-    rec = session.recording(
-        "h200", mode="replay", environ={}
-    )  # the bundled recording, as the notebooks read it
+    # The bundled recording, read as the notebooks read it.
+    rec = session.recording("h200", mode="replay", environ={})
     inter, reuse = rec.table("sweep", "pow2-interleaved"), rec.table("sweep", "forum-sizes")
     cold, forum = rec.table("allocator", "pin-emptied"), rec.table("forum")
     a = advice.advice(inter, 2**30, cold=cold).set_index("way")
@@ -33,8 +34,10 @@ def expected():
     growth = findings.host_alloc_growth(forum)
     conc = factors.concurrency(rec.table("concurrent"))["by_strategy"]
     runs = forum.run_id.nunique()
-    eps = forum_claims.episodes(outliers.explain(datasets.load("forum_a100")))["count"]
-    return {
+    eps = forum_claims.episodes(outliers.explain(datasets.load("forum_a100")))[
+        "count"
+    ]  # the forum's own table
+    rows = {
         "pinned → GPU, 1 GiB, reused pinned buffer": [
             f"{a.loc['pinned_reuse', 'gbps']:.1f} GB/s median",
             f"Gen5 x16: {PCIE_X16_GBPS[5]:.0f} GB/s on paper",
@@ -68,6 +71,26 @@ def expected():
             f"staged {conc['staged']['aggregate_gbps']:.1f} GB/s ({conc['staged']['scaling']:.2f}x)",
         ],
     }
+    # Issue 16's kinds: a row each exactly when the recording has the data.
+    if rec.has("d2h"):
+        f = findings_transfer.direction_bandwidth(pd.concat([inter, rec.table("d2h")]))
+        rows["device → host, the fastest way back"] = [
+            f"{f['d2h_gbps']:.1f} GB/s (`{f['best_d2h']}`) at {fmt_bytes(f['size_bytes'], compact=True)}",
+            f"{f['d2h_over_h2d']:.0%} of the fastest way there",
+        ]
+    if rec.has("bidir"):
+        f = findings_transfer.duplex_summary(rec.table("bidir"))
+        rows["both directions at once"] = [
+            f"{f['aggregate_gbps']:.1f} GB/s together at {fmt_bytes(f['size_bytes'], compact=True)} each way",
+            f"{f['of_ideal']:.0%} of the two directions alone",
+        ]
+    if rec.has("batch"):
+        f = findings_transfer.best_batch_method(rec.table("batch"))
+        rows["a batch of many small tensors"] = [
+            f"{f['n_tensors']} tensors, {fmt_bytes(f['size_bytes'], compact=True)} in all",
+            f"`{f['best']}` {f['speedup']:.1f}x a loop of `.to()`",
+        ]
+    return rows
 
 
 def test_readme_found_table_matches_the_data(expected):
