@@ -84,6 +84,7 @@ def test_advise_cases_and_upfront_cost():
     assert one["best"] == "staged" and one["runner_up"] == "host_register"
     assert a.loc["data already pinned", "best"] == "pinned_reuse"
     assert a.loc["data already pinned", "runner_up"] == ""
+    assert a.loc["data already pinned", "upfront_ms"] == 0.0  # only the reuse case pays registering
     assert math.isnan(a.loc["data already pinned", "runner_up_ms"])
     only = model.advise(64 * MiB, df=df, reuse=True)
     assert list(only["case"]) == ["the same buffer copied again and again"]

@@ -312,3 +312,43 @@ def test_neighbours_buckets_and_typical_values():
     assert ctx["faults"].isna().all() and ctx["cpu_share"].isna().all()
     assert causes.group_columns(df) == ["run_id", "direction", "strategy", "n_tensors"]
     assert causes.group_columns(df.drop(columns=["direction", "n_tensors"])) == ["run_id", "strategy"]
+
+
+def test_host_alloc_growth_quotes_the_page_faults_where_measured():
+    MiB = 2**20
+    mib = (
+        1,
+        2,
+        3,
+        5,
+        9,
+        17,
+        33,
+        40,
+        50,
+        60,
+        100,
+        200,
+        1536,
+        1024,
+        20,
+        30,
+        55,
+        1800,
+        700,
+        400,
+        3.5,
+        4,
+        6,
+        12,
+        300,
+        2000,
+    )
+    df = pin_run_without_counters([int(m * MiB) for m in mib], slow_at=[12])
+    df = df.assign(host_allocs=0.0, minflt=0.0, majflt=0.0)
+    df.loc[12, ["host_allocs", "minflt"]] = [1.0, 2**31 / 4096]  # one new 2 GiB block, one fault per page
+    e = outliers.explain(df)
+    assert e.at[12, "cause"] == "host_alloc_growth"
+    assert e.at[12, "evidence"].endswith(
+        "so the host allocator called cudaHostAlloc; 524288 page faults came with it (1.00 per 4 KiB page of the block)"
+    )
