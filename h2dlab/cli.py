@@ -1,9 +1,12 @@
-"""The ``h2dlab`` command: env | datasets | measure | forum | overlap | explain | report.
+"""The ``h2dlab`` command: env | datasets | strategies | measure | forum | overlap |
+explain | compare | report | duplex | batch | record (``python -m h2dlab`` runs it too).
 
-Each measuring command builds one run spec from its options and hands it on. A user
-mistake (``UsageError``) ends in one line on stderr and exit code 2; anything else is
-a bug or a fault of the machine and keeps its traceback. Set H2DLAB_DEBUG=1 to see a
-traceback for a user mistake too.
+Each measuring command builds one run spec from its options and hands it on. Exit codes
+(:data:`EXIT_CODES`, also printed by ``--help``): 0 done; 1 this machine or the run
+failed (``Unavailable``: no CUDA or no such GPU; an ``OSError`` such as a full disk; a
+CUDA fault; a failed notebook), in one line, and every bug with its traceback; 2 the
+command line or its input is wrong (``UsageError``), in one line; 130 interrupted, rows
+kept. Set H2DLAB_DEBUG=1 to see a traceback for the one-line errors too.
 """
 
 from __future__ import annotations
@@ -11,17 +14,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import tempfile
 from pathlib import Path
 
-from h2dlab import cli_measuring, cli_record
+from h2dlab import __version__, cli_compare, cli_measuring, cli_record, cli_strategies
 from h2dlab.cli_checks import check_plan, check_target, not_the_source
+from h2dlab.cli_common import EXIT_CODES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, failure, finish_measure
+from h2dlab.cli_common import Parser as _Parser
+from h2dlab.cli_common import sizes_arg as _sizes
+from h2dlab.cli_common import whole_arg as _whole
 from h2dlab.errors import UsageError
 from h2dlab.spec import FORUM_ORDERS, ORDERS, ForumSpec, OverlapSpec, SweepSpec
 
 __all__ = [
+    "EXIT_CODES",
+    "EXIT_FAILURE",
     "EXIT_INTERRUPTED",
     "EXIT_USAGE",
     "build_parser",
@@ -29,38 +37,6 @@ __all__ = [
     "main",
     "spec_from_args",
 ]
-
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
-
-
-def _sizes(text: str) -> list[int]:
-    from h2dlab.units import parse_sizes
-
-    try:
-        return parse_sizes(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _whole(least: int):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if v < least:
-            raise argparse.ArgumentTypeError(
-                f"must be at least 1, got {v}" if least == 1 else f"must be {least} or more, got {v}"
-            )
-        return v
-
-    return parse
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
-        self.exit(EXIT_USAGE, f"h2dlab: error: {message} (see h2dlab {self.prog.split()[-1]} --help)\n")
 
 
 def check_out(path: str, suffixes: tuple[str, ...] | None = None) -> Path:
@@ -87,10 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     from h2dlab.session import MODES
 
     p = _Parser(prog="h2dlab", description="Measure and explain host-to-device copies in PyTorch.")
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    p.add_argument("--version", action="version", version=f"h2dlab {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
 
     sub.add_parser("env", help="print this machine's fingerprint as JSON")
-    sub.add_parser("datasets", help="list the recorded datasets")
+    d = sub.add_parser("datasets", help="list the recorded datasets")
+    d.add_argument("--json", action="store_true", help="a JSON object: name -> description")
+    cli_strategies.add_parser(sub)
 
     m = sub.add_parser("measure", help="time copies per strategy and size; one row per copy")
     m.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (host copies only) [cuda]")
@@ -113,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=ORDERS[0],
         help="shuffled cells (reps back to back), ascending, or interleaved reps in shuffled rounds",
     )
-    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--seed", type=int, default=0, help="seeds the shuffled order and the copied bytes [0]")
     m.add_argument("--empty-cache", action="store_true", help="torch.cuda.empty_cache() before every copy")
     m.add_argument(
         "--empty-host-cache", action="store_true", help="free PyTorch's cached pinned blocks before each size"
@@ -135,26 +114,33 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="copy on several GPUs at once, one process each: all, 0,1, N, or 1..N to sweep the count",
     )
-    m.add_argument("--no-progress", action="store_true")
+    m.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
-    f = sub.add_parser("forum", help="the forum's experiment, re-implemented (run in a fresh process)")
-    f.add_argument("--out", required=True)
-    f.add_argument("--order", choices=FORUM_ORDERS, default=FORUM_ORDERS[0])
-    f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--device", default="cuda")
+    f = sub.add_parser(
+        "forum", help="the forum's experiment, re-implemented (needs CUDA; run in a fresh process)"
+    )
+    f.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
+    f.add_argument(
+        "--order",
+        choices=FORUM_ORDERS,
+        default=FORUM_ORDERS[0],
+        help=f"the forum's sizes in its own order, or shuffled [{FORUM_ORDERS[0]}]",
+    )
+    f.add_argument("--seed", type=int, default=0, help="seeds the shuffled order [0]")
+    f.add_argument("--device", default="cuda", help="cuda or cuda:N [cuda]")
     f.add_argument("--seqs", default=None, help=argparse.SUPPRESS)  # a subset, for tests
-    f.add_argument("--resume", action="store_true")
+    f.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     f.add_argument(
         "--force", action="store_true", help="replace an existing --out (or an unfinished run's rows)"
     )
-    f.add_argument("--no-progress", action="store_true")
+    f.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
     o = sub.add_parser(
         "overlap", help="timelines of a copy beside compute (pinned vs pageable, one vs two streams)"
     )
     o.add_argument("--size", type=_sizes, default=[256 * 1024**2], help="one size [256MiB]")
-    o.add_argument("--reps", type=_whole(1), default=5)
-    o.add_argument("--device", default="cuda")
+    o.add_argument("--reps", type=_whole(1), default=5, help="repetitions of each scenario [5]")
+    o.add_argument("--device", default="cuda", help="cuda or cuda:N (needs CUDA) [cuda]")
     o.add_argument("--out", required=True, help="a .csv or .csv.gz timeline, with its .env.json")
     o.add_argument("--force", action="store_true", help="replace an existing --out")
 
@@ -163,10 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", default=None, help="write the annotated table here (and its .env.json)")
     e.add_argument("--force", action="store_true", help="replace an existing --out")
     e.add_argument("--all", action="store_true", help="print every flagged row, not the first 40")
+    e.add_argument("--json", action="store_true", help="print the fit and flagged rows as JSON (see README)")
 
     r = sub.add_parser("report", help="execute the notebooks and render reports/*.html and a workbook")
     r.add_argument("--mode", choices=MODES, default=None, help="override H2DLAB_MODE for the notebooks")
-    r.add_argument("--outdir", default="reports")
+    r.add_argument("--outdir", default="reports", help="where the HTML pages and the workbook go [reports]")
     r.add_argument(
         "--inplace", action="store_true", help="also refresh the outputs stored in notebooks/*.ipynb"
     )
@@ -174,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--data", default=None, help="the recording to report: h200 or a folder [h200]")
     cli_measuring.add_parser(sub)  # duplex, batch
     cli_record.add_parser(sub)
+    cli_compare.add_parser(sub)
     return p
 
 
@@ -187,7 +175,7 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec | ForumSpec | OverlapSpec
             None if a.strategies is None else tuple(s.strip() for s in a.strategies.split(",") if s.strip())
         )
         sizes = a.sizes or (GPUS_SIZES if a.gpus is not None else DEFAULT_SIZES)
-        return SweepSpec(
+        spec = SweepSpec(
             strategies=names,
             sizes=tuple(sizes),
             device=a.device,
@@ -200,6 +188,8 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec | ForumSpec | OverlapSpec
             empty_host_cache_each_size=a.empty_host_cache,
             dtype=a.dtype,
         )
+        cli_strategies.check_runnable(spec.strategies, spec.device)
+        return spec
     if a.cmd == "forum":
         seqs = None
         if a.seqs:
@@ -215,36 +205,6 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec | ForumSpec | OverlapSpec
     raise ValueError(f"{a.cmd} measures nothing")
 
 
-def _finish_measure(df, out: Path, argv: list[str], resumable: bool = True) -> int:
-    from h2dlab import datasets
-
-    planned = df.attrs.get("planned_rows", len(df))
-    errors = int((df["error"] != "").sum()) if len(df) else 0
-    if df.attrs.get("stopped"):
-        if resumable:
-            cmd = shlex.join(["h2dlab", *argv])
-            if "--resume" not in argv:
-                cmd += " --resume"
-            how = f"resume with: {cmd}"
-        else:
-            how = "a run on several GPUs cannot be resumed: run it again"
-        print(f"h2dlab: interrupted: {len(df)} of {planned} rows kept in {out}; {how}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    timed = int((~df["warmup"]).sum()) if len(df) else 0
-    print(
-        f"wrote {out} ({len(df)} rows: {timed} timed, {len(df) - timed} warm-up, {errors} with an error) "
-        f"and {datasets.env_path(out).name}",
-        file=sys.stderr,
-    )
-    if "world" in df.columns:
-        per = df.groupby(["world", "gpu"]).size()
-        print(f"rows per (GPUs at once, GPU): {per.to_dict()}", file=sys.stderr)
-    if errors:
-        first = df.loc[df["error"] != "", "error"].iloc[0]
-        print(f"note: {errors} row(s) record an error, e.g. {first}", file=sys.stderr)
-    return 0
-
-
 def _cmd_measure(a, argv) -> int:
     if a.gpus is not None and a.resume:
         raise UsageError("--resume does not apply to --gpus: a run on several GPUs is run again")
@@ -256,11 +216,11 @@ def _cmd_measure(a, argv) -> int:
         from h2dlab.concurrent import concurrent
 
         df = concurrent(spec, gpus=a.gpus, out=out, argv=cmdline, progress=not a.no_progress)
-        return _finish_measure(df, out, argv, resumable=False)
+        return finish_measure(df, out, argv, resumable=False)
     from h2dlab.measure import sweep
 
     df = sweep(spec, out=out, resume=a.resume, force=a.force, progress=not a.no_progress, argv=cmdline)
-    return _finish_measure(df, out, argv)
+    return finish_measure(df, out, argv)
 
 
 def _cmd_forum(a, argv) -> int:
@@ -271,7 +231,7 @@ def _cmd_forum(a, argv) -> int:
     df = forum(
         spec, out=out, resume=a.resume, force=a.force, progress=not a.no_progress, argv=["h2dlab", *argv]
     )
-    return _finish_measure(df, out, argv)
+    return finish_measure(df, out, argv)
 
 
 def _cmd_overlap(a, argv) -> int:
@@ -295,7 +255,7 @@ def _cmd_explain(a, argv) -> int:
     if out is not None:
         not_the_source(a.source, out)
         check_target(out, force=a.force, resumable=False)
-    return explain(a.source, out=out, show_all=a.all, argv=["h2dlab", *argv])
+    return explain(a.source, out=out, show_all=a.all, argv=["h2dlab", *argv], as_json=a.json)
 
 
 def _cmd_report(a, argv) -> int:
@@ -318,6 +278,9 @@ def _cmd_env(a, argv) -> int:
 def _cmd_datasets(a, argv) -> int:
     from h2dlab.datasets import names
 
+    if a.json:
+        print(json.dumps(names(), indent=2))
+        return 0
     for name, desc in names().items():
         print(f"{name:16s} {desc}")
     return 0
@@ -332,12 +295,15 @@ COMMANDS = {
     "explain": _cmd_explain,
     "report": _cmd_report,
     "record": lambda a, argv: cli_record.run(a),
+    "strategies": cli_strategies.run,
+    "compare": cli_compare.run,
 }
 COMMANDS.update(dict.fromkeys(cli_measuring.COMMANDS, cli_measuring.run))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command; return its exit code (2 for a user mistake, 130 when interrupted)."""
+    """Run the command; return its exit code (:data:`EXIT_CODES`: 0 done, 1 the machine or
+    the run failed, 2 a usage mistake, 130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:  # parsing imports pandas: a Ctrl-C there is an interruption too, not a traceback
         args = build_parser().parse_args(argv)
@@ -348,12 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("h2dlab: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except UsageError as exc:
-        if os.environ.get("H2DLAB_DEBUG"):
-            raise
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        print(f"h2dlab: error: {first}", file=sys.stderr)
-        return EXIT_USAGE
+    except Exception as exc:
+        return failure(exc)  # one line and exit 1 or 2; a bug is raised again, with its traceback
 
 
 if __name__ == "__main__":

@@ -1,19 +1,48 @@
-"""``h2dlab explain``: the fitted model per strategy and the flagged rows, as text.
+"""``h2dlab explain``: the fitted model per run and strategy and the flagged rows, as
+text or JSON (:data:`JSON_SCHEMA`).
 
-A part of the command line (kept beside ``cli`` so that each stays one screenful):
-it prints what ``model`` and ``outliers`` compute and adds no analysis of its own.
+A part of the command line (kept beside ``cli`` so that each stays one screenful): it
+prints what ``model`` and ``outliers`` compute. Its own judgements are presentational:
+which fits to warn about (:data:`POOR_FIT_ERR`, :data:`FAR_FROM_MEASURED`) and which
+flagged rows to print as one stretch (consecutive in time order, same cause).
 """
 
 from __future__ import annotations
 
+import json
+import math
+import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from h2dlab import datasets
 from h2dlab.errors import UsageError
 from h2dlab.units import fmt_bytes
 
-__all__ = ["explain", "load_source"]
+__all__ = ["FAR_FROM_MEASURED", "JSON_SCHEMA", "POOR_FIT_ERR", "explain", "load_source", "report"]
+
+#: A fit whose median relative error exceeds this is called poor.
+POOR_FIT_ERR = 0.10
+#: ... and so is one whose GB/s differs from the measured GB/s at the run's largest size
+#: by more than this factor (either way).
+FAR_FROM_MEASURED = 1.5
+#: The ``--json`` output: an object with these keys (values: JSON types; NaN -> null).
+JSON_SCHEMA = {
+    "schema": "str: 'h2dlab.explain/1'",
+    "source": "str: the dataset name or path given",
+    "machine": "str or null: GPU, link, torch, date of the (first) run, from its env.json",
+    "rows": "int: rows in the table",
+    "timed_rows": "int: rows that are not warm-ups and have no error",
+    "runs": "list of {run_id, run}: run is the run's name (its file name) or its id",
+    "fit": "list of {run, run_id, strategy, overhead_us, overhead_us_lo, overhead_us_hi, gbps, "
+    "gbps_lo, gbps_hi, n, sizes, fit_error, largest_size_bytes, measured_gbps, poor_fit, warning}: "
+    "latency = overhead + bytes / bandwidth per run and strategy, 95% bootstrap CI (null: too few "
+    "rows), gbps in GB/s (1e9 bytes/s), measured_gbps the median at the run's largest size",
+    "flagged": "list of {run, run_id, order, strategy, size_bytes, value_ms, expected_ms, robust_z, "
+    "episode, cause, evidence}: every row flagged as slow, in time order per run",
+    "causes": "object: cause -> number of flagged rows",
+}
 
 
 def load_source(source: str):
@@ -28,15 +57,155 @@ def load_source(source: str):
     return df
 
 
+def _run_names(df) -> dict[str, str]:
+    names = df.attrs.get("run_names") or {}
+    return {rid: str(names.get(rid, rid)) for rid in dict.fromkeys(df["run_id"])}
+
+
+def _fit(df, names: dict[str, str], n_boot: int):
+    from h2dlab import model
+
+    fitted = model.fit(df, n_boot=n_boot)
+    if fitted.empty:
+        return fitted
+    t = model.timed(df)
+    t = t.assign(gbps=t["size_bytes"] / model.value_ms(t) / 1e6)
+    measured, largest = [], []
+    for r in fitted.itertuples():
+        g = t[(t["run_id"] == r.run_id) & (t["strategy"] == r.strategy)]
+        big = g["size_bytes"].max()
+        largest.append(int(big))
+        measured.append(float(g.loc[g["size_bytes"] == big, "gbps"].median()))
+    fitted = fitted.assign(
+        run=fitted["run_id"].map(names), largest_size_bytes=largest, measured_gbps=measured
+    )
+    ratio = fitted["measured_gbps"] / fitted["gbps"]
+    far = (ratio > FAR_FROM_MEASURED) | (ratio < 1 / FAR_FROM_MEASURED)
+    fitted["poor_fit"] = (fitted["median_abs_rel_err"] > POOR_FIT_ERR) | far
+    fitted["warning"] = [
+        (
+            f"{r.run} {r.strategy}: the straight line fits poorly ({r.median_abs_rel_err:.0%} median error; "
+            f"fitted {r.gbps:.1f} GB/s, measured {r.measured_gbps:.1f} GB/s at "
+            f"{fmt_bytes(r.largest_size_bytes)}): trust the measured medians (h2dlab compare) over the fit"
+        )
+        if r.poor_fit
+        else ""
+        for r in fitted.itertuples()
+    ]
+    return fitted
+
+
+def _ci(v: float, lo: float, hi: float, fmt: str, n: int) -> str:
+    if math.isfinite(lo) and math.isfinite(hi):
+        return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+    return f"{v:{fmt}} n/a (too few {'rows' if n < 8 else 'sizes'})"
+
+
+def _stretches(flagged) -> list[list[Any]]:
+    """Flagged rows grouped: consecutive ``order`` in one run with the same cause."""
+    groups: list[list[Any]] = []
+    for r in flagged.itertuples(index=False):
+        last = groups[-1][-1] if groups else None
+        if (
+            last is not None
+            and (r.run_id, r.cause) == (last.run_id, last.cause)
+            and r.order == last.order + 1
+        ):
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+def _span(values, fmt: str) -> str:
+    lo, hi = f"{min(values):{fmt}}", f"{max(values):{fmt}}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def _stretch_line(g: list[Any]) -> str:
+    first = g[0]
+    if len(g) == 1:
+        return (
+            f"[{first.run} #{first.order}] {first.strategy} {fmt_bytes(first.size_bytes)}: "
+            f"{first.cause} (z={first.robust_z:.1f}) - {first.evidence}"
+        )
+    what = sorted({f"{r.strategy} {fmt_bytes(r.size_bytes)}" for r in g})
+    where = ", ".join(what) if len(what) <= 3 else f"{len(what)} strategy/size cells"
+    ev = first.evidence
+    if first.cause == "unexplained":  # each row alone says "isolated": the stretch says otherwise
+        ev = ev.partition("an isolated slow copy: ")[2] or ev
+        ev = f"{len(g)} consecutive slow copies, too few for an episode; {ev}"
+    return (
+        f"[{first.run} #{first.order}-#{g[-1].order}] {where}: {first.cause} x{len(g)} "
+        f"(z={_span([r.robust_z for r in g], '.1f')}) - {_span([r.value_ms for r in g], '.2f')} ms where "
+        f"{_span([r.expected_ms for r in g], '.2f')} ms was expected; {ev}"
+    )
+
+
+def _records(frame) -> list[dict[str, Any]]:
+    def clean(v):
+        if hasattr(v, "item"):
+            v = v.item()
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    return [{k: clean(v) for k, v in r.items()} for r in frame.to_dict("records")]
+
+
+FIT_COLUMNS = (
+    "run", "run_id", "strategy", "overhead_us", "overhead_us_lo", "overhead_us_hi", "gbps", "gbps_lo",
+    "gbps_hi", "n", "sizes", "median_abs_rel_err", "largest_size_bytes", "measured_gbps", "poor_fit", "warning",
+)  # fmt: skip
+FLAG_COLUMNS = (
+    "run", "run_id", "order", "strategy", "size_bytes", "value_ms", "expected_ms", "robust_z", "episode",
+    "cause", "evidence",
+)  # fmt: skip
+
+
+def report(source: str, n_boot: int = 100) -> dict[str, Any]:
+    """What ``explain`` prints, as a dict in the :data:`JSON_SCHEMA` layout, plus the
+    tables behind it under keys starting ``_`` (``_env``, ``_fit``, ``_explained``,
+    ``_flagged``), which the JSON leaves out."""
+    from h2dlab import model, outliers
+    from h2dlab.env import describe
+
+    df = load_source(source)
+    env = datasets.run_env(df)
+    names = _run_names(df)
+    fitted = _fit(df, names, n_boot)
+    e = outliers.explain(df)
+    e = e.assign(run=e["run_id"].map(names), value_ms=model.value_ms(e))
+    flagged = e[e["is_outlier"]].sort_values(["run_id", "order"], kind="stable")
+    flagged = flagged.sort_values("run_id", key=lambda s: s.map(list(names).index), kind="stable")
+    fit_rows = (
+        fitted[list(FIT_COLUMNS)].rename(columns={"median_abs_rel_err": "fit_error"}) if len(fitted) else None
+    )
+    return {
+        "schema": "h2dlab.explain/1",
+        "source": str(source),
+        "machine": describe(env) if env else None,
+        "rows": int(len(df)),
+        "timed_rows": int((~e["warmup"] & (e["error"] == "")).sum()),
+        "runs": [{"run_id": rid, "run": name} for rid, name in names.items()],
+        "fit": [] if fit_rows is None else _records(fit_rows),
+        "flagged": _records(flagged[list(FLAG_COLUMNS)]),
+        "causes": {str(k): int(v) for k, v in flagged["cause"].value_counts().items()},
+        "_env": env,
+        "_fit": fitted,
+        "_explained": e,
+        "_flagged": flagged,
+    }
+
+
 def explain(
     source: str,
     *,
     out: Path | None = None,
     show_all: bool = False,
     limit: int = 40,
+    as_json: bool = False,
     argv: list[str] | None = None,
 ) -> int:
-    """Print the fitted model per strategy and the flagged rows with cause and evidence.
+    """Print the fitted model per run and strategy and the flagged rows with their cause.
 
     Parameters
     ----------
@@ -45,7 +214,9 @@ def explain(
     out
         Also write the annotated table here (a checked path; format by its suffix).
     show_all
-        Print every flagged row, not the first ``limit``.
+        Print every flagged row, not the first ``limit`` lines.
+    as_json
+        Print one JSON object (:data:`JSON_SCHEMA`) instead of text.
     argv
         The command line, recorded in the annotated table's env.json.
 
@@ -54,51 +225,50 @@ def explain(
     int
         The exit code (0).
     """
-    from h2dlab import model, outliers
-    from h2dlab.env import describe
+    rep = report(source)
+    fitted, flagged = rep["_fit"], rep["_flagged"]
+    if as_json:
+        print(json.dumps({k: v for k, v in rep.items() if not k.startswith("_")}, indent=1))
+    else:
+        _print_text(source, rep, fitted, flagged, show_all, limit)
+    if out is not None:
+        env = _annotated_env(rep["_env"], source, argv)
+        _write_annotated(rep["_explained"].drop(columns=["run", "value_ms"]), Path(out), env)
+        print(f"\nwrote the annotated table to {out}", file=sys.stderr)
+    return 0
 
-    df = load_source(source)
-    env = datasets.run_env(df)
-    print(
-        f"{source}: {len(df)} rows, {df['run_id'].nunique()} run(s); {describe(env) if env else 'no env.json'}"
-    )
-    fitted = model.fit(df, n_boot=100)
+
+def _print_text(source, rep, fitted, flagged, show_all: bool, limit: int) -> None:
+    runs = ", ".join(r["run"] for r in rep["runs"])
+    print(f"{source}: {rep['rows']} rows, run(s) {runs}; {rep['machine'] or 'no env.json'}")
     if len(fitted):
         print("\nlatency = overhead + bytes / bandwidth, fitted robustly per run and strategy (95% CI):")
+        rows = list(fitted.itertuples())
         show = fitted.assign(
-            overhead_us=lambda f: f.apply(
-                lambda r: f"{r.overhead_us:8.1f} [{r.overhead_us_lo:.1f}, {r.overhead_us_hi:.1f}]", axis=1
-            ),
-            gbps=lambda f: f.apply(lambda r: f"{r.gbps:6.2f} [{r.gbps_lo:.2f}, {r.gbps_hi:.2f}]", axis=1),
-            fit_err=lambda f: (100 * f.median_abs_rel_err).map(lambda v: f"{v:.0f}%"),
-        )[["run_id", "strategy", "overhead_us", "gbps", "n", "fit_err"]]
-        print(show.to_string(index=False))
-    e = outliers.explain(df)
-    flagged = e[e["is_outlier"]].sort_values(["run_id", "order"])
-    timed = int((~e["warmup"] & (e["error"] == "")).sum())
-    print(f"\n{len(flagged)} of {timed} timed rows flagged as slow:")
+            overhead_us=[_ci(r.overhead_us, r.overhead_us_lo, r.overhead_us_hi, ".1f", r.n) for r in rows],
+            gbps=[_ci(r.gbps, r.gbps_lo, r.gbps_hi, ".2f", r.n) for r in rows],
+            fit_err=[f"{100 * r.median_abs_rel_err:.0f}%{' !' if r.poor_fit else ''}" for r in rows],
+            measured=[f"{r.measured_gbps:.1f} @ {fmt_bytes(r.largest_size_bytes)}" for r in rows],
+        )[["run", "strategy", "overhead_us", "gbps", "n", "fit_err", "measured"]]
+        print(show.rename(columns={"gbps": "GB/s", "measured": "measured GB/s"}).to_string(index=False))
+        for w in fitted.loc[fitted["poor_fit"], "warning"]:
+            print(f"! {w}")
+    print(f"\n{len(flagged)} of {rep['timed_rows']} timed rows flagged as slow:")
     counts = flagged.groupby(["strategy", "cause"]).size().rename("rows").reset_index()
     if len(counts):
         print(counts.to_string(index=False))
-        cols = ["run_id", "order", "strategy", "size_bytes", "expected_ms", "robust_z", "cause", "evidence"]
-        rows = flagged if show_all else flagged.head(limit)
-        view = rows[cols].assign(size=rows["size_bytes"].map(fmt_bytes), z=rows["robust_z"].round(1))
+        groups = _stretches(flagged)
         print()
-        for r in view.itertuples(index=False):
-            print(f"[{r.run_id} #{r.order}] {r.strategy} {r.size}: {r.cause} (z={r.z}) - {r.evidence}")
-        if not show_all and len(flagged) > limit:
-            print(f"... {len(flagged) - limit} more (use --all or --out)")
-    if out is not None:
-        _write_annotated(e, Path(out), _annotated_env(env, source, argv))
-        print(f"\nwrote the annotated table to {out}", file=sys.stderr)
-    return 0
+        for g in groups if show_all else groups[:limit]:
+            print(_stretch_line(g))
+        if not show_all and len(groups) > limit:
+            rest = sum(len(g) for g in groups[limit:])
+            print(f"... {rest} more row(s) in {len(groups) - limit} line(s) (use --all or --out)")
 
 
 def _annotated_env(env: dict | None, source: str, argv: list[str] | None) -> dict:
     # The measurement's own fingerprint (the data came from that machine), plus where
     # and how this annotated copy was made.
-    import shlex
-
     out = dict(env or {})
     out["annotated"] = {"source": str(source), "command": shlex.join(argv) if argv else None}
     return out

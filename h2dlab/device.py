@@ -7,7 +7,7 @@ import gc
 import torch
 
 from h2dlab.env import meminfo_bytes
-from h2dlab.errors import UsageError
+from h2dlab.errors import Unavailable, UsageError
 from h2dlab.units import fmt_bytes
 
 __all__ = [
@@ -41,14 +41,14 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if dev.type != "cuda":
         raise UsageError(f"h2dlab measures copies to cuda (or host copies with cpu), not {dev.type}")
     if not torch.cuda.is_available():
-        raise UsageError(
+        raise Unavailable(
             "CUDA is not available on this machine: time host copies on device cpu, "
             "or replay the recorded data (e.g. the dataset h200_sweep)"
         )
     n = torch.cuda.device_count()
     idx = 0 if dev.index is None else dev.index
     if idx >= n:
-        raise UsageError(f"there is no {dev.type}:{idx}: this machine has {n} CUDA device(s), 0..{n - 1}")
+        raise Unavailable(f"there is no {dev.type}:{idx}: this machine has {n} CUDA device(s), 0..{n - 1}")
     return torch.device("cuda", idx)
 
 

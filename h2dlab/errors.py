@@ -1,14 +1,16 @@
-"""The one exception for a caller's mistake.
+"""The exceptions the ``h2dlab`` command turns into one line instead of a traceback.
 
 ``UsageError`` is a ``ValueError``: library callers may catch either. The ``h2dlab``
-command turns a ``UsageError`` (and nothing else) into one line on stderr and exit
-code 2; every other exception keeps its traceback, because it is a bug or a fault of
-the machine, not a mistake in what was asked.
+command turns a ``UsageError`` into one line on stderr and exit code 2 (the command
+line or its input is wrong), and an ``Unavailable`` (a ``UsageError`` too, so callers
+that catch that keep working) into one line and exit code 1: what was asked is right,
+but this machine cannot do it. Every other exception keeps its traceback, because it
+is a bug, not a mistake in what was asked.
 """
 
 from __future__ import annotations
 
-__all__ = ["UsageError"]
+__all__ = ["Unavailable", "UsageError"]
 
 
 class UsageError(ValueError):
@@ -16,3 +18,8 @@ class UsageError(ValueError):
 
     Messages are written in library terms (parameter names, not command-line flags).
     """
+
+
+class Unavailable(UsageError):
+    """This machine lacks what the request needs (CUDA, a GPU of that index); the
+    message says what can be done here instead (e.g. replay the recorded data)."""

@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 
 from h2dlab.device import check_memory, release_memory, resolve_device, tile
-from h2dlab.errors import UsageError
+from h2dlab.errors import Unavailable, UsageError
 from h2dlab.plan import plan_forum
 from h2dlab.recorder import Recording, StopFlag, progress_bar
 from h2dlab.spec import ForumSpec
@@ -54,8 +54,12 @@ def forum(
         Three rows per seq; attrs as ``measure.sweep``'s.
     """
     spec = spec if spec is not None else ForumSpec()
-    if torch.device(spec.device).type != "cuda" or not torch.cuda.is_available():
+    if torch.device(spec.device).type != "cuda":
         raise UsageError(
+            f"the forum protocol pins memory and copies to CUDA: give a cuda device, not {spec.device}"
+        )
+    if not torch.cuda.is_available():
+        raise Unavailable(
             "the forum protocol pins memory and needs CUDA, which this machine lacks: "
             "replay the recorded runs instead (the dataset h200_forum)"
         )

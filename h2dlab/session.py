@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from h2dlab import datasets
-from h2dlab.errors import UsageError
+from h2dlab.errors import Unavailable, UsageError
 from h2dlab.record_plan import KINDS, MANIFEST, default_folder, finished, read_manifest
 
 __all__ = [
@@ -77,7 +77,7 @@ def resolve_mode(mode: str = "auto", environ: Mapping[str, str] | None = None) -
         raise UsageError(f"unknown mode {mode!r}: use {', '.join(MODES)} (H2DLAB_MODE)")
     cuda = torch.cuda.is_available()
     if mode == "live" and not cuda:
-        raise UsageError(
+        raise Unavailable(
             "live mode needs CUDA and this machine has none: use H2DLAB_MODE=replay "
             "(or auto) to replay the recorded H200 data"
         )

@@ -1,0 +1,142 @@
+"""What every part of the ``h2dlab`` command shares: the exit codes, the parser class
+and the option types (so that subcommands in other modules parse alike)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from h2dlab.errors import Unavailable, UsageError
+
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "Parser",
+    "failure",
+    "sizes_arg",
+    "whole_arg",
+]
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_CODES = """exit codes:
+  0    done
+  1    this machine or the run failed: no CUDA or no such GPU, a full disk, a CUDA fault,
+       a failed notebook (one line; a bug in h2dlab also exits 1, with its traceback)
+  2    the command line or its input is wrong: an unknown option or dataset, a bad value,
+       a missing or unreadable table (one line)
+  130  interrupted (Ctrl-C or SIGTERM); a measurement keeps its rows: rerun with --resume
+GPU: forum, overlap, duplex, batch, record, measure --gpus and measure on cuda need a CUDA GPU
+(measure and record take --device cpu for host copies); env, datasets, strategies, explain,
+compare and report (replay) run anywhere. H2DLAB_DEBUG=1 shows tracebacks."""
+
+
+def sizes_arg(text: str) -> list[int]:
+    """argparse type: sizes such as ``1KiB,64MiB`` or ``1KiB..1GiB`` (``units.parse_sizes``)."""
+    from h2dlab.units import parse_sizes
+
+    try:
+        return parse_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def whole_arg(least: int):
+    """argparse type: a whole number of at least ``least``."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if v < least:
+            raise argparse.ArgumentTypeError(
+                f"must be at least 1, got {v}" if least == 1 else f"must be {least} or more, got {v}"
+            )
+        return v
+
+    return parse
+
+
+class Parser(argparse.ArgumentParser):
+    """Every (sub)command's parser: its ``--help`` ends with the exit codes; a usage
+    error is one line and exit code 2, without the usage dump."""
+
+    def __init__(self, *args, **kwargs) -> None:  # every (sub)command's --help ends with the exit codes
+        kwargs.setdefault("epilog", EXIT_CODES)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+        self.exit(EXIT_USAGE, f"h2dlab: error: {message} (see {self.prog} --help)\n")
+
+
+def _one_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _is_cuda_fault(exc: BaseException) -> bool:
+    timing = sys.modules.get("h2dlab.timing")  # only a run that imported it can have faulted
+    return timing is not None and isinstance(exc, timing.CudaFault)
+
+
+def failure(exc: Exception) -> int:
+    """The exit code for ``exc`` after printing it in one line on stderr: 1 when this
+    machine or the run failed (``Unavailable``, an ``OSError``, a CUDA fault), 2 for a
+    ``UsageError``. Anything else is a bug and is raised again (Python prints its
+    traceback and exits 1); so is everything when ``H2DLAB_DEBUG`` is set."""
+    if os.environ.get("H2DLAB_DEBUG"):
+        raise exc
+    if isinstance(exc, Unavailable) or _is_cuda_fault(exc):
+        code, text = EXIT_FAILURE, _one_line(exc)
+    elif isinstance(exc, UsageError):
+        code, text = EXIT_USAGE, _one_line(exc)
+    elif isinstance(exc, OSError):  # a full disk, a vanished or forbidden file
+        where = f"{exc.strerror}: {exc.filename}" if exc.strerror and exc.filename else _one_line(exc)
+        code, text = EXIT_FAILURE, f"{where} (H2DLAB_DEBUG=1 shows where)"
+    else:
+        raise exc
+    print(f"h2dlab: error: {text}", file=sys.stderr)
+    return code
+
+
+def finish_measure(df, out: Path, argv: list[str], resumable: bool = True) -> int:
+    """What a measuring command prints when it ends (rows kept and how to resume, or rows
+    written and errors); returns its exit code: 0, or 130 when the run was stopped."""
+    from h2dlab import datasets
+
+    planned = df.attrs.get("planned_rows", len(df))
+    errors = int((df["error"] != "").sum()) if len(df) else 0
+    if df.attrs.get("stopped"):
+        if resumable:
+            cmd = shlex.join(["h2dlab", *argv])
+            if "--resume" not in argv:
+                cmd += " --resume"
+            how = f"resume with: {cmd}"
+        else:
+            how = "a run on several GPUs cannot be resumed: run it again"
+        print(f"h2dlab: interrupted: {len(df)} of {planned} rows kept in {out}; {how}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    timed = int((~df["warmup"]).sum()) if len(df) else 0
+    print(
+        f"wrote {out} ({len(df)} rows: {timed} timed, {len(df) - timed} warm-up, {errors} with an error) "
+        f"and {datasets.env_path(out).name}",
+        file=sys.stderr,
+    )
+    if "world" in df.columns:
+        per = df.groupby(["world", "gpu"]).size()
+        parts = [
+            f"{w} at once: " + ", ".join(f"#{g} {n}" for (_, g), n in per[w:w].items())
+            for w in per.index.levels[0]
+        ]
+        print(f"rows per process, by how many copied at once: {'; '.join(parts)}", file=sys.stderr)
+    if errors:
+        first = df.loc[df["error"] != "", "error"].iloc[0]
+        print(f"note: {errors} row(s) record an error, e.g. {first}", file=sys.stderr)
+    return 0
