@@ -28,7 +28,9 @@ report: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# On a machine without CUDA this fails, saying so, instead of skipping every GPU test.
 test-gpu: $(STAMP)
+	@$(BIN)/python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "make test-gpu: this machine has no CUDA device (torch.cuda.is_available() is False), so the GPU tests cannot run here: run them on a GPU machine; make test runs the rest")'
 	$(BIN)/python -m pytest -q -m cuda tests/gpu
 
 # Refresh the outputs committed in notebooks/*.ipynb from the recorded data (replay).

@@ -10,10 +10,13 @@ import argparse
 import sys
 from typing import Any
 
-__all__ = ["COMMANDS", "add_parser", "batch_spec", "duplex_spec", "run"]
+__all__ = ["COMMANDS", "LAYOUTS", "add_parser", "batch_spec", "duplex_spec", "run"]
 
 #: The subcommands this module adds.
 COMMANDS = ("duplex", "batch")
+#: ``batch_methods.LAYOUTS``, repeated here so that building the parser imports no torch
+#: (every h2dlab command builds it; tests/test_cli_ux.py checks that the two agree).
+LAYOUTS = ("equal", "mixed")
 
 
 def _sizes(text: str) -> list[int]:
@@ -52,8 +55,6 @@ def _whole(least: int):
 
 def add_parser(subparsers: Any) -> None:
     """Add ``duplex`` and ``batch`` to the ``h2dlab`` command's subparsers."""
-    from h2dlab.batch_methods import LAYOUTS
-
     d = subparsers.add_parser(
         "duplex", help="host-to-device and device-to-host at once on two streams, beside each alone"
     )
@@ -63,9 +64,9 @@ def add_parser(subparsers: Any) -> None:
     d.add_argument("--reps", type=_whole(1), default=10, help="timed rounds per size [10]")
     d.add_argument("--warmup", type=_whole(0), default=2, help="labelled warm-up rounds per size [2]")
     d.add_argument("--device", default="cuda", help="cuda or cuda:N [cuda]")
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=int, default=0, help="seeds the order and the copied bytes [0]")
     d.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
-    d.add_argument("--no-progress", action="store_true")
+    d.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
     b = subparsers.add_parser("batch", help="a batch of many tensors to the GPU, by each way of moving it")
     b.add_argument("--counts", type=_counts, default=None, help="tensors per batch [1,16,64,256,1024]")
@@ -80,9 +81,9 @@ def add_parser(subparsers: Any) -> None:
     b.add_argument("--reps-large", type=_whole(1), default=5, help="timed rounds from 256 MiB per batch [5]")
     b.add_argument("--warmup", type=_whole(0), default=1, help="labelled warm-up rounds [1]")
     b.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (host copies only) [cuda]")
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--seed", type=int, default=0, help="seeds the order and the copied bytes [0]")
     b.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
-    b.add_argument("--no-progress", action="store_true")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def duplex_spec(a: argparse.Namespace):

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from h2dlab.errors import UsageError
+from h2dlab.errors import Unavailable, UsageError
 from h2dlab.record_plan import (
     MANIFEST,
     Experiment,
@@ -72,7 +72,7 @@ def _gpus(device: str) -> tuple[int, str | None]:
     import torch
 
     if not torch.cuda.is_available():
-        raise UsageError(
+        raise Unavailable(
             "this machine has no CUDA GPU: record needs one (use --device cpu for a CPU recording "
             "of the sweep only, or --dry-run to see the plan)"
         )
@@ -107,7 +107,7 @@ def _print_plan(runs: list[dict[str, Any]], quick: bool, gpus: int, device: str,
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``h2dlab record``; returns the exit code (0, 1, 2 via UsageError, 130)."""
+    """Run ``h2dlab record``; returns the exit code (0; 1, also via Unavailable; 2 via UsageError; 130)."""
     if args.resume:
         if args.out or args.quick or args.only or args.plan or args.device != "cuda":
             raise UsageError("--resume takes its plan from the folder: give no other option with it")

@@ -62,7 +62,8 @@ def build(
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
-    from nbconvert import HTMLExporter
+
+    from h2dlab.report_html import render
 
     # The kernels get their own environment; this process's stays as it was.
     # Figures must reach the notebook whatever backend the caller's environment names.
@@ -82,7 +83,6 @@ def build(
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     names = notebooks or REPORTED
-    exporter = HTMLExporter(template_name="lab")
     t_all = time.time()
     for k, name in enumerate(names, 1):
         src = ROOT / "notebooks" / f"{name}.py"
@@ -95,6 +95,7 @@ def build(
                 nb,
                 timeout=timeout,
                 kernel_name="python3",
+                km=_kernel_manager(),
                 resources={"metadata": {"path": str(ROOT / "notebooks")}},
             ).execute(env=kernel_env)
         except CellExecutionError as exc:
@@ -102,7 +103,7 @@ def build(
         if inplace:
             nb.metadata["jupytext"] = {"formats": "ipynb,py:percent"}
             nbformat.write(nb, ROOT / "notebooks" / f"{name}.ipynb")
-        html, _ = exporter.from_notebook_node(nb)
+        html = render(nb, name)
         datasets.atomic_write(out / f"{name}.html", lambda p, html=html: Path(p).write_text(html))
         if failed:
             print(
@@ -117,46 +118,27 @@ def build(
     return 0
 
 
+def _kernel_manager():
+    # IPC (a local socket file) rather than TCP on localhost: nothing listens on a port,
+    # and the kernel has no reason to warn "running over TCP without encryption".
+    import atexit
+    import shutil
+    import tempfile
+
+    from jupyter_client.manager import KernelManager
+
+    if os.name != "posix":
+        return KernelManager(kernel_name="python3")
+    # The socket path must be absolute: the kernel runs in notebooks/, this process elsewhere.
+    folder = tempfile.mkdtemp(prefix="h2dlab-kernel-")
+    atexit.register(shutil.rmtree, folder, True)
+    return KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(folder) / "kernel"))
+
+
 def workbook(path: str | Path, data: str | Path = session.BUNDLED) -> Path:
     """The tables behind the report, one sheet each, from the recording ``data``
-    (``"h200"``, the bundled one, or a recording folder); kinds it lacks get no sheet."""
-    from h2dlab import model, outliers
+    (``"h200"``, the bundled one, or a recording folder); kinds it lacks get no sheet.
+    A README sheet comes first; see :mod:`h2dlab.workbook` for the layout."""
+    from h2dlab.workbook import write
 
-    rec = session.Recorded(data)
-    label = "h200" if rec.name == session.BUNDLED else "recording"
-    sheets = {}
-    if rec.has("sweep"):
-        sweep = rec.table("sweep")
-        sheets[f"fit_{label}_sweep"] = model.fit(sweep, n_boot=50)
-        sheets[f"medians_{label}_sweep"] = model.medians(sweep)
-        sheets["advice_1GiB"] = model.advise(2**30, df=sweep)
-        sheets["advice_64MiB"] = model.advise(2**26, df=sweep)
-    tables = {"forum_a100": datasets.load("forum_a100")}
-    tables.update({f"{label}_{k}": rec.table(k) for k in ("forum", "allocator") if rec.has(k)})
-    for name, df in tables.items():
-        e = outliers.explain(df)
-        sheets[f"flagged_{name}"] = e[e.is_outlier][
-            [
-                "run_id",
-                "order",
-                "strategy",
-                "size_bytes",
-                "wall_ms",
-                "event_ms",
-                "expected_ms",
-                "robust_z",
-                "episode",
-                "cause",
-                "evidence",
-            ]
-        ]
-    import pandas as pd
-
-    def write(p: str) -> None:
-        with pd.ExcelWriter(p, engine="openpyxl") as xw:
-            for sheet, df in sheets.items():
-                df.to_excel(xw, sheet_name=sheet[:31], index=False)
-
-    path = Path(path)
-    datasets.atomic_write(path, write)
-    return path
+    return write(path, data)

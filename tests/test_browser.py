@@ -1,9 +1,10 @@
 """Each rendered HTML report, opened in headless Chromium: figures shown, the provenance
-banner present, no error output."""
+banner present, no error output; and each page offline (no script or style sheet from the
+network, no request leaving the machine), titled, with a table of contents."""
 
 import pytest
 
-from h2dlab import report
+from h2dlab import report, report_html
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -12,9 +13,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 def test_rendered_report_in_chromium(rendered, browser, name):
     rc, out = rendered
     assert rc == 0
+    html = (out / f"{name}.html").read_text()
+    assert report_html.external_refs(html) == [], name
     page = browser.new_page()
-    errors = []
+    errors, remote = [], []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: remote.append(r.url) if r.url.startswith(("http:", "https:")) else None)
     page.goto((out / f"{name}.html").as_uri())
     page.wait_for_load_state("load")
     # The banner is session.recording(...).banner(): Markdown naming the mode, machine, GPU and date.
@@ -32,4 +36,8 @@ def test_rendered_report_in_chromium(rendered, browser, name):
     assert "Traceback" not in text and "Error:" not in text
     assert page.locator("[data-mime-type='application/vnd.jupyter.error']").count() == 0
     assert not errors, errors
+    assert not remote, remote  # truly offline
+    h1 = page.locator("h1").first.inner_text().strip("¶ ")
+    assert page.title() not in ("", "Notebook") and page.title() == h1, (page.title(), h1)
+    assert page.locator("nav.h2dlab-toc a").count() >= 2
     page.close()

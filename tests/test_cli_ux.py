@@ -251,3 +251,33 @@ def test_explain_missing_file_and_annotated_folder(tmp_path):
     r = run_cli("explain", str(folder))
     assert r.returncode == 0, r.stderr
     assert "630 rows" in r.stdout and "host_alloc_growth" in r.stdout
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA")
+def test_make_test_gpu_fails_plainly_without_cuda():
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    venv_bin = str(Path(sys.executable).parent)
+    # -o: take the install stamp as made (this test must not install anything)
+    r = subprocess.run(
+        ["make", "-s", "-o", ".venv/.installed", "test-gpu", f"BIN={venv_bin}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert r.returncode != 0
+    assert "make test-gpu: this machine has no CUDA device" in r.stderr
+    assert "passed" not in r.stdout and "skipped" not in r.stdout  # pytest never ran
+
+
+def test_building_the_parser_imports_no_torch():
+    # Every command builds the whole parser: a torch import there costs seconds on each.
+    code = "import sys\nfrom h2dlab.cli import build_parser\nbuild_parser()\nprint('torch' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=_env())
+    assert r.stdout.strip() == "False", r.stderr
+    from h2dlab import batch_methods, cli_measuring
+
+    assert cli_measuring.LAYOUTS == batch_methods.LAYOUTS

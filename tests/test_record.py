@@ -68,7 +68,7 @@ def test_dry_run_prints_the_plan_and_its_estimate(capsys, tmp_path):
 
 @pytest.mark.skipif(not NO_CUDA, reason="checks the refusal on a machine without CUDA")
 def test_without_cuda_record_refuses_in_one_line(capsys, tmp_path):
-    assert cli.main(["record", "--out", str(tmp_path / "r")]) == 2
+    assert cli.main(["record", "--out", str(tmp_path / "r")]) == 1  # the machine, not the command line
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no CUDA GPU" in err[0] and "--device cpu" in err[0]
     assert not (tmp_path / "r").exists()

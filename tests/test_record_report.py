@@ -28,6 +28,7 @@ def test_workbook_reads_the_recording_it_is_given(tmp_path):
     path = report.workbook(tmp_path / "t.xlsx", _folder(tmp_path))
     sheets = pd.read_excel(path, sheet_name=None)
     assert set(sheets) == {
+        "README",
         "fit_recording_sweep",
         "medians_recording_sweep",
         "advice_1GiB",
