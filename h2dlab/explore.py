@@ -13,11 +13,15 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from h2dlab import datasets, model, outliers, plots
+from h2dlab.units import fmt_bytes
 
-__all__ = ["MEASURE_NOW", "VIEWS", "Explorer"]
+__all__ = ["ALL_RUNS", "MEASURE_NOW", "SIZE_STEPS", "VIEWS", "Explorer"]
 
 MEASURE_NOW = "measure this machine now"
 VIEWS = ("latency", "bandwidth", "timeline")
+ALL_RUNS = "all runs"
+#: The size range's stops: powers of two, shown as 1 KiB ... 16 GiB.
+SIZE_STEPS = [(fmt_bytes(2**k), k) for k in range(0, 35)]
 
 
 def _runs_on_disk() -> list[str]:
@@ -54,8 +58,17 @@ class Explorer:
             description="data",
         )
         self.strategies = W.SelectMultiple(options=[], rows=6, description="strategies")
-        self.sizes = W.IntRangeSlider(
-            min=10, max=32, value=(10, 32), description="log2 size", continuous_update=False
+        self.sizes = W.SelectionRangeSlider(
+            options=SIZE_STEPS, index=(10, 32), description="sizes", continuous_update=False
+        )
+        self.run = W.Dropdown(options=[(ALL_RUNS, ALL_RUNS)], value=ALL_RUNS, description="run")
+        self.path = W.Text(
+            placeholder="a recorded run or folder: path/to/run.csv.gz",
+            description="open",
+            continuous_update=False,
+        )
+        self.open_btn = W.Button(
+            description="open", icon="folder-open", tooltip="load the table at this path"
         )
         self.view = W.ToggleButtons(options=VIEWS, value="latency", description="view")
         self.measure_btn = W.Button(
@@ -80,8 +93,10 @@ class Explorer:
                 "(torch.cuda.is_available() is False). Explore the recorded data instead.</i>"
             )
         self.source.observe(lambda ch: self.load(ch["new"]), names="value")
-        for w in (self.strategies, self.sizes, self.view):
+        for w in (self.strategies, self.sizes, self.view, self.run):
             w.observe(lambda ch: self.redraw(), names="value")
+        self.open_btn.on_click(lambda _b: self.open_path(self.path.value))
+        self.path.observe(lambda ch: self.open_path(ch["new"]) if ch["new"].strip() else None, names="value")
         self.measure_btn.on_click(lambda _b: self.measure_now())
         self.stop_btn.on_click(lambda _b: self.stop())
         self.load(self.source.value)
@@ -96,20 +111,41 @@ class Explorer:
             return
         self.set_table(datasets.load(name))
 
+    def open_path(self, text: str) -> bool:
+        """Load any recorded run or folder of runs by path; a bad path is said in the
+        status line (no traceback). Returns whether it loaded."""
+        text = (text or "").strip()
+        try:
+            df = datasets.load(text)
+        except (ValueError, TypeError) as exc:  # SchemaError is a ValueError
+            self.status.value = f"<b>cannot open {text!r}:</b> {exc}"
+            return False
+        self.status.value = f"opened {text} ({len(df)} rows)"
+        self.set_table(df)
+        return True
+
+    def run_names(self) -> dict[str, str]:
+        """run_id -> the run's name (its file name) for the table shown."""
+        names = (self.df.attrs.get("run_names") or {}) if self.df is not None else {}
+        ids = dict.fromkeys(self.df["run_id"]) if self.df is not None else {}
+        return {rid: str(names.get(rid, rid)) for rid in ids}
+
     def set_table(self, df: pd.DataFrame) -> None:
         self.df = df
         self.explained = outliers.explain(df)
         names = list(dict.fromkeys(df["strategy"]))
         sizes = df["size_bytes"][df["size_bytes"] > 0]
         lo, hi = int(sizes.min()).bit_length() - 1, int(sizes.max() - 1).bit_length()
+        runs = self.run_names()
         self._quiet = True  # one redraw for the whole update, not one per widget
         try:
             self.strategies.value = ()
             self.strategies.options = names
             self.strategies.value = tuple(names)
-            self.sizes.min, self.sizes.max = 0, 48
-            self.sizes.value = (lo, hi)
-            self.sizes.min, self.sizes.max = lo, hi
+            self.sizes.index = (max(0, lo), min(len(SIZE_STEPS) - 1, hi))
+            pairs = [(n, rid) for rid, n in runs.items()] if len(runs) > 1 else []
+            self.run.options = [(ALL_RUNS, ALL_RUNS), *pairs]
+            self.run.value = ALL_RUNS
         finally:
             self._quiet = False
         self.redraw()
@@ -118,24 +154,77 @@ class Explorer:
         e = self.explained
         lo, hi = self.sizes.value
         keep = e["strategy"].isin(self.strategies.value) & e["size_bytes"].between(2**lo, 2**hi)
+        if self.run.value != ALL_RUNS:
+            keep &= e["run_id"] == self.run.value
         out = e[keep]
         out.attrs = dict(self.df.attrs)
         return out
+
+    def timeline_run(self, sel: pd.DataFrame) -> str | None:
+        """The one run a timeline shows: the chosen one, else the first (runs have their
+        own clocks; several on one time axis make a blob)."""
+        if self.run.value != ALL_RUNS or sel.empty:
+            return None if self.run.value == ALL_RUNS else self.run.value
+        return str(sel["run_id"].iloc[0])
+
+    def tables(self, sel: pd.DataFrame) -> tuple[pd.DataFrame | None, pd.DataFrame]:
+        """The fitted model and the flagged rows of ``sel``, headed for a reader."""
+        fit = model.fit(sel, by=("strategy",), n_boot=0) if not sel.empty else pd.DataFrame()
+        shown_fit = None
+        if len(fit):
+            shown_fit = pd.DataFrame(
+                {
+                    "strategy": fit["strategy"],
+                    "overhead (µs)": fit["overhead_us"].round(1),
+                    "GB/s": fit["gbps"].round(1),
+                    "copies": fit["n"],
+                    "fit error": (100 * fit["median_abs_rel_err"]).round(0).astype(int).astype(str) + " %",
+                }
+            )
+        f = sel[sel["is_outlier"]].head(15)
+        names = self.run_names()
+        flagged = pd.DataFrame(
+            {
+                "run": f["run_id"].map(names),
+                "#": f["order"],
+                "strategy": f["strategy"],
+                "size": f["size_bytes"].map(fmt_bytes),
+                "took (ms)": model.value_ms(f).round(3),
+                "expected (ms)": f["expected_ms"].round(3),
+                "cause": f["cause"],
+                "evidence": f["evidence"],
+            }
+        )
+        return shown_fit, flagged
 
     # --- drawing ------------------------------------------------------------------------
     def snapshot(self, view: str | None = None):
         """The current selection drawn as a plain figure (for rendered, non-interactive pages)."""
         sel = self.selection()
-        fig, ax = plt.subplots(figsize=(9, 4.6))
+        fig, ax = plots.subplots(figsize=(9, 4.6))
         view = view or self.view.value
+        self._draw(sel, ax, view, labels=False)
+        fig.suptitle(f"{self._label()}: {view} (snapshot of the explorer's current selection)")
+        return ax
+
+    def _label(self) -> str:
+        src = self.source.value if self.df is None else self.df.attrs.get("dataset", self.source.value)
+        run = self.run.value
+        return f"{src}, run {self.run_names().get(run, run)}" if run != ALL_RUNS else str(src)
+
+    def _draw(self, sel: pd.DataFrame, ax, view: str, labels: bool = True) -> None:
         if view == "latency":
             plots.latency(sel, ax=ax)
         elif view == "bandwidth":
             plots.bandwidth(sel, ax=ax)
         else:
-            plots.timeline(sel, ax=ax)
-        ax.set_title(f"{self.source.value}: {view} (snapshot of the explorer's current selection)")
-        return ax
+            run = self.timeline_run(sel)
+            one = sel if run is None else sel[sel["run_id"] == run]
+            plots.timeline(one, ax=ax, run_id=run)
+            if run is not None and self.run.value == ALL_RUNS and sel["run_id"].nunique() > 1:
+                ax.set_title(f"{ax.get_title()} (run {self.run_names().get(run, run)}; pick another above)")
+            if labels:
+                plots.annotate(one, ax=ax, max_labels=5)
 
     def redraw(self) -> None:
         if self.df is None or self._quiet:
@@ -144,31 +233,24 @@ class Explorer:
         self.fig_out.clear_output(wait=True)
         self.table_out.clear_output(wait=True)
         with self.fig_out:
-            fig, ax = plt.subplots(figsize=(9, 4.6))
+            fig, ax = plots.subplots(figsize=(9, 4.6))
             if sel.empty:
                 ax.text(0.5, 0.5, "nothing selected", ha="center", transform=ax.transAxes)
-            elif self.view.value == "latency":
-                plots.latency(sel, ax=ax)
-            elif self.view.value == "bandwidth":
-                plots.bandwidth(sel, ax=ax)
             else:
-                plots.timeline(sel, ax=ax)
-                plots.annotate(sel, ax=ax, max_labels=5)
-            ax.set_title(f"{self.source.value}: {self.view.value}, {len(sel)} rows")
+                self._draw(sel, ax, self.view.value)
+            # Above the axes' own title (constrained layout makes room), never on it.
+            fig.suptitle(f"{self._label()}: {self.view.value}, {len(sel)} rows")
             plt.show()
         with self.table_out:
-            from IPython.display import display
+            from IPython.display import HTML, display
 
             if not sel.empty:
-                fit = model.fit(sel, by=("strategy",), n_boot=0)
-                if len(fit):
-                    display(fit[["strategy", "overhead_us", "gbps", "n", "median_abs_rel_err"]].round(3))
-                flagged = sel[sel.is_outlier]
-                display(
-                    flagged[
-                        ["run_id", "order", "strategy", "size_bytes", "expected_ms", "cause", "evidence"]
-                    ].head(15)
-                )
+                fit, flagged = self.tables(sel)
+                if fit is not None:
+                    display(HTML("<b>Fitted model (latency = overhead + bytes / bandwidth)</b>"))
+                    display(fit.style.hide(axis="index"))
+                display(HTML(f"<b>Slow copies flagged ({int(sel['is_outlier'].sum())}; the first 15)</b>"))
+                display(flagged.style.hide(axis="index"))
         self.redraws += 1
 
     # --- a small live sweep ---------------------------------------------------------------
@@ -232,6 +314,7 @@ class Explorer:
         return W.VBox(
             [
                 W.HBox([self.source, self.view]),
+                W.HBox([self.path, self.open_btn, self.run]),
                 W.HBox(
                     [
                         self.strategies,

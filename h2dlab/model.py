@@ -90,9 +90,9 @@ def fit_line(size: np.ndarray, ms: np.ndarray, loss: str = "huber") -> tuple[flo
     The fit is in log space (so a 1 KiB copy counts as much as a 4 GiB one), with
     ``loss`` (scipy's least_squares: "huber", "cauchy", ...) on the log residuals.
     ``size`` needs two distinct values, ``ms`` finite positive values (else ValueError).
+    "huber" is minimised by :func:`h2dlab.linefit.fit_lines` (the same loss and minimum,
+    tested against least_squares, without importing scipy); other losses by scipy.
     """
-    from scipy.optimize import least_squares
-
     size = np.asarray(size, float)
     ms = np.asarray(ms, float)
     if len(np.unique(size)) < 2 or not (np.all(np.isfinite(ms)) and np.all(ms > 0)):
@@ -103,6 +103,10 @@ def fit_line(size: np.ndarray, ms: np.ndarray, loss: str = "huber") -> tuple[flo
     a0 = max(float(np.median(ms[order[: max(1, len(ms) // 10)]])), 1e-6)
     big = order[-max(1, len(ms) // 10) :]
     b0 = max(float(np.median(ms[big] / size[big])), 1e-15)
+    if loss == "huber":
+        a, b = fit_lines(size[None, :], ly[None, :], start=(a0, b0))[0]
+        return float(a), float(b)
+    from scipy.optimize import least_squares
 
     def resid(p):
         return np.log(np.exp(p[0]) + size * np.exp(p[1])) - ly
