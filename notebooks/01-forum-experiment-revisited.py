@@ -166,7 +166,7 @@ display(forum_claims.size_pair(ea, forum))
 # tutorial warns that `x.pin_memory().to()` can be slower than `x.to()`: here is exactly when.
 
 # %% tags=["hide-input"]
-extra = {kind: rec.table(kind) for kind in ("d2h", "batch") if rec.has(kind)}  # results back; batches
+extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}
 adv = advice.advice(sweep, 2**30, cold=cold, **extra)
 plots.advice_bars(adv, name=DATA);
 

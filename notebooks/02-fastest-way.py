@@ -30,7 +30,6 @@ DATA = "h200"
 MODE = "replay"
 
 # %%
-import pandas as pd
 from IPython.display import Markdown, display
 
 from h2dlab import advice, compare_machines, datasets, factors, findings_transfer, plots, session
@@ -101,7 +100,7 @@ display(advice.host_copy_ceiling(bench))
 # their own, each compared with its plain way (`.cpu()`; a loop of `.to()`).
 
 # %% tags=["hide-input"]
-extra = {kind: rec.table(kind) for kind in ("d2h", "batch") if rec.has(kind)}  # results back; batches
+extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}
 adv = advice.advice(sweep, 2**30, cold=cold, **extra)
 plots.advice_bars(adv, name=DATA);
 
@@ -114,16 +113,15 @@ display(*(advice.best_way(adv, case=case) for case in adv.case.unique()[1:]))
 # ## 6 · Results back to the host: is device → host as fast?
 #
 # *Does the way back cost the same?* Results, logits and checkpoints return with `.cpu()` (into
-# pageable memory) or into a pinned buffer. The same sweep in the other direction, solid lines
-# host → device and dashed device → host:
+# pageable memory) or into a pinned buffer. Four ways back, timed in one run beside two ways there;
+# solid lines host → device, dashed device → host:
 
 # %% tags=["hide-input"]
-both = pd.concat([sweep, rec.table("d2h")]) if rec.has("d2h") else None
-if both is not None:
-    plots.directions(both)
+if rec.has("d2h"):
+    plots.directions(rec.table("d2h"))
 
 # %% tags=["hide-input"]
-display(findings_transfer.direction_bandwidth(both) if both is not None else
+display(findings_transfer.direction_bandwidth(rec.table("d2h")) if rec.has("d2h") else
         Markdown("This recording has no device-to-host copies, so this notebook cannot compare the two directions."))
 
 # %% [markdown]
@@ -147,15 +145,16 @@ display(findings_transfer.duplex_summary(rec.table("bidir")) if rec.has("bidir")
 #
 # *What does each extra tensor cost, and which way moves a batch fastest?* A training step moves
 # a batch: many tensors, of equal or mixed sizes. Each method moved the same bytes split into
-# more and more tensors; the figure shows the time per tensor at the smallest batch total.
+# more and more tensors of equal size; the figure shows the time per tensor at the smallest batch
+# total.
 
 # %% tags=["hide-input"]
-if rec.has("batch"):
-    plots.batch_overhead(rec.table("batch"))
+if rec.has("batch", "equal"):
+    plots.batch_overhead(rec.table("batch", "equal"))
 
 # %% tags=["hide-input"]
-display(*(findings_transfer.batch_overhead(rec.table("batch")), findings_transfer.best_batch_method(rec.table("batch")))
-        if rec.has("batch") else
+batch = rec.table("batch", "equal") if rec.has("batch", "equal") else None
+display(*(findings_transfer.batch_overhead(batch), findings_transfer.best_batch_method(batch)) if batch is not None else
         [Markdown("This recording has no batches of many tensors, so this notebook does not advise on them.")])
 
 # %% [markdown]

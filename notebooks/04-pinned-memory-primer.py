@@ -116,7 +116,7 @@ display(factors.machine(rec.env("sweep", "pow2-interleaved"), failed_rows=int((s
 # *Which way, then?* The same table as in notebooks 01 and 02 and the README.
 
 # %% tags=["hide-input"]
-extra = {kind: rec.table(kind) for kind in ("d2h", "batch") if rec.has(kind)}  # results back; batches
+extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}
 adv = advice.advice(sweep, 2**30, cold=cold, **extra)
 plots.advice_bars(adv, name=DATA);
 
