@@ -43,7 +43,10 @@ def _clean_copy(name: str, root: Path, extra_cell: str | None = None) -> str:
 def lab(tmp_path_factory):
     if not Path("/usr/bin/chromium").exists():
         pytest.skip("Chromium is not installed (apt-get install chromium); .ci/run installs it")
-    root = tmp_path_factory.mktemp("labroot")
+    # notebooks/ beside a copy of examples/, as in the repository: 01 shows ../examples/*.py.
+    root = tmp_path_factory.mktemp("labroot") / "notebooks"
+    root.mkdir()
+    shutil.copytree(NB.parent / "examples", root.parent / "examples")
     names = [
         _clean_copy("05-explore", root),
         _clean_copy("01-forum-experiment-revisited", root),
