@@ -11,7 +11,7 @@ from pathlib import Path
 from h2dlab import datasets, session
 from h2dlab.session import ROOT, resolve_mode
 
-__all__ = ["NOTEBOOKS", "REPORTED", "build", "workbook"]
+__all__ = ["KERNELSPEC", "NOTEBOOKS", "REPORTED", "build", "workbook"]
 
 NOTEBOOKS = [
     "01-forum-experiment-revisited",
@@ -22,6 +22,8 @@ NOTEBOOKS = [
 ]
 #: The notebooks rendered to reports/ (05 is interactive: it lives in JupyterLab).
 REPORTED = NOTEBOOKS[:4]
+#: The kernel the notebooks name in their metadata: the one README's `make install` registers.
+KERNELSPEC = {"display_name": "h2dlab (Python)", "language": "python", "name": "h2dlab"}
 
 
 def build(
@@ -84,6 +86,7 @@ def build(
     out.mkdir(parents=True, exist_ok=True)
     names = notebooks or REPORTED
     t_all = time.time()
+    kernel = _kernel_name()
     for k, name in enumerate(names, 1):
         src = ROOT / "notebooks" / f"{name}.py"
         nb = jupytext.read(src)
@@ -94,14 +97,18 @@ def build(
             NotebookClient(
                 nb,
                 timeout=timeout,
-                kernel_name="python3",
-                km=_kernel_manager(),
+                kernel_name=kernel,
+                km=_kernel_manager(kernel),
                 resources={"metadata": {"path": str(ROOT / "notebooks")}},
             ).execute(env=kernel_env)
         except CellExecutionError as exc:
             failed = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        if inplace:
-            nb.metadata["jupytext"] = {"formats": "ipynb,py:percent"}
+        if inplace:  # the metadata JupyterLab writes, so that opening a notebook changes nothing
+            nb.metadata["jupytext"] = {  # no jupytext version in the .py: Lab would rewrite it
+                "formats": "ipynb,py:percent",
+                "notebook_metadata_filter": "-jupytext.text_representation",
+            }
+            nb.metadata["kernelspec"] = KERNELSPEC
             nbformat.write(nb, ROOT / "notebooks" / f"{name}.ipynb")
         html = render(nb, name)
         datasets.atomic_write(out / f"{name}.html", lambda p, html=html: Path(p).write_text(html))
@@ -118,7 +125,14 @@ def build(
     return 0
 
 
-def _kernel_manager():
+def _kernel_name() -> str:
+    # The kernel the notebooks name (make install registers it); python3 where it is missing.
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    return KERNELSPEC["name"] if KERNELSPEC["name"] in KernelSpecManager().find_kernel_specs() else "python3"
+
+
+def _kernel_manager(kernel: str = "python3"):
     # IPC (a local socket file) rather than TCP on localhost: nothing listens on a port,
     # and the kernel has no reason to warn "running over TCP without encryption".
     import atexit
@@ -128,11 +142,11 @@ def _kernel_manager():
     from jupyter_client.manager import KernelManager
 
     if os.name != "posix":
-        return KernelManager(kernel_name="python3")
+        return KernelManager(kernel_name=kernel)
     # The socket path must be absolute: the kernel runs in notebooks/, this process elsewhere.
     folder = tempfile.mkdtemp(prefix="h2dlab-kernel-")
     atexit.register(shutil.rmtree, folder, True)
-    return KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(folder) / "kernel"))
+    return KernelManager(kernel_name=kernel, transport="ipc", ip=str(Path(folder) / "kernel"))
 
 
 def workbook(path: str | Path, data: str | Path = session.BUNDLED) -> Path:

@@ -2,10 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     notebook_metadata_filter: -jupytext.text_representation
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: h2dlab (Python)
 #     language: python
-#     name: python3
+#     name: h2dlab
 # ---
 
 # %% [markdown]

@@ -39,6 +39,9 @@ def _clean_copy(name: str, root: Path, extra_cell: str | None = None) -> str:
     return target
 
 
+LAB_ROOT: dict[str, Path] = {}
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     if not Path("/usr/bin/chromium").exists():
@@ -47,6 +50,11 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("labroot") / "notebooks"
     root.mkdir()
     shutil.copytree(NB.parent / "examples", root.parent / "examples")
+    # The notebooks as committed (each with its .py), for the test that opens and saves them.
+    (root / "pristine").mkdir()
+    for f in sorted(NB.glob("0*.ipynb")) + sorted(NB.glob("0*.py")):
+        shutil.copy(f, root / "pristine" / f.name)
+    LAB_ROOT["root"] = root
     names = [
         _clean_copy("05-explore", root),
         _clean_copy("01-forum-experiment-revisited", root),
@@ -220,3 +228,31 @@ def test_lab_has_the_h2dlab_kernel_registered():
         check=True,
     )
     assert "h2dlab" in json.loads(out.stdout)["kernelspecs"]
+
+
+def test_opening_and_saving_a_notebook_in_lab_changes_nothing(lab, browser):
+    """The committed metadata is what Lab writes (kernel h2dlab, jupytext header without its
+    version): opening a notebook, letting its kernel start and saving leaves both files as
+    they were, byte for byte."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    from h2dlab import report
+
+    if report.KERNELSPEC["name"] not in KernelSpecManager().find_kernel_specs():
+        pytest.skip("the h2dlab kernel is not registered here (make install registers it)")
+    url, token, _ = lab
+    folder = LAB_ROOT["root"] / "pristine"
+    for name in report.NOTEBOOKS:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(
+            f"{url}/lab/workspaces/{secrets.token_hex(4)}/tree/pristine/{name}.ipynb?token={token}&reset"
+        )
+        page.wait_for_selector(".jp-NotebookPanel .jp-Cell", state="attached", timeout=90_000)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+        time.sleep(2)
+        page.keyboard.press("Control+s")
+        time.sleep(3)  # the save (ipynb, then the paired .py) is written
+        page.close()
+        for suffix in (".ipynb", ".py"):
+            saved = (folder / f"{name}{suffix}").read_bytes()
+            assert saved == (NB / f"{name}{suffix}").read_bytes(), f"{name}{suffix} changed on a save in Lab"
