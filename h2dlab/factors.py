@@ -54,7 +54,11 @@ def machine(env: dict[str, Any], *, failed_rows: int | None = None) -> Finding:
         else "; RLIMIT_MEMLOCK is not in this recording's env.json"
     )
     parts.append(
-        f" and the container's memory limit {cgroup}" if cgroup else " (nor is a container memory limit)"
+        f" and the container's memory limit {cgroup}"
+        if cgroup
+        else (
+            " (nor is a container memory limit)" if not memlock else "; no container memory limit is recorded"
+        )
     )
     if failed_rows is not None:
         parts.append(

@@ -198,15 +198,20 @@ def link_estimate(
     return Finding(verdict, holds, values)
 
 
-def single_shot_spread(df: pd.DataFrame, *, top: float = 1.5) -> Finding:
-    """How far one shot strays from its cell: per (strategy, size), slowest and fastest
-    repetition over the median; per strategy the median, 90th percentile and maximum of
-    those. ``holds`` (one shot can mislead) when some strategy's typical slowest rep is
-    over ``top`` x its median."""
+def single_shot_spread(df: pd.DataFrame, *, top: float = 1.5, min_reps: int = 2) -> Finding:
+    """How far one shot strays from its cell: per (strategy, size) with ``min_reps`` or
+    more timed repetitions, slowest and fastest repetition over the median; per strategy
+    the median, 90th percentile and maximum of those. ``holds`` (one shot can mislead)
+    when some strategy's slowest rep is over ``top`` x its median."""
     t = timed(df)
     t = t.assign(_v=value_ms(t))
     cell = t.groupby(["strategy", "size_bytes"])["_v"].agg(["median", "min", "max", "size"])
-    cell = cell[cell["size"] >= 3]
+    cell = cell[cell["size"] >= min_reps]
+    if cell.empty:
+        return Finding(
+            f"No size was timed {min_reps} or more times: the spread of one shot is unknown.", False
+        )
+    reps = int(cell["size"].median())
     cell["max_over_median"] = cell["max"] / cell["median"]
     cell["min_over_median"] = cell["min"] / cell["median"]
     by = cell.groupby("strategy").agg(
@@ -221,7 +226,7 @@ def single_shot_spread(df: pd.DataFrame, *, top: float = 1.5) -> Finding:
     parts = ", ".join(
         f"`{s}` typically {r.typical_max:.2f}x, up to {r.worst_max:.1f}x" for s, r in by.iterrows()
     )
-    verdict = f"The slowest repetition of a size over its median: {parts}. " + (
+    verdict = f"The slowest of a size's repetitions ({reps} per size, median) over its median: {parts}. " + (
         f"A single shot can be {by.worst_max.max():.1f}x the typical copy (`{worst}`): repeat, and report medians "
         "with their spread."
         if holds

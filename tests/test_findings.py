@@ -284,3 +284,34 @@ def test_host_alloc_growth_emptied_each_size_says_every_size_made_a_block():
     pin = al[(al.strategy == "pin_then_copy") & (al.error == "")]
     assert f["new_blocks"] == pin.size_bytes.nunique() == int((pin.host_allocs > 0).sum())
     assert f.holds and "every size made its own block" in f.verdict and "first use" not in f.verdict
+
+
+def test_single_shot_spread_two_reps_and_none_repeated():
+    rows = [
+        {"strategy": "pageable", "size_bytes": 2**20, "wall_ms": v, "rep": i}
+        for i, v in enumerate((1.0, 3.0))
+    ]
+    f = forum_claims.single_shot_spread(synthetic(rows))
+    assert f["by_strategy"]["pageable"]["worst_max"] == pytest.approx(3.0 / 2.0)  # max over the median of two
+    assert "(2 per size, median)" in f.verdict
+    g = forum_claims.single_shot_spread(synthetic(rows[:1]))
+    assert not g.holds and "unknown" in g.verdict
+
+
+def test_host_alloc_growth_one_rep_emptied_uses_the_warm_run_as_baseline():
+    # SYNTHETIC: every emptied-run row makes a new block (one rep); the warm run has cached rows.
+    sizes = (20 * 2**20, 24 * 2**20)
+    emptied = synthetic(
+        [{"strategy": "pin_then_copy", "size_bytes": s, "wall_ms": 30.0, "host_allocs": 1} for s in sizes]
+    )
+    warm = synthetic(
+        [
+            {"strategy": "pin_then_copy", "size_bytes": s, "wall_ms": w, "host_allocs": 0}
+            for s, w in zip(sizes, (6.0, 8.0), strict=True)
+        ]
+    )
+    assert np.isnan(findings.host_alloc_growth(emptied, emptied_each_size=True)["ms_per_mib"]["median"])
+    f = findings.host_alloc_growth(emptied, emptied_each_size=True, reuse=warm)
+    per = [(30.0 - 6.0) / 32, (30.0 - 8.0) / 32]  # both requests get a 32 MiB block
+    assert f["ms_per_mib"]["median"] == pytest.approx(np.median(per))
+    assert f.table.cached_ms.tolist() == [6.0, 8.0]
