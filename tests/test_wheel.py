@@ -59,7 +59,12 @@ def test_pyproject_lists_every_dataset_folder():
     text = (ROOT / "pyproject.toml").read_text()
     folders = {p.name for p in (ROOT / "data").iterdir() if p.is_dir() and p.name != "runs"}
     assert {f for f, _ in {**datasets.DATASETS, **datasets.TIMELINES}.values()} <= folders
-    missing = [f for f in sorted(folders) if f'"h2dlab.data.{f}"' not in text]
+    nested = {
+        ".".join(p.relative_to(ROOT / "data").parts)
+        for p in (ROOT / "data").rglob("*")
+        if p.is_dir() and p.relative_to(ROOT / "data").parts[0] != "runs"
+    }
+    missing = [f for f in sorted(folders | nested) if f'"h2dlab.data.{f}"' not in text]
     assert not missing, f"add these to [tool.setuptools] packages in pyproject.toml: {missing}"
 
 
