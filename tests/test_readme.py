@@ -70,6 +70,10 @@ def expected():
             f"staged {conc['staged']['aggregate_gbps']:.1f} GB/s ({conc['staged']['scaling']:.2f}x)",
         ],
     }
+    if growth["faults_per_page"]["n"]:  # schema 2: page faults, the independent evidence of a new block
+        rows["the forum's `pin_memory()` spikes"].append(
+            f"{growth['faults_per_page']['median']:.2f} minor page faults per 4 KiB page of the new block"
+        )
     # Issue 16's kinds: a row each exactly when the recording has the data.
     if rec.has("d2h", "d2h"):  # the way back, timed beside two ways there in one run
         f = findings_transfer.direction_bandwidth(rec.table("d2h", "d2h"))
