@@ -187,12 +187,17 @@ def pin_cost(sweep: pd.DataFrame, *, cold: pd.DataFrame | None = None, register:
 
 
 def advice_bars(table: pd.DataFrame, *, ax=None, name: str | None = None):
-    """The advice table as bars: per-copy time (median, IQR whiskers) per way, and what a
-    way pays once up front stacked hatched. Log time axis."""
+    """The advice table as bars: per-copy time (median, IQR whiskers) per way, one colour
+    per case (to the GPU, results back, a batch), and what a way pays once up front
+    stacked hatched. Log time axis."""
     ax = axes_or_new(ax)
     t = table.reset_index(drop=True)
+    cases = list(dict.fromkeys(t.case)) if "case" in t else ["one tensor to the GPU"]
+    colors = dict(zip(cases, ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"], strict=False))
     y = np.arange(len(t))
-    ax.barh(y, t.per_copy_ms, color="#1f77b4", label="per copy (median)")
+    for c in cases:
+        on = (t.case == c).to_numpy() if "case" in t else np.ones(len(t), bool)
+        ax.barh(y[on], t.per_copy_ms[on], color=colors[c], label=c)
     ax.barh(y, t.upfront_ms, left=t.per_copy_ms, color="#ffffff", edgecolor="#1f77b4", hatch="//",
             label="paid once, up front")  # fmt: skip
     lo, hi = (t.per_copy_ms - t.q1_ms).clip(lower=0), (t.q3_ms - t.per_copy_ms).clip(lower=0)
@@ -203,9 +208,10 @@ def advice_bars(table: pd.DataFrame, *, ax=None, name: str | None = None):
     ends = (t.per_copy_ms + t.upfront_ms.fillna(0)).dropna()
     ax.set_xlim(t.per_copy_ms.min() / 2, ends.max() * 1.5)  # bars start at 0: log autoscale would cut them
     ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide on a log axis
-    ax.set_xlabel("ms")
+    ax.set_xlabel("ms per copy (median)")
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(f"ways to move {size_label(int(t.size_bytes.iloc[0]))} to the GPU")
+    where = " to the GPU" if len(cases) == 1 else ", each case against its plain way"
+    ax.set_title(f"ways to move {size_label(int(t.size_bytes.iloc[0]))}{where}")
     legend_outside(ax)
     footnote(ax, None, text=f"data: {name or 'advice table'} · whiskers: IQR")
     return ax

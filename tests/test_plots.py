@@ -244,3 +244,15 @@ def test_machines_draws_one_bar_per_machine_and_gbps_row():
     heights = sorted(round(b.get_width(), 6) for b in bars)
     assert heights == sorted(round(v, 6) for v in g.value)  # every GB/s figure drawn, nothing else
     assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == sorted(g.machine.unique())
+
+
+def test_advice_bars_colour_each_case():
+    from matplotlib.container import BarContainer
+
+    inter = datasets.run_named(datasets.load("h200_sweep"), "pow2-interleaved")
+    t = advice.advice(inter, 2**30)
+    t2 = t.assign(case=["one tensor to the GPU"] * 3 + ["results back to the host"] * 3)  # SYNTHETIC split
+    ax = plots.advice_bars(t2)
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    assert [len(c) for c in bars[:2]] == [3, 3] and bars[0][0].get_facecolor() != bars[1][0].get_facecolor()
+    assert "each case" in ax.get_title() and "to the GPU" in plots.advice_bars(t).get_title()
