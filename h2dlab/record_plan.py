@@ -180,30 +180,36 @@ _BQ = "--counts 1,64,1024 --totals 1MiB,64MiB --reps 3 --reps-large 3 --warmup 1
 RETIRED: dict[tuple[str, str], str] = {
     ("forum", "ascending-3"): "a third ascending forum run; dropped so that the whole plan, with the "
     "device-to-host, duplex and batch runs, fits in 10 minutes on an H200",
+    ("sweep", "pow2"): "the sweep with cells shuffled (reps back to back); recorded in data/h200 by the "
+    "plan of commit 0d3b52a, then retired: the full plan measured 691 s there, and the interleaved "
+    "sweep is the one the notebooks read (the v1 h200_sweep/pow2 keeps the ordering comparison)",
+    ("allocator", "pin-register-warm"): "pin_memory() under cudaHostRegister pinning with the cache "
+    "kept; recorded in data/h200, then retired for time (no figure reads it; pin-register-emptied "
+    "shows the register path)",
 }
 
 #: The recording plan, in running order: (kind, run, full args, est. s, quick args, est. s).
+#: Full-plan estimates are the wall times measured on the H200 on 2026-11-30 (data/h200/
+#: recording.json; batch/mixed scaled to its smaller totals); --quick estimates are not measured yet.
 #: To add an experiment, add a row (its CLI must exist: a test parses every row).
 PLAN: tuple[Experiment, ...] = (
     *(
-        Experiment("forum", f"ascending-{i}", _a("forum"), 40, *((15, _a("forum --seqs {seqs_q}", **_Q)) if i == 1 else (0, _SKIP)), what="the forum protocol, sizes ascending")
+        Experiment("forum", f"ascending-{i}", _a("forum"), 30, *((15, _a("forum --seqs {seqs_q}", **_Q)) if i == 1 else (0, _SKIP)), what="the forum protocol, sizes ascending")
         for i in (1, 2)
     ),
-    Experiment("forum", "shuffled-1", _a("forum --order shuffled --seed 1"), 40, 14, _a("forum --seqs {seqs_q} --order shuffled --seed 1", **_Q), what="the forum protocol, shuffled"),
-    Experiment("sweep", "pow2", _a(f"{_POW2} --order shuffled --seed 0"), 35, 19, _a(f"{_POW2_Q} --order shuffled --seed 0"), fresh=False, what="every strategy, powers of two, cells shuffled"),
-    Experiment("sweep", "pow2-interleaved", _a(f"{_POW2} --order interleaved --seed 1"), 30, 17, _a(f"{_POW2_Q} --order interleaved --seed 1"), fresh=False, what="the same, reps interleaved in shuffled rounds"),
-    Experiment("sweep", "forum-sizes", _a(f"{_FS} forum --reps 2 --warmup 0"), 37, 13, _a(f"{_FS} {{forum_q}} --reps 3 --warmup 0", **_Q), fresh=False, what="pageable and pinned_reuse on the forum's sizes"),
-    Experiment("allocator", "pin-warm", _a(f"{_PIN} forum --reps 1"), 25, 12, _a(f"{_PIN} {{forum_q}} --reps 2", **_Q), what="pin_memory, host cache kept"),
-    Experiment("allocator", "pin-emptied", _a(f"{_PIN} forum --reps 1 --empty-host-cache"), 77, 14, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), what="pin_memory, host cache emptied before each size"),
-    Experiment("allocator", "pin-register-warm", _a(f"{_PIN} forum --reps 1"), 26, 0, _SKIP, env=_REG, what="pin-warm under cudaHostRegister pinning"),
-    Experiment("allocator", "pin-register-emptied", _a(f"{_PIN} forum --reps 1 --empty-host-cache"), 59, 13, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), env=_REG, what="pin-emptied under cudaHostRegister pinning"),
+    Experiment("forum", "shuffled-1", _a("forum --order shuffled --seed 1"), 32, 14, _a("forum --seqs {seqs_q} --order shuffled --seed 1", **_Q), what="the forum protocol, shuffled"),
+    Experiment("sweep", "pow2-interleaved", _a(f"{_POW2} --order interleaved --seed 1"), 38, 17, _a(f"{_POW2_Q} --order interleaved --seed 1"), fresh=False, what="the same, reps interleaved in shuffled rounds"),
+    Experiment("sweep", "forum-sizes", _a(f"{_FS} forum --reps 2 --warmup 0"), 90, 13, _a(f"{_FS} {{forum_q}} --reps 3 --warmup 0", **_Q), fresh=False, what="pageable and pinned_reuse on the forum's sizes"),
+    Experiment("allocator", "pin-warm", _a(f"{_PIN} forum --reps 1"), 47, 12, _a(f"{_PIN} {{forum_q}} --reps 2", **_Q), what="pin_memory, host cache kept"),
+    Experiment("allocator", "pin-emptied", _a(f"{_PIN} forum --reps 1 --empty-host-cache"), 76, 14, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), what="pin_memory, host cache emptied before each size"),
+    Experiment("allocator", "pin-register-emptied", _a(f"{_PIN} forum --reps 1 --empty-host-cache"), 57, 13, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), env=_REG, what="pin-emptied under cudaHostRegister pinning"),
     Experiment("allocator", "device-cache-kept", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3"), 11, 7, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2"), what="device cache kept between copies"),
-    Experiment("allocator", "device-empty-cache", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3 --empty-cache"), 11, 7, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2 --empty-cache"), what="torch.cuda.empty_cache() before every copy"),
-    Experiment("overlap", "overlap", _a("overlap --size 256MiB --reps 5"), 8, 7, _a("overlap --size 256MiB --reps 3"), fresh=False, what="timelines of a copy beside compute"),
-    Experiment("d2h", "d2h", _a(f"{_D2H} 1KiB,16KiB,256KiB,1MiB,4MiB,16MiB,64MiB,256MiB,1GiB --reps 10 --reps-large 3 --warmup 2"), 25, 10, _a(f"{_D2H} 64KiB,1MiB,16MiB,256MiB --reps 3 --warmup 1"), fresh=False, what="device to host, four ways, beside pinned_reuse and pageable to the GPU"),
-    Experiment("bidir", "duplex", _a("duplex --sizes 1MiB,4MiB,16MiB,64MiB,256MiB,1GiB --reps 10 --warmup 2"), 15, 7, _a("duplex --sizes 1MiB,256MiB --reps 3 --warmup 1"), fresh=False, what="both directions at once on two streams, beside each alone"),
-    Experiment("batch", "equal", _a("batch --layout equal --reps 5 --reps-large 3 --warmup 1 --seed 0"), 35, 10, _a(f"batch --layout equal {_BQ} --seed 0"), fresh=False, what="1-1024 equal tensors, 1 MiB-1 GiB in all, seven ways"),
-    Experiment("batch", "mixed", _a("batch --layout mixed --reps 5 --reps-large 3 --warmup 1 --seed 1"), 35, 0, _SKIP, fresh=False, what="the same with seeded mixed sizes"),
+    Experiment("allocator", "device-empty-cache", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3 --empty-cache"), 12, 7, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2 --empty-cache"), what="torch.cuda.empty_cache() before every copy"),
+    Experiment("overlap", "overlap", _a("overlap --size 256MiB --reps 5"), 6, 7, _a("overlap --size 256MiB --reps 3"), fresh=False, what="timelines of a copy beside compute"),
+    Experiment("d2h", "d2h", _a(f"{_D2H} 1KiB,16KiB,256KiB,1MiB,4MiB,16MiB,64MiB,256MiB,1GiB --reps 10 --reps-large 3 --warmup 2"), 21, 10, _a(f"{_D2H} 64KiB,1MiB,16MiB,256MiB --reps 3 --warmup 1"), fresh=False, what="device to host, four ways, beside pinned_reuse and pageable to the GPU"),
+    Experiment("bidir", "duplex", _a("duplex --sizes 1MiB,4MiB,16MiB,64MiB,256MiB,1GiB --reps 10 --warmup 2"), 11, 7, _a("duplex --sizes 1MiB,256MiB --reps 3 --warmup 1"), fresh=False, what="both directions at once on two streams, beside each alone"),
+    Experiment("batch", "equal", _a("batch --layout equal --reps 5 --reps-large 3 --warmup 1 --seed 0"), 76, 10, _a(f"batch --layout equal {_BQ} --seed 0"), fresh=False, what="1-1024 equal tensors, 1 MiB-1 GiB in all, seven ways"),
+    Experiment("batch", "mixed", _a("batch --layout mixed --totals 1MiB,16MiB,256MiB --reps 5 --reps-large 3 --warmup 1 --seed 1"), 36, 0, _SKIP, fresh=False, what="the same with seeded mixed sizes"),
     Experiment("concurrent", "concurrent", _a(f"{_GPUS} --reps 5 --reps-large 3 --warmup 2"), 20, 15, _a(f"{_GPUS} --reps 3 --reps-large 2 --warmup 1"), min_gpus=2, what="1 then 2 GPUs copying at once"),
 )  # fmt: skip
 

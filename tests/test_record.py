@@ -61,7 +61,7 @@ def test_dry_run_prints_the_plan_and_its_estimate(capsys, tmp_path):
         f"{len(quick)} experiments" in text and f"estimated {total_seconds(quick, quick=True):.0f} s" in text
     )
     assert "<73 values" in text and "<75 values" in text  # sizes of the capped grid; seqs with the pair
-    assert cli.main(["record", "--dry-run", "--only", "pow2,forum", "--out", str(out)]) == 0
+    assert cli.main(["record", "--dry-run", "--only", "pow2-interleaved,forum", "--out", str(out)]) == 0
     assert f"{1 + len(select(full, 'forum'))} experiments" in capsys.readouterr().out
     assert not out.exists()  # a dry run writes nothing
 

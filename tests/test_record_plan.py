@@ -87,7 +87,7 @@ def test_quick_forum_grid_is_capped_but_crosses_four_block_sizes():
 
 def test_select_by_run_kind_or_name():
     exps = experiments(gpus=1)
-    assert [e.run for e in select(exps, "pow2,overlap")] == ["pow2", "overlap"]
+    assert [e.run for e in select(exps, "pow2-interleaved,overlap")] == ["pow2-interleaved", "overlap"]
     assert [e.run for e in select(exps, "sweep/forum-sizes")] == ["forum-sizes"]
     assert len(select(exps, "forum")) == 3
     with pytest.raises(ValueError, match="no experiment named 'nope'"):
@@ -101,7 +101,7 @@ def test_show_args_shortens_long_lists():
 
 
 def test_experiment_round_trip_and_bad_names():
-    e = next(x for x in PLAN if x.run == "pin-register-warm")
+    e = next(x for x in PLAN if x.run == "pin-register-emptied")
     back = experiment_from_dict(e.to_dict(quick=True))
     assert back.argv() == e.argv(True) and dict(back.env) == dict(e.env)
     with pytest.raises(ValueError, match="bad kind/run"):
