@@ -116,6 +116,20 @@ DATASETS: dict[str, tuple[str, str]] = {
         "h200_allocator",
         "allocator experiments on an H200: host cache warm/emptied, cudaHostRegister conf, empty_cache",
     ),
+    # kinds of the recording data/h200 (schema 2, made by `h2dlab record`) that the first
+    # session's recording did not have
+    "h200_d2h": (
+        "h200/d2h",
+        "device to host on an H200: four ways back (pageable, pinned buffer, non_blocking, staged)",
+    ),
+    "h200_bidir": (
+        "h200/bidir",
+        "both directions at once on an H200, beside each direction alone, 1 MiB - 1 GiB",
+    ),
+    "h200_batch": (
+        "h200/batch",
+        "a batch of 1-1024 tensors to an H200 by seven ways, equal and mixed sizes",
+    ),
 }
 
 

@@ -77,3 +77,15 @@ def test_bundled_tables_validate_and_read_as_version_2(name):
     assert not df.duplicated(list(datasets.KEY) + [c for c in ("gpu", "world") if c in df]).any()
     again = datasets.validate(df, source=name)
     assert again[list(datasets.COLUMNS)].equals(df[list(datasets.COLUMNS)])
+
+
+def test_new_kinds_of_the_h200_recording_load_by_name():
+    """Issue 16: device-to-host, both directions and batches, recorded on the H200."""
+    d2h, bidir, batch = (datasets.load(n) for n in ("h200_d2h", "h200_bidir", "h200_batch"))
+    assert set(d2h.direction) == {"d2h", "h2d"} and d2h.strategy.str.startswith("d2h_").sum() > 0
+    assert (d2h.error == "").all() and (bidir.error == "").all()
+    assert set(bidir.direction) == {"h2d", "d2h"} and set(bidir.strategy) == {"alone", "duplex"}
+    assert set(batch.n_tensors) == {1, 16, 64, 256, 1024} and batch.attrs["run_names"]
+    assert sorted(set(batch.attrs["run_names"].values())) == ["equal", "mixed"]
+    # the evidence columns of schema 2 were recorded on every CUDA row
+    assert d2h.minflt.notna().all() and d2h.cpu_ms.notna().all() and (d2h.sm_clock_mhz > 0).all()
