@@ -104,7 +104,10 @@ def summary(rec: Recorded | pd.DataFrame, machine: str) -> pd.DataFrame:
     gpu = str(rec.machine().get("gpu_name") or "no GPU")
     rows: list[dict] = []
     if rec.has("sweep"):
-        sweep = rec.table("sweep", "pow2") if rec.has("sweep", "pow2") else rec.table("sweep")
+        # the run every notebook's sweep figure reads; a recording without it (the plan
+        # retired pow2) must not fall back to all its sweep runs pooled together
+        run = next((r for r in ("pow2-interleaved", "pow2") if rec.has("sweep", r)), None)
+        sweep = rec.table("sweep", run) if run else rec.table("sweep")
         rows += _sweep_rows(sweep, machine, gpu)
     if rec.has("forum"):
         rows += _forum_rows(rec.table("forum"), machine, gpu)
