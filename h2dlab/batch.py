@@ -78,7 +78,9 @@ class BatchSpec:
         if self.layout not in LAYOUTS:
             raise UsageError(f"layout must be one of {', '.join(LAYOUTS)}, not {self.layout!r}")
         methods = tuple(METHODS) if self.methods is None else tuple(self.methods)
-        bad = [m for m in methods if m not in METHODS] or ([] if methods else ["(none)"])
+        if not methods:
+            raise UsageError(f"no batch method given: choose from {', '.join(METHODS)}")
+        bad = [m for m in methods if m not in METHODS]
         if bad:
             raise UsageError(f"unknown batch method {bad[0]!r}: choose from {', '.join(METHODS)}")
         object.__setattr__(self, "methods", methods)

@@ -261,7 +261,9 @@ def _cmd_explain(a, argv) -> int:
 def _cmd_report(a, argv) -> int:
     from h2dlab import report
 
-    only = [n.strip() for n in a.only.split(",")] if a.only else None
+    only = None if a.only is None else [n.strip() for n in a.only.split(",") if n.strip()]
+    if only == []:
+        raise UsageError(f"--only names no notebook: choose from {', '.join(report.NOTEBOOKS)}")
     unknown = [n for n in only or [] if n not in report.NOTEBOOKS]
     if unknown:
         raise UsageError(f"unknown notebook {unknown[0]!r}: choose from {', '.join(report.NOTEBOOKS)}")

@@ -68,13 +68,13 @@ def load_runs(sources: list[str]):
         run_name = None
         try:
             df = datasets.load(src)
-        except datasets.SchemaError as exc:
+        except ValueError as exc:  # SchemaError, or a name that cannot be a table ('', a timeline)
             head, sep, tail = src.rpartition(":")
-            if not sep or not head:
+            if not sep or not head or not isinstance(exc, datasets.SchemaError):
                 raise UsageError(str(exc)) from None
             try:
                 df = datasets.run_named(datasets.load(head), tail)
-            except datasets.SchemaError as exc2:
+            except ValueError as exc2:
                 raise UsageError(f"{src}: {exc2}") from None
             src, run_name = head, tail
         names = df.attrs.get("run_names") or {}
@@ -177,6 +177,8 @@ def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
             continue
         tables.append((label, df.attrs.get("env"), t.assign(strategy=t["strategy"].astype(str))))
     if not tables:
+        if keep is None and a.sizes is None:
+            raise UsageError("nothing to compare: these runs hold no timed copy that succeeded")
         raise UsageError("nothing to compare: no timed rows match --strategies/--sizes in these runs")
     if a.json:
         cells = [

@@ -97,6 +97,12 @@ def _for_device(exps: list[Experiment], device: str, quick: bool) -> list[dict[s
         d = {**e.to_dict(quick), "name": e.name, "status": "pending"}
         if device != "cuda" and "--gpus" not in e.args and "--device" not in e.args:
             d["args"] = [*d["args"], "--device", device]
+        if device == "cpu" and "--strategies" in d["args"]:  # keep the ones a CPU runs
+            from h2dlab.strategies import REGISTRY
+
+            i = d["args"].index("--strategies") + 1
+            keep = [s for s in d["args"][i].split(",") if s not in REGISTRY or not REGISTRY[s].needs_cuda]
+            d["args"] = [*d["args"][:i], ",".join(keep), *d["args"][i + 1 :]]
         out.append(d)
     return out
 

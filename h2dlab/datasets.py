@@ -234,6 +234,12 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
         folder = _where(name)
     paths = [folder] if folder.is_file() else _tables(folder)
     if not paths:
+        kinds = sorted(k.name for k in folder.iterdir() if k.is_dir() and _tables(k))
+        if kinds:  # a recording (h2dlab record's folder): its tables are one level down
+            raise SchemaError(
+                f"{folder} is a recording: give one of its kinds, e.g. {folder / kinds[0]} "
+                f"(it has {', '.join(kinds)})"
+            )
         raise SchemaError(f"{folder}: holds no measurement table ({', '.join(SUFFIXES)})")
     frames, envs, run_names = [], {}, {}
     for p in paths:

@@ -224,9 +224,11 @@ def experiments(
 
 def select(exps: list[Experiment], only: str | None) -> list[Experiment]:
     """The experiments ``only`` names (comma list of runs, ``kind/run`` or kinds)."""
-    if not only:
+    if only is None:
         return exps
     wanted = [w.strip() for w in only.split(",") if w.strip()]
+    if not wanted:
+        raise ValueError(f"no experiment given: choose from {', '.join(e.run for e in exps)} or a kind")
     known = {e.run for e in exps} | {e.name for e in exps} | {e.kind for e in exps}
     bad = [w for w in wanted if w not in known]
     if bad:
