@@ -243,8 +243,13 @@ def pin_first_pays(table: pd.DataFrame) -> Finding:
     def word(pays: bool) -> str:
         return "faster than" if pays else "slower than"
 
+    basis = str(t.loc["pin_cold"].get("basis", ""))
+    estimated = (
+        f" (estimated: no first call was timed at {size}; {basis})" if basis.startswith("scaled") else ""
+    )
     first = (
-        f"on its first call, when the allocator must make a new block, {cold:.2f} ms, {word(cold_pays)} it. "
+        f"on its first call, when the allocator must make a new block, {cold:.2f} ms{estimated}, "
+        f"{word(cold_pays)} it. "
         if not np.isnan(cold)
         else "its first call (a new block) was not measured near this size. "
     )
@@ -353,8 +358,13 @@ def host_copy_ceiling(bench: dict[str, Any], *, method: str = "to_device") -> Fi
     for k, v in ceil.items():
         label = k.split("_")[2]
         n = int(label[:-3]) * units[label[-3:]]
-        got = float(m.get(n, m.max()))
-        parts.append(f"{v:.0f} GB/s alone against `{method}` {got:.1f} GB/s at {label}")
+        if n not in m.index:  # never compare a ceiling with the method at another size
+            parts.append(
+                f"{v:.0f} GB/s alone at {fmt_bytes(n, compact=True)}, where `{method}` was not timed"
+            )
+            continue
+        got = float(m[n])
+        parts.append(f"{v:.0f} GB/s alone against `{method}` {got:.1f} GB/s at {fmt_bytes(n, compact=True)}")
         if got > v:
             beaten.append(label)
     holds = not beaten

@@ -82,6 +82,18 @@ def test_advice_scales_cold_cost_from_neighbouring_sizes(inter, cold):
     assert t.loc["pin_cold", "per_copy_ms"] == pytest.approx(64 * MiB / gbps / 1e6)
 
 
+def test_pin_first_pays_says_when_the_first_call_is_scaled(inter, cold):
+    # recomputed: does any first call (a new block) sit at exactly this size?
+    new = pd.concat(
+        [cold[cold.host_allocs > 0], inter[(inter.strategy == "pin_then_copy") & (inter.host_allocs > 0)]]
+    )
+    for size in (64 * MiB, GiB):
+        f = advice.pin_first_pays(advice.advice(inter, size, cold=cold))
+        timed_here = bool((new.size_bytes == size).any())
+        assert ("estimated: no first call was timed" in f.verdict) == (not timed_here)
+    assert not (new.size_bytes == 64 * MiB).any() and (new.size_bytes == GiB).any()
+
+
 def test_pin_first_pays_cached_yes_cold_no(inter, cold):
     f = advice.pin_first_pays(advice.advice(inter, GiB, cold=cold))
     assert f.holds and not f["cold_pays"]
@@ -186,6 +198,24 @@ def test_host_copy_ceiling():
     synthetic["rows"][0]["gbps_median"] = 30.0
     g = advice.host_copy_ceiling(synthetic)
     assert not g.holds and g["beaten_at"] == ["1GiB"] and "no ceiling" in g.verdict
+    assert "30.0 GB/s at 1 GiB" in g.verdict  # a readable size, with its space
+    synthetic["ceilings"] = {"host_copy_4GiB_gbps": 25.0}  # synthetic: no to_device row at 4 GiB
+    g = advice.host_copy_ceiling(synthetic)
+    assert g["beaten_at"] == [] and "at 4 GiB, where `to_device` was not timed" in g.verdict
+    assert "30.0" not in g.verdict  # the 1 GiB row is not passed off as the 4 GiB one
+
+
+def test_host_copy_ceiling_quotes_the_file():
+    b = datasets.load_benchmark("h200")
+    f = advice.host_copy_ceiling(b)
+    rows = pd.DataFrame(b["rows"])
+    td = rows[rows.method == "to_device"].set_index("size_bytes").gbps_median
+    for key, v in b["ceilings"].items():
+        if key.startswith("host_copy"):
+            size = key.split("_")[2]
+            n = int(size[:-3]) * {"MiB": 2**20, "GiB": 2**30}[size[-3:]]
+            text = f"{v:.0f} GB/s alone against `to_device` {td[n]:.1f} GB/s at {size[:-3]} {size[-3:]}"
+            assert text in f.verdict
 
 
 def test_size_text():
