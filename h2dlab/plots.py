@@ -260,6 +260,12 @@ def timeline(explained: pd.DataFrame, *, ax=None, strategy=None, run_id=None, na
     return ax
 
 
+def _ms(v: float, digits: int) -> str:
+    """Milliseconds for a label: ``digits`` significant digits, whole numbers from 100 on
+    (1245.6 -> '1246', never '1.25e+03')."""
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.{digits}g}"
+
+
 def annotate(explained: pd.DataFrame, *, ax, x: str = "order", max_labels: int = 8, causes=None):
     """Label the most extreme flagged points with their cause (arrow and short text).
 
@@ -278,7 +284,7 @@ def annotate(explained: pd.DataFrame, *, ax, x: str = "order", max_labels: int =
     v = model.value_ms(picked)
     for i, r in picked.iterrows():
         c = CAUSE_COLORS.get(r.cause, "k")
-        ax.annotate(f"{SHORT_CAUSE.get(r.cause, r.cause)}\n{v[i]:.3g} ms vs {r.expected_ms:.2g} expected",
+        ax.annotate(f"{SHORT_CAUSE.get(r.cause, r.cause)}\n{_ms(v[i], 3)} ms vs {_ms(r.expected_ms, 2)} expected",
                     (r[x], v[i]), xytext=(8, 14), textcoords="offset points", fontsize=7, color=c,
                     arrowprops={"arrowstyle": "->", "color": c, "lw": 0.8})  # fmt: skip
     place_labels(ax)

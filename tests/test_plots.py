@@ -71,6 +71,9 @@ def test_annotate_labels_at_most_n_and_each_cause_first():
     assert len(new) == 4
     joined = " ".join(t.get_text() for t in new)
     assert "context start-up" in joined and "new pinned block" in joined
+    # the A100's first row, recomputed from the raw table, in plain digits (was '1.25e+03 ms')
+    first = datasets.load("forum_a100").sort_values("order").wall_ms.iloc[0]
+    assert f"{first:.0f} ms vs" in joined and "e+" not in joined
 
 
 def test_allocator_growth_marks_new_blocks():
