@@ -128,6 +128,8 @@ def batch(
     argv: list[str] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     stop: StopFlag | None = None,
+    resume: bool = False,
+    force: bool = False,
 ) -> pd.DataFrame:
     """Time each planned batch copy of ``spec``; return the table (one row per batch copy).
 
@@ -145,6 +147,10 @@ def batch(
         Host clock (tests pass a fake one).
     stop
         ``stop.request()`` ends the run after the copy in flight.
+    resume
+        Continue the interrupted run in ``out`` (same spec), from its first missing row.
+    force
+        Replace ``out`` (or an unfinished run's rows) with a new run.
 
     Returns
     -------
@@ -154,16 +160,16 @@ def batch(
     dev = resolve_device(spec.device)
     planned = plan_batch(spec)
     check_memory(max(spec.totals), dev, copies_host=4)
-    run = Recording(out, spec.to_dict(), planned, False, argv)
+    run = Recording(out, spec.to_dict(), planned, resume, argv, force)
     stop = stop if stop is not None else StopFlag()
     timer = Timer(dev, clock)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
         torch.zeros(1, device=dev)
     source = random_source(max(spec.totals), spec.seed)
-    bar = progress_bar(len(planned), 0, f"batches {dev}", progress)
+    bar = progress_bar(len(planned), run.start_at, f"batches {dev}", progress)
     shapes: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for r in planned:
+    for r in planned[run.start_at :]:  # planned rows are contiguous per shape
         shapes.setdefault((r["size_bytes"], r["n_tensors"]), []).append(r)
     try:
         with stop.installed():

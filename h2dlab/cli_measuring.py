@@ -66,6 +66,9 @@ def add_parser(subparsers: Any) -> None:
     d.add_argument("--device", default="cuda", help="cuda or cuda:N [cuda]")
     d.add_argument("--seed", type=int, default=0, help="seeds the order and the copied bytes [0]")
     d.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
+    d.add_argument(
+        "--force", action="store_true", help="replace an existing --out (or an unfinished run's rows)"
+    )
     d.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
     b = subparsers.add_parser("batch", help="a batch of many tensors to the GPU, by each way of moving it")
@@ -83,6 +86,10 @@ def add_parser(subparsers: Any) -> None:
     b.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (host copies only) [cuda]")
     b.add_argument("--seed", type=int, default=0, help="seeds the order and the copied bytes [0]")
     b.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
+    b.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
+    b.add_argument(
+        "--force", action="store_true", help="replace an existing --out (or an unfinished run's rows)"
+    )
     b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -113,25 +120,35 @@ def batch_spec(a: argparse.Namespace):
 
 def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Run ``duplex`` or ``batch``; 0 when done, 130 when interrupted (rows kept)."""
+    import shlex
+
     from h2dlab import datasets
     from h2dlab.cli import check_out
+    from h2dlab.cli_checks import check_target
 
     argv = list(argv or [])
+    resume = bool(getattr(a, "resume", False))
     if a.cmd == "duplex":
         from h2dlab.duplex import duplex
 
-        spec, fn = duplex_spec(a), duplex
+        spec, fn, more = duplex_spec(a), duplex, {}
     elif a.cmd == "batch":
         from h2dlab.batch import batch
 
-        spec, fn = batch_spec(a), batch
+        spec, fn, more = batch_spec(a), batch, {"resume": resume}
     else:
         raise ValueError(f"{a.cmd} is not one of {', '.join(COMMANDS)}")
-    out = check_out(a.out)
-    df = fn(spec, out=out, progress=not a.no_progress, argv=["h2dlab", *argv])
+    out = check_target(check_out(a.out), resume=resume, force=a.force, resumable=a.cmd == "batch")
+    df = fn(spec, out=out, progress=not a.no_progress, argv=["h2dlab", *argv], force=a.force, **more)
     errors = int((df["error"] != "").sum()) if len(df) else 0
     if df.attrs.get("stopped"):
-        print(f"h2dlab: interrupted: {len(df)} rows kept in {out}; run it again to finish", file=sys.stderr)
+        again = [x for x in ["h2dlab", *argv] if x not in ("--resume", "--force")]
+        how = "resume with: " if a.cmd == "batch" else "a duplex run starts over: measure it again with "
+        flag = "--resume" if a.cmd == "batch" else "--force"
+        print(
+            f"h2dlab: interrupted: {len(df)} rows kept in {out}; {how}{shlex.join([*again, flag])}",
+            file=sys.stderr,
+        )
         return 130
     print(
         f"wrote {out} ({len(df)} rows, {errors} with an error) and {datasets.env_path(out).name}",

@@ -170,6 +170,7 @@ def duplex(
     clock: Callable[[], float] = time.perf_counter,
     stop: StopFlag | None = None,
     device: torch.device | None = None,
+    force: bool = False,
 ) -> pd.DataFrame:
     """Time each planned copy of ``spec``; return the table (one row per direction).
 
@@ -189,6 +190,8 @@ def duplex(
         ``stop.request()`` ends the run after the copy in flight.
     device
         The resolved device (tests only; default: ``spec.device``, which must be CUDA).
+    force
+        Replace ``out`` (or an unfinished run's rows) with a new run.
 
     Returns
     -------
@@ -198,7 +201,7 @@ def duplex(
     dev = device if device is not None else cuda_target(spec.device)
     planned = plan_duplex(spec)
     check_memory(max(spec.sizes), dev, copies_host=4)
-    run = Recording(out, spec.to_dict(), planned, False, argv)
+    run = Recording(out, spec.to_dict(), planned, False, argv, force)
     stop = stop if stop is not None else StopFlag()
     timer = Timer(dev, clock)
     if dev.type == "cuda":

@@ -74,3 +74,47 @@ def test_record_on_cpu_plans_only_strategies_a_cpu_runs(capsys):
         assert names, plan
         for name in names.split(","):
             assert not REGISTRY[name].needs_cuda, (name, plan)
+
+
+def test_an_interrupted_batch_resumes_to_the_whole_plan(tmp_path, capsys):
+    """An interrupted `h2dlab batch` said "run it again to finish", and running it again
+    refused (the table exists; batch had neither --resume nor --force): its rows could
+    never be completed, nor could `h2dlab record --resume` finish a batch experiment."""
+    from h2dlab.batch import BatchSpec, batch, plan_batch
+    from h2dlab.recorder import StopFlag
+
+    spec = BatchSpec(counts=(1, 4), totals=(4096, 65536), reps=2, warmup=1, device="cpu")
+    out = tmp_path / "b.csv"
+    stop, calls = StopFlag(), iter(range(10**6))
+
+    def clock():  # a fake host clock that asks for a stop after a few copies
+        if next(calls) == 40:
+            stop.request()
+        return 0.0
+
+    first = batch(spec, out=out, progress=False, clock=clock, stop=stop)
+    planned = plan_batch(spec)
+    assert first.attrs["stopped"] and 0 < len(first) < len(planned)
+    argv = ["batch", "--device", "cpu", "--counts", "1,4", "--totals", "4KiB,64KiB", "--reps", "2"]
+    argv += ["--warmup", "1", "--out", str(out), "--no-progress"]
+    assert cli.main(argv) == 2  # kept, never replaced unasked
+    assert "--resume" in capsys.readouterr().err
+    assert cli.main([*argv, "--resume"]) == 0
+    whole = datasets.read(out)
+    assert len(whole) == len(planned)
+    assert whole["run_id"].nunique() == 1  # continued, not started over
+    assert sorted(whole["order"]) == list(range(len(planned)))
+    assert whole["run_id"].iloc[0] == first["run_id"].iloc[0]  # the first rows are kept as they were
+    cols = ["order", "strategy", "size_bytes", "n_tensors", "rep", "warmup"]
+    head = whole.sort_values("order").head(len(first))[cols].reset_index(drop=True)
+    assert head.astype(str).equals(first[cols].reset_index(drop=True).astype(str))
+
+
+def test_duplex_takes_force_and_names_it(tmp_path, capsys):
+    """duplex had no --force, yet an existing --out was refused with "force a new run"."""
+    out = tmp_path / "d.csv"
+    out.write_text("an earlier table\n")
+    assert cli.main(["duplex", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--force" in err[0] and "--resume" not in err[0]
+    assert out.read_text() == "an earlier table\n"
