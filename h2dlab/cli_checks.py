@@ -38,6 +38,8 @@ def check_target(out: Path, *, resume: bool = False, force: bool = False, resuma
     continues it); never take the output of a run still going, even with ``--force``."""
     from h2dlab.partial import check_free, partial_path
 
+    if resume and force:
+        raise UsageError("--resume continues the run in --out and --force replaces it: give one of them")
     partial = partial_path(out)
     check_free(out)  # another live run writing this output: refused whatever the flags
     if partial.is_symlink():

@@ -40,6 +40,9 @@ CASES = [
     (["report", "--only", " , "], ["names no notebook"]),
     (["record", "--device", "cpu", "--dry-run", "--only", ""], ["no experiment given"]),
     (["record", "--device", "cpu", "--only", ",", "--out", "{d}/new-rec"], ["no experiment given"]),
+    # --resume and --force together: one of them was silently chosen
+    (["measure", "--device", "cpu", "--out", "{d}/allfailed.csv", "--resume", "--force"], ["give one"]),
+    (["batch", "--device", "cpu", "--out", "{d}/allfailed.csv", "--resume", "--force"], ["give one"]),
     # batch named a method '(none)'
     (["batch", "--device", "cpu", "--methods", "", "--out", "{d}/b.csv"], ["no batch method given"]),
 ]
