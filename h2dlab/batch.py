@@ -22,11 +22,11 @@ import torch
 
 from h2dlab import batch_methods
 from h2dlab.batch_methods import LAYOUTS, METHODS, batch_sizes, make_batch
-from h2dlab.device import check_memory, random_source, release_memory, resolve_device
-from h2dlab.duplex import check_whole, empty_row
+from h2dlab.device import random_source, release_memory, resolve_device
+from h2dlab.duplex import check_whole, empty_row, measuring, start_run
 from h2dlab.errors import UsageError
-from h2dlab.recorder import Recording, StopFlag, progress_bar
-from h2dlab.timing import CudaFault, Timer, error_text, is_cuda_fault, is_oom
+from h2dlab.recorder import StopFlag, progress_bar
+from h2dlab.timing import CudaFault, error_text, is_cuda_fault, is_oom
 
 __all__ = ["DEFAULT_COUNTS", "DEFAULT_TOTALS", "BatchSpec", "batch", "plan_batch"]
 
@@ -159,30 +159,22 @@ def batch(
     """
     dev = resolve_device(spec.device)
     planned = plan_batch(spec)
-    check_memory(max(spec.totals), dev, copies_host=4)
-    run = Recording(out, spec.to_dict(), planned, resume, argv, force)
-    stop = stop if stop is not None else StopFlag()
-    timer = Timer(dev, clock)
-    if dev.type == "cuda":
-        torch.cuda.set_device(dev)
-        torch.zeros(1, device=dev)
+    run, stop, timer = start_run(
+        dev, max(spec.totals), out, spec.to_dict(), planned, resume, argv, force, stop, clock
+    )
     source = random_source(max(spec.totals), spec.seed)
     bar = progress_bar(len(planned), run.start_at, f"batches {dev}", progress)
     shapes: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for r in planned[run.start_at :]:  # planned rows are contiguous per shape
         shapes.setdefault((r["size_bytes"], r["n_tensors"]), []).append(r)
-    try:
-        with stop.installed():
-            for (total, n), rows in shapes.items():
-                if stop:
-                    break
-                tensors = make_batch(batch_sizes(n, total, spec.layout, spec.seed), source)
-                _shape(rows, tensors, spec, dev, timer, run, stop, bar)
-                del tensors
-                release_memory(dev)
-    finally:
-        if bar is not None:
-            bar.close()
+    with measuring(stop, bar):
+        for (total, n), rows in shapes.items():
+            if stop:
+                break
+            tensors = make_batch(batch_sizes(n, total, spec.layout, spec.seed), source)
+            _shape(rows, tensors, spec, dev, timer, run, stop, bar)
+            del tensors
+            release_memory(dev)
     return run.finish(stop, gpu=dev.type == "cuda")
 
 

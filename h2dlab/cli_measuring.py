@@ -10,6 +10,8 @@ import argparse
 import sys
 from typing import Any
 
+from h2dlab.cli_common import sizes_arg, whole_arg
+
 __all__ = ["COMMANDS", "LAYOUTS", "add_parser", "batch_spec", "duplex_spec", "run"]
 
 #: The subcommands this module adds.
@@ -17,15 +19,6 @@ COMMANDS = ("duplex", "batch")
 #: ``batch_methods.LAYOUTS``, repeated here so that building the parser imports no torch
 #: (every h2dlab command builds it; tests/test_cli_ux.py checks that the two agree).
 LAYOUTS = ("equal", "mixed")
-
-
-def _sizes(text: str) -> list[int]:
-    from h2dlab.units import parse_sizes
-
-    try:
-        return parse_sizes(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _counts(text: str) -> list[int]:
@@ -40,29 +33,16 @@ def _counts(text: str) -> list[int]:
     return vals
 
 
-def _whole(least: int):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if v < least:
-            raise argparse.ArgumentTypeError(f"must be {least} or more, got {v}")
-        return v
-
-    return parse
-
-
 def add_parser(subparsers: Any) -> None:
     """Add ``duplex`` and ``batch`` to the ``h2dlab`` command's subparsers."""
     d = subparsers.add_parser(
         "duplex", help="host-to-device and device-to-host at once on two streams, beside each alone"
     )
     d.add_argument(
-        "--sizes", type=_sizes, default=None, help="bytes per direction [1MiB,16MiB,64MiB,256MiB,1GiB]"
+        "--sizes", type=sizes_arg, default=None, help="bytes per direction [1MiB,16MiB,64MiB,256MiB,1GiB]"
     )
-    d.add_argument("--reps", type=_whole(1), default=10, help="timed rounds per size [10]")
-    d.add_argument("--warmup", type=_whole(0), default=2, help="labelled warm-up rounds per size [2]")
+    d.add_argument("--reps", type=whole_arg(1), default=10, help="timed rounds per size [10]")
+    d.add_argument("--warmup", type=whole_arg(0), default=2, help="labelled warm-up rounds per size [2]")
     d.add_argument("--device", default="cuda", help="cuda or cuda:N [cuda]")
     d.add_argument("--seed", type=int, default=0, help="seeds the order and the copied bytes [0]")
     d.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
@@ -73,16 +53,18 @@ def add_parser(subparsers: Any) -> None:
 
     b = subparsers.add_parser("batch", help="a batch of many tensors to the GPU, by each way of moving it")
     b.add_argument("--counts", type=_counts, default=None, help="tensors per batch [1,16,64,256,1024]")
-    b.add_argument("--totals", type=_sizes, default=None, help="bytes per batch [1MiB,16MiB,256MiB,1GiB]")
+    b.add_argument("--totals", type=sizes_arg, default=None, help="bytes per batch [1MiB,16MiB,256MiB,1GiB]")
     b.add_argument(
         "--layout", choices=LAYOUTS, default=LAYOUTS[0], help="equal or mixed tensor sizes [equal]"
     )
     b.add_argument(
         "--methods", default=None, help="comma list (default: all; unavailable ones are error rows)"
     )
-    b.add_argument("--reps", type=_whole(1), default=10, help="timed rounds per batch shape [10]")
-    b.add_argument("--reps-large", type=_whole(1), default=5, help="timed rounds from 256 MiB per batch [5]")
-    b.add_argument("--warmup", type=_whole(0), default=1, help="labelled warm-up rounds [1]")
+    b.add_argument("--reps", type=whole_arg(1), default=10, help="timed rounds per batch shape [10]")
+    b.add_argument(
+        "--reps-large", type=whole_arg(1), default=5, help="timed rounds from 256 MiB per batch [5]"
+    )
+    b.add_argument("--warmup", type=whole_arg(0), default=1, help="labelled warm-up rounds [1]")
     b.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (host copies only) [cuda]")
     b.add_argument("--seed", type=int, default=0, help="seeds the order and the copied bytes [0]")
     b.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")

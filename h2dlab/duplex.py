@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,17 @@ from h2dlab.errors import UsageError
 from h2dlab.recorder import Recording, StopFlag, progress_bar
 from h2dlab.timing import CudaFault, Timer, error_text, is_cuda_fault, is_oom
 
-__all__ = ["DEFAULT_SIZES", "DuplexSpec", "check_whole", "cuda_target", "duplex", "empty_row", "plan_duplex"]
+__all__ = [
+    "DEFAULT_SIZES",
+    "DuplexSpec",
+    "check_whole",
+    "cuda_target",
+    "duplex",
+    "empty_row",
+    "measuring",
+    "plan_duplex",
+    "start_run",
+]
 
 MiB = 1024**2
 #: Sizes measured when none are given.
@@ -161,6 +172,61 @@ class _Pair:
         return torch.equal(self.h_dst, back[:n])
 
 
+def start_run(
+    dev: torch.device,
+    largest: int,
+    out: str | Path | None,
+    spec: dict[str, Any],
+    planned: list[dict[str, Any]],
+    resume: bool,
+    argv: list[str] | None,
+    force: bool,
+    stop: StopFlag | None,
+    clock: Callable[[], float],
+) -> tuple[Recording, StopFlag, Timer]:
+    """The start every duplex and batch run shares: memory check, recording, stop flag,
+    timer and (on CUDA) the device's context.
+
+    Parameters
+    ----------
+    dev
+        The resolved device.
+    largest
+        The largest copy in bytes (checked against free memory).
+    out, spec, planned, resume, argv, force
+        As ``recorder.Recording`` takes them (``spec`` is the spec's dict).
+    stop
+        The caller's stop flag, or None for a new one.
+    clock
+        Host clock for the ``Timer``.
+
+    Returns
+    -------
+    tuple
+        ``(run, stop, timer)``: the ``Recording``, the stop flag and the ``Timer``.
+    """
+    check_memory(largest, dev, copies_host=4)
+    run = Recording(out, spec, planned, resume, argv, force)
+    stop = stop if stop is not None else StopFlag()
+    timer = Timer(dev, clock)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+        torch.zeros(1, device=dev)
+    return run, stop, timer
+
+
+@contextmanager
+def measuring(stop: StopFlag, bar: Any) -> Iterator[None]:
+    """The measuring loop's frame: ``stop`` installed for signals, ``bar`` (or None) closed
+    at the end however the loop ends."""
+    try:
+        with stop.installed():
+            yield
+    finally:
+        if bar is not None:
+            bar.close()
+
+
 def duplex(
     spec: DuplexSpec,
     *,
@@ -200,13 +266,9 @@ def duplex(
     """
     dev = device if device is not None else cuda_target(spec.device)
     planned = plan_duplex(spec)
-    check_memory(max(spec.sizes), dev, copies_host=4)
-    run = Recording(out, spec.to_dict(), planned, False, argv, force)
-    stop = stop if stop is not None else StopFlag()
-    timer = Timer(dev, clock)
-    if dev.type == "cuda":
-        torch.cuda.set_device(dev)
-        torch.zeros(1, device=dev)
+    run, stop, timer = start_run(
+        dev, max(spec.sizes), out, spec.to_dict(), planned, False, argv, force, stop, clock
+    )
     top = max(spec.sizes)
     src, back = random_source(top, spec.seed), random_source(top, spec.seed + 1)
     bar = progress_bar(len(planned), 0, f"both ways {dev}", progress)
@@ -214,27 +276,23 @@ def duplex(
     for r in planned:
         by_copy.setdefault(r["copy"], []).append(r)
     pair, failed, checked = None, "", set()
-    try:
-        with stop.installed():
-            for rows in by_copy.values():
-                if stop:
-                    break
-                n = rows[0]["size_bytes"]
-                if pair is None or pair.h_src.numel() != n:
-                    pair, failed = None, ""
-                    release_memory(dev)
-                    try:
-                        pair = _Pair(n, src, back, dev)
-                    except Exception as exc:  # noqa: BLE001 - OOM: a row, then the next size
-                        if is_cuda_fault(exc) or not (is_oom(exc) or isinstance(exc, RuntimeError)):
-                            raise
-                        failed = error_text(exc)
-                _copy(rows, pair, failed, timer, run, (src, back), checked)
-                if bar is not None:
-                    bar.update(len(rows))
-    finally:
-        if bar is not None:
-            bar.close()
+    with measuring(stop, bar):
+        for rows in by_copy.values():
+            if stop:
+                break
+            n = rows[0]["size_bytes"]
+            if pair is None or pair.h_src.numel() != n:
+                pair, failed = None, ""
+                release_memory(dev)
+                try:
+                    pair = _Pair(n, src, back, dev)
+                except Exception as exc:  # noqa: BLE001 - OOM: a row, then the next size
+                    if is_cuda_fault(exc) or not (is_oom(exc) or isinstance(exc, RuntimeError)):
+                        raise
+                    failed = error_text(exc)
+            _copy(rows, pair, failed, timer, run, (src, back), checked)
+            if bar is not None:
+                bar.update(len(rows))
     return run.finish(stop, gpu=dev.type == "cuda")
 
 

@@ -42,6 +42,12 @@ class FakeStream:
 @pytest.fixture
 def fake_cuda(monkeypatch):
     """torch.cuda's streams, events and synchronisation as no-ops; returns the current stream."""
+    return install(monkeypatch)
+
+
+def install(monkeypatch):
+    """Put the fake streams, events and synchronisation in torch.cuda (undone by
+    ``monkeypatch``); return the current stream."""
     current = FakeStream()
     for name, value in {
         "is_available": lambda: True,

@@ -5,7 +5,6 @@ runs for real against a fake CUDA so its bytes can be compared."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 
@@ -16,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h2dlab import copyargs, stager, transfer
+from tests.fake_cuda import install as install_fake_cuda
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 
@@ -333,34 +333,6 @@ def test_shipped_settings_are_valid():
 # --- the staging loop, run for real against a fake CUDA ----------------------------------
 
 
-class _FakeEvent:
-    def __init__(self, enable_timing=False):
-        self.recorded = 0
-
-    def record(self, stream=None):
-        self.recorded += 1
-
-    def synchronize(self):
-        pass
-
-    def query(self):
-        return True
-
-    def elapsed_time(self, other):
-        return 0.0
-
-
-class _FakeStream:
-    def __init__(self, device=None):
-        self.waits = 0
-
-    def wait_stream(self, other):
-        self.waits += 1
-
-    def synchronize(self):
-        pass
-
-
 class _FakeCudart:
     def __init__(self):
         self.registered = {}
@@ -376,22 +348,9 @@ class _FakeCudart:
 @pytest.fixture
 def fake_cuda(monkeypatch):
     """Enough of torch.cuda for a Stager whose DMA is a CPU copy (synchronous)."""
+    install_fake_cuda(monkeypatch)
     rt = _FakeCudart()
-    current = _FakeStream()
-    for name, value in {
-        "is_available": lambda: True,
-        "current_device": lambda: 0,
-        "device_count": lambda: 1,
-        "cudart": lambda: rt,
-        "Event": _FakeEvent,
-        "Stream": _FakeStream,
-        "current_stream": lambda device=None: current,
-        "stream": lambda s: contextlib.nullcontext(),
-        "synchronize": lambda device=None: None,
-        "empty_cache": lambda: None,
-    }.items():
-        monkeypatch.setattr(torch.cuda, name, value)
-    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, s: None)
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: rt)
     return rt
 
 
