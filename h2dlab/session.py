@@ -2,7 +2,7 @@
 
 ``recording(DATA, mode=MODE)`` is the one call a notebook makes for data::
 
-    rec = session.recording("h200")          # the bundled H200 recording (data/h200_<kind>)
+    rec = session.recording("h200")          # the bundled H200 recording (data/h200, v1 folders for the rest)
     rec = session.recording("path/to/folder")  # any recording folder (h2dlab record --out)
     rec = session.recording("h200", mode="live")  # this machine, recorded once with --quick
     rec.table("sweep", "pow2"); rec.table("forum"); rec.has("d2h"); rec.env("sweep", "pow2")
@@ -87,6 +87,11 @@ def resolve_mode(mode: str = "auto", environ: Mapping[str, str] | None = None) -
 
 
 def _bundled_dir(kind: str) -> Path:
+    """Where the bundled recording keeps ``kind``: ``data/h200/<kind>`` (recorded by
+    ``h2dlab record``, schema 2) where it has that kind, else the first session's
+    ``data/h200_<kind>`` (``h200x2_concurrent``: the 2-GPU host)."""
+    if _table_files(datasets.DATA_DIR / BUNDLED / kind):
+        return datasets.DATA_DIR / BUNDLED / kind
     for prefix in ("h200_", "h200x2_"):
         if (datasets.DATA_DIR / f"{prefix}{kind}").is_dir():
             return datasets.DATA_DIR / f"{prefix}{kind}"
@@ -120,6 +125,7 @@ class Recorded:
         self._cache: dict[tuple[str, str | None], pd.DataFrame] = {}
         if isinstance(source, str) and source == BUNDLED:
             self.name, self.folder, self.manifest = BUNDLED, datasets.DATA_DIR, None
+            self._made = read_manifest(datasets.DATA_DIR / BUNDLED)  # data/h200's recording.json
             return
         folder = Path(source).expanduser()
         if not folder.is_dir():
@@ -197,12 +203,17 @@ class Recorded:
 
     def date(self) -> str:
         """When it was recorded: the day (or days) of its runs, YYYY-MM-DD."""
-        if self.manifest and self.manifest.get("created"):
-            return str(self.manifest["created"])[:10]
+        made = self.manifest or getattr(self, "_made", None)
+        if made and made.get("created") and (self.manifest or set(self.kinds()) <= self._recorded_kinds()):
+            return str(made["created"])[:10]
         days = sorted(
             {str(self.env(k, r).get("date", ""))[:10] for k in self.kinds() for r in self.runs(k)} - {""}
         )
         return days[0] if len(days) < 2 else f"{days[0]} to {days[-1]}"
+
+    def _recorded_kinds(self) -> set[str]:
+        """Kinds of the bundled data that come from data/h200 (the rest: the v1 folders)."""
+        return {k for k in KINDS if _table_files(datasets.DATA_DIR / BUNDLED / k)}
 
     def banner(self) -> Markdown:
         """Markdown naming the data shown: machine, GPU, date, and replay or live."""
@@ -223,6 +234,10 @@ class Recorded:
                 else " Replay was asked for;"
             )
             text += ' `MODE = "live"` on a GPU machine records that machine instead.'
+        if self.name == BUNDLED:
+            older = [k for k in self.kinds() if k not in self._recorded_kinds()]
+            if older:
+                text += f" ({', '.join(older)}: the first session's tables, `data/{_bundled_dir(older[0]).name}`.)"
         return Markdown(text)
 
     def __repr__(self) -> str:
