@@ -54,9 +54,9 @@ def test_plan_reproduces_the_bundled_recording():
     assert all(len(why) > 20 for why in RETIRED.values())
     quick = {(e.kind, e.run) for e in experiments(quick=True, gpus=2)}
     # every figure's data (pin-register-warm feeds no figure: --quick leaves it out)
-    assert (
-        bundled - {("forum", "ascending-2"), ("allocator", "pin-register-warm"), *RETIRED} <= quick
-    )  # every figure's data
+    # (batch/mixed: a second layout of the same figure; --quick records the equal one)
+    skipped = {("forum", "ascending-2"), ("allocator", "pin-register-warm"), ("batch", "mixed")}
+    assert bundled - skipped - set(RETIRED) <= quick
     # the allocator setting goes to exactly the register runs, as in the bundled env.json
     for e in PLAN:
         if (e.kind, e.run) in bundled:

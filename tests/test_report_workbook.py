@@ -5,7 +5,7 @@ names instead of ids and readable sizes beside bytes; values equal to the packag
 import openpyxl
 import pytest
 
-from h2dlab import datasets, model, report
+from h2dlab import datasets, model, report, session
 from h2dlab.units import fmt_bytes
 
 
@@ -25,7 +25,7 @@ def test_readme_first_says_sheets_units_machine_and_commands(book):
     assert "NVIDIA H200" in rows["machine"] and "GB/s = 1e9 bytes per second" in rows["units"]
     assert (
         rows["command sweep/pow2"].startswith("h2dlab measure")
-        and "--out data/h200_sweep/pow2" in rows["command sweep/pow2"]
+        and "sweep/pow2.csv.gz" in rows["command sweep/pow2"]  # the exact command of the bundled run
     )
     for name in book.sheetnames[1:]:
         assert rows.get(name), f"README says nothing about {name}"
@@ -63,8 +63,9 @@ def test_fit_sheet_values_are_the_models(book):
     ws = book["fit_h200_sweep"]
     head = _header(ws)
     rows = [dict(zip(head, r, strict=True)) for r in ws.iter_rows(min_row=2, values_only=True)]
-    fit = model.fit(datasets.load("h200_sweep"), n_boot=0)
-    names = datasets.load("h200_sweep").attrs["run_names"]
+    sweep = session.recording("h200").table("sweep")  # what the workbook reads: the bundled recording
+    fit = model.fit(sweep, n_boot=0)
+    names = sweep.attrs["run_names"]
     want = {(names[r.run_id], r.strategy): r.gbps for r in fit.itertuples()}
     got = {(r["run"], r["strategy"]): r["GB/s"] for r in rows}
     assert got.keys() == want.keys()
