@@ -9,13 +9,27 @@ import re
 import shlex
 import subprocess
 import sys
+import warnings
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from h2dlab import SCHEMA_VERSION, __version__
 
-__all__ = ["PCIE_X16_GBPS", "collect_env", "describe", "meminfo_bytes", "nvml_handle"]
+__all__ = [
+    "GIT_COMMIT_VAR",
+    "PCIE_X16_GBPS",
+    "collect_env",
+    "describe",
+    "git_commit",
+    "meminfo_bytes",
+    "nvml_handle",
+]
+
+#: The environment variable that names the kit's commit. A copy of the tree whose ``.git``
+#: is stale or absent (e.g. one shipped to a GPU machine) sets it; it wins over git.
+GIT_COMMIT_VAR = "H2DLAB_GIT_COMMIT"
 
 
 def _read(path: str) -> str | None:
@@ -94,7 +108,7 @@ def nvml_handle(index: int) -> tuple[Any, Any] | None:
         return None
 
 
-def _git_commit() -> str | None:
+def _checkout_commit() -> str | None:
     """The commit of the kit's own checkout, or None (an installed wheel, or a package
     that merely sits inside some other repository)."""
     root = Path(__file__).resolve().parent.parent
@@ -113,6 +127,31 @@ def _git_commit() -> str | None:
         return None
     commit = out.stdout.strip()
     return commit if len(commit) == 40 else None
+
+
+def git_commit(environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """The kit's commit and where it came from: ``(commit, "env")`` from the variable
+    :data:`GIT_COMMIT_VAR` when it is set, else ``(commit, "git")`` from the kit's own
+    checkout, else ``(None, None)`` (an installed wheel).
+
+    Parameters
+    ----------
+    environ
+        Where to look for the variable (default: ``os.environ``).
+
+    A value that is not a commit (7 to 40 hex digits) is not recorded: a warning says
+    so and git is asked instead.
+    """
+    value = ((os.environ if environ is None else environ).get(GIT_COMMIT_VAR) or "").strip()
+    if value:
+        if re.fullmatch(r"[0-9a-fA-F]{7,40}", value):
+            return value.lower(), "env"
+        warnings.warn(
+            f"{GIT_COMMIT_VAR}={value!r} is not a commit (7 to 40 hex digits): ignored, asking git",
+            stacklevel=2,
+        )
+    commit = _checkout_commit()
+    return commit, ("git" if commit else None)
 
 
 def _kit_version() -> str | None:
@@ -149,6 +188,26 @@ def _pcie(index: int) -> dict[str, Any]:
         return {}
 
 
+def _gpu_without_context(index: int) -> dict[str, Any]:
+    """GPU ``index``'s name, count, memory and link from NVML, without a CUDA context in
+    this process; empty without NVML."""
+    found = nvml_handle(index)
+    if found is None:
+        return {}
+    pynvml, h = found
+    try:
+        name = pynvml.nvmlDeviceGetName(h)
+        info = {
+            "gpu_index": index,
+            "gpu_name": name.decode() if isinstance(name, bytes) else str(name),
+            "gpu_count": int(pynvml.nvmlDeviceGetCount()),
+            "gpu_memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(h).total / 2**30, 1),
+        }
+    except Exception:  # noqa: BLE001 - NVML refusing: the fields stay null
+        return {}
+    return {**info, **_pcie(index)}
+
+
 def _evidence() -> dict[str, Any]:
     """Where the Timer's evidence columns come from on this machine (see ``timing.Timer``)."""
     try:
@@ -180,7 +239,7 @@ PCIE_X16_GBPS = {3: 15.75, 4: 31.5, 5: 63.0, 6: 121.0}
 
 
 def collect_env(
-    device_index: int | None = None, argv: list[str] | None = None, gpu: bool = True
+    device_index: int | None = None, argv: list[str] | None = None, gpu: bool | str = True
 ) -> dict[str, Any]:
     """Return the machine fingerprint as a JSON-ready dict.
 
@@ -194,15 +253,22 @@ def collect_env(
         The command line to record (default: ``sys.argv``).
     gpu
         Query the GPU. False leaves the GPU fields null and does not start CUDA
-        (the forum protocol must start it inside its first timed step).
+        (the forum protocol must start it inside its first timed step). ``"nvml"``
+        describes the GPU from NVML without a CUDA context in
+        this process (``h2dlab record``, whose children measure: a context here would
+        count as another process on their GPU).
     """
+    if gpu not in (True, False, "nvml"):
+        raise ValueError(f"gpu must be True, False or 'nvml', not {gpu!r}")
+    commit, commit_source = git_commit()
     env: dict[str, Any] = {
         "h2dlab_version": __version__,
         "kit_version": _kit_version(),
         "schema_version": SCHEMA_VERSION,
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(argv if argv is not None else sys.argv),
-        "git_commit": _git_commit(),
+        "git_commit": commit,
+        "git_commit_source": commit_source,  # "env" (H2DLAB_GIT_COMMIT), "git", or None
         "hostname": platform.node(),
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -236,6 +302,10 @@ def collect_env(
     env["torch"] = torch.__version__
     env["cuda_runtime"] = torch.version.cuda
     env["torch_num_threads"] = torch.get_num_threads()
+    if gpu == "nvml":  # is_available() and the NVML queries start no CUDA context
+        if torch.cuda.is_available():
+            env.update(cuda_available=True, **_gpu_without_context(device_index or 0))
+        return env
     if gpu and torch.cuda.is_available():
         idx = torch.cuda.current_device() if device_index is None else device_index
         props = torch.cuda.get_device_properties(idx)

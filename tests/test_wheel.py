@@ -129,7 +129,7 @@ def test_installed_wheel_loads_every_bundled_dataset(tmp_path):
 
     home = tmp_path / "elsewhere"
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "H2DLAB_RUNS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "H2DLAB_RUNS", "H2DLAB_GIT_COMMIT")}
     got = json.loads(_run([str(py), "-I", "-c", PROBE], cwd=home, env=env).stdout)
 
     assert Path(got["module"]).is_relative_to(venv), got["module"]
@@ -158,6 +158,10 @@ FINGERPRINT = (
 )
 
 
+#: Without H2DLAB_GIT_COMMIT (which wins over git: tests/test_env.py), as ``-I`` does not drop it.
+NO_COMMIT_VAR = {k: v for k, v in os.environ.items() if k != "H2DLAB_GIT_COMMIT"}
+
+
 def _git(repo: Path, *args: str) -> str:
     cmd = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args]
     return _run(cmd).stdout.strip()
@@ -174,7 +178,8 @@ def test_git_commit_only_for_the_kits_own_checkout(tmp_path, project):
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "synthetic")
     head = _git(repo, "rev-parse", "HEAD")
-    out = _run([sys.executable, "-I", "-c", FINGERPRINT, str(repo)], cwd=tmp_path).stdout.split()
+    cmd = [sys.executable, "-I", "-c", FINGERPRINT, str(repo)]
+    out = _run(cmd, cwd=tmp_path, env=NO_COMMIT_VAR).stdout.split()
     assert out == [head if project == "h2dlab" else "None", "True"]
 
 

@@ -1,0 +1,107 @@
+"""The fingerprint's commit (H2DLAB_GIT_COMMIT wins over git) and its GPU fields read
+without a CUDA context (``collect_env(gpu="nvml")``, what ``h2dlab record`` writes)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import types
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from h2dlab import env as envmod
+from h2dlab.env import GIT_COMMIT_VAR, collect_env, git_commit
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _head() -> str | None:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        return None
+    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
+def test_the_variable_wins_over_git():
+    assert git_commit({GIT_COMMIT_VAR: COMMIT.upper()}) == (COMMIT, "env")
+    assert git_commit({GIT_COMMIT_VAR: f"  {COMMIT[:7]}\n"}) == (COMMIT[:7], "env")
+
+
+def test_without_the_variable_git_is_asked():
+    head = _head()
+    if head is None:
+        pytest.skip("not a git checkout")
+    assert git_commit({}) == (head, "git")
+    assert git_commit({GIT_COMMIT_VAR: ""}) == (head, "git")  # set but empty: as if unset
+
+
+@pytest.mark.parametrize("bad", ["not-a-commit", "abc", "g" * 40, COMMIT + "0"])
+def test_a_value_that_is_no_commit_is_refused_with_a_warning(bad):
+    with pytest.warns(UserWarning, match=f"{GIT_COMMIT_VAR}=.* is not a commit"):
+        commit, source = git_commit({GIT_COMMIT_VAR: bad})
+    assert commit != bad.lower() and source in ("git", None)
+
+
+def test_collect_env_records_the_commit_and_its_source(monkeypatch):
+    monkeypatch.setenv(GIT_COMMIT_VAR, COMMIT)
+    env = collect_env(gpu=False)
+    assert env["git_commit"] == COMMIT and env["git_commit_source"] == "env"
+    monkeypatch.delenv(GIT_COMMIT_VAR)
+    head = _head()
+    env = collect_env(gpu=False)
+    assert env["git_commit"] == head and env["git_commit_source"] == ("git" if head else None)
+
+
+def test_gpu_nvml_reads_the_gpu_without_a_cuda_context(monkeypatch):
+    """A synthetic NVML GPU: the fields come from NVML; torch's context calls would fail."""
+
+    class H:
+        pass
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: H(),
+        nvmlDeviceGetName=lambda h: b"Synthetic GPU",
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 * 2**30),
+        nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 4,
+        nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 5,
+        nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16,
+        nvmlDeviceGetMaxPcieLinkWidth=lambda h: 16,
+        nvmlSystemGetDriverVersion=lambda: "580.1",
+        nvmlDeviceGetGpuMaxPcieLinkGeneration=lambda h: 5,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    def context(*a, **k):
+        raise AssertionError("a CUDA context was started")
+
+    for name in ("current_device", "get_device_properties", "device_count", "init", "get_device_name"):
+        monkeypatch.setattr(torch.cuda, name, context)
+    env = collect_env(gpu="nvml")
+    assert (env["gpu_name"], env["gpu_count"], env["gpu_memory_gib"]) == ("Synthetic GPU", 2, 80.0)
+    assert (env["pcie_gen_current"], env["pcie_gen_max"], env["driver_version"]) == (4, 5, "580.1")
+    assert env["cuda_available"] is True and env["gpu_index"] == 0
+
+
+def test_gpu_nvml_without_nvml_leaves_the_gpu_fields_null(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    env = collect_env(gpu="nvml")
+    assert env["cuda_available"] is True and env["gpu_name"] is None and env["gpu_count"] == 0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert collect_env(gpu="nvml")["cuda_available"] is False
+
+
+def test_gpu_takes_only_its_three_values():
+    with pytest.raises(ValueError, match="gpu must be True, False or 'nvml'"):
+        collect_env(gpu="yes")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert envmod.describe(collect_env(gpu=False)).startswith("no GPU")
