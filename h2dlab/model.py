@@ -1,5 +1,9 @@
 """The latency model: ``latency_ms = overhead_ms + size_bytes / bandwidth``, fitted
-robustly per strategy and run; ``advise()`` turns fitted curves into a recommendation.
+robustly per strategy and run; medians per size; ``advise()`` turns measured curves into
+a recommendation; ``concurrency()`` the scaling over several GPUs.
+
+Which rows and which time per row it reads (``check_values``, ``timed``, ``value_ms``)
+is :mod:`h2dlab.rows`, re-exported here.
 """
 
 from __future__ import annotations
@@ -12,9 +16,12 @@ import numpy as np
 import pandas as pd
 
 from h2dlab.linefit import fit_lines
+from h2dlab.rows import MEASURED_COLUMNS, MODEL_COLUMNS, check_values, timed, value_ms
 
 __all__ = [
     "CASES",
+    "MEASURED_COLUMNS",
+    "MODEL_COLUMNS",
     "advise",
     "cold_pin_rows",
     "check_values",
@@ -27,61 +34,6 @@ __all__ = [
     "timed",
     "value_ms",
 ]
-
-#: Columns a model reads; fit() and medians() refuse a table without them.
-MODEL_COLUMNS = ("run_id", "strategy", "size_bytes", "warmup", "wall_ms", "event_ms", "error")
-#: Numeric columns that no measured row may hold a negative or infinite value in.
-MEASURED_COLUMNS = (
-    "size_bytes",
-    "wall_ms",
-    "event_ms",
-    "host_allocs",
-    "device_allocs",
-    "minflt",
-    "majflt",
-    "cpu_ms",
-    "gc_count",
-    "sm_clock_mhz",
-    "gpu_procs",
-)
-
-
-def check_values(df: pd.DataFrame, required: tuple[str, ...] = MODEL_COLUMNS) -> None:
-    """Refuse a table an analysis cannot trust, naming the column.
-
-    Raises ``TypeError`` if ``df`` is not a DataFrame; ``ValueError`` if a ``required``
-    column is missing, or a row without an error holds a negative or infinite value in
-    one of ``MEASURED_COLUMNS`` (NaN means "not measured" and is allowed).
-    """
-    if not isinstance(df, pd.DataFrame):
-        raise TypeError(f"expected a pandas DataFrame (a measurement table), got {type(df).__name__}")
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        raise ValueError(f"not a measurement table: missing column(s) {', '.join(missing)}")
-    ok = df["error"] == "" if "error" in df.columns else pd.Series(True, index=df.index)
-    for col in MEASURED_COLUMNS:
-        if col not in df.columns:
-            continue
-        x = pd.to_numeric(df.loc[ok, col], errors="coerce").astype(float)
-        bad = np.isinf(x) | (x < 0)
-        if bad.any():
-            first = x.index[bad.to_numpy()][0]
-            raise ValueError(
-                f"column {col!r} holds {int(bad.sum())} negative or infinite value(s) in rows without "
-                f"an error (first at index {first!r}: {x[first]!r}); a measurement cannot be negative "
-                f"or infinite: fix or drop those rows"
-            )
-
-
-def value_ms(df: pd.DataFrame) -> pd.Series:
-    """The timing to analyse per row: CUDA events where measured, else the host clock."""
-    return df["event_ms"].where(df["event_ms"].notna(), df["wall_ms"])
-
-
-def timed(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows a model may learn from: not warm-ups, no error, a positive time."""
-    v = value_ms(df)
-    return df[(~df["warmup"]) & (df["error"] == "") & (v > 0)]
 
 
 def fit_line(size: np.ndarray, ms: np.ndarray, loss: str = "huber") -> tuple[float, float]:

@@ -1,0 +1,103 @@
+"""The rows an analysis may use: the columns it needs (``MODEL_COLUMNS``), the check
+that refuses a table it cannot trust (``check_values``), the time per row (``value_ms``:
+CUDA events, else the host clock) and the rows a model learns from (``timed``).
+
+:mod:`h2dlab.model` and every analysis module build on these; ``model`` re-exports them.
+No torch here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["MEASURED_COLUMNS", "MODEL_COLUMNS", "check_values", "timed", "value_ms"]
+
+#: Columns a model reads; fit() and medians() refuse a table without them.
+MODEL_COLUMNS = ("run_id", "strategy", "size_bytes", "warmup", "wall_ms", "event_ms", "error")
+#: Numeric columns that no measured row may hold a negative or infinite value in.
+MEASURED_COLUMNS = (
+    "size_bytes",
+    "wall_ms",
+    "event_ms",
+    "host_allocs",
+    "device_allocs",
+    "minflt",
+    "majflt",
+    "cpu_ms",
+    "gc_count",
+    "sm_clock_mhz",
+    "gpu_procs",
+)
+
+
+def check_values(df: pd.DataFrame, required: tuple[str, ...] = MODEL_COLUMNS) -> None:
+    """Refuse a table an analysis cannot trust, naming the column.
+
+    Parameters
+    ----------
+    df
+        The table to check.
+    required
+        Columns it must have (default :data:`MODEL_COLUMNS`).
+
+    Raises
+    ------
+    TypeError
+        ``df`` is not a DataFrame.
+    ValueError
+        A ``required`` column is missing, or a row without an error holds a negative or
+        infinite value in one of ``MEASURED_COLUMNS`` (NaN means "not measured" and is
+        allowed).
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"expected a pandas DataFrame (a measurement table), got {type(df).__name__}")
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise ValueError(f"not a measurement table: missing column(s) {', '.join(missing)}")
+    ok = df["error"] == "" if "error" in df.columns else pd.Series(True, index=df.index)
+    for col in MEASURED_COLUMNS:
+        if col not in df.columns:
+            continue
+        x = pd.to_numeric(df.loc[ok, col], errors="coerce").astype(float)
+        bad = np.isinf(x) | (x < 0)
+        if bad.any():
+            first = x.index[bad.to_numpy()][0]
+            raise ValueError(
+                f"column {col!r} holds {int(bad.sum())} negative or infinite value(s) in rows without "
+                f"an error (first at index {first!r}: {x[first]!r}); a measurement cannot be negative "
+                f"or infinite: fix or drop those rows"
+            )
+
+
+def value_ms(df: pd.DataFrame) -> pd.Series:
+    """The timing to analyse per row: CUDA events where measured, else the host clock.
+
+    Parameters
+    ----------
+    df
+        A measurement table with ``event_ms`` and ``wall_ms``.
+
+    Returns
+    -------
+    pandas.Series
+        Milliseconds per row, indexed like ``df``.
+    """
+    return df["event_ms"].where(df["event_ms"].notna(), df["wall_ms"])
+
+
+def timed(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows a model may learn from: not warm-ups, no error, a positive time.
+
+    Parameters
+    ----------
+    df
+        A measurement table with ``warmup``, ``error``, ``event_ms`` and ``wall_ms``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The rows of ``df`` that pass, unchanged.
+    """
+    v = value_ms(df)
+    return df[(~df["warmup"]) & (df["error"] == "") & (v > 0)]
