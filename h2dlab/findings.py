@@ -4,18 +4,18 @@ Each function takes its data explicitly (DataFrames from ``datasets.load`` or a 
 and returns a :class:`Finding`: the numbers with their spread, a ``holds`` flag and a
 ``verdict`` sentence whose wording follows the data (a live run on another GPU may get
 the opposite sentence). Bandwidth, pinning cost and the advice table live in
-:mod:`h2dlab.advice`. No torch here.
+:mod:`h2dlab.advice`. The :class:`Finding` type and ``spread`` live in
+:mod:`h2dlab.finding` and are re-exported here. No torch here.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from h2dlab.finding import Finding, first_rows, run_names, spread
 from h2dlab.model import timed, value_ms
 
 __all__ = [
@@ -51,42 +51,6 @@ FORUM_ELEMENTS_PER_SEQ = 24 * 2 * 1 * 4096
 MIB = 2**20
 
 
-@dataclass(frozen=True)
-class Finding:
-    """A computed claim: ``values`` (numbers and their spread), ``holds`` (the claim's
-    truth on this data), ``verdict`` (one sentence that says so) and the supporting
-    ``table``."""
-
-    verdict: str
-    holds: bool
-    values: dict[str, Any] = field(default_factory=dict)
-    table: pd.DataFrame = field(default_factory=pd.DataFrame)
-
-    def __str__(self) -> str:
-        return self.verdict
-
-    def __getitem__(self, key: str) -> Any:
-        return self.values[key]
-
-    def _repr_markdown_(self) -> str:  # a notebook cell ending in a Finding shows its verdict
-        return self.verdict
-
-
-def spread(x: pd.Series | np.ndarray) -> dict[str, float]:
-    """Median, quartiles, min, max and n of ``x`` (NaNs dropped)."""
-    v = pd.Series(np.asarray(x, float)).dropna()
-    if v.empty:
-        return {k: float("nan") for k in ("median", "q1", "q3", "min", "max")} | {"n": 0}
-    return {
-        "median": float(v.median()),
-        "q1": float(v.quantile(0.25)),
-        "q3": float(v.quantile(0.75)),
-        "min": float(v.min()),
-        "max": float(v.max()),
-        "n": int(len(v)),
-    }
-
-
 def forum_bytes(seq: int) -> int:
     """Bytes of the forum's float16 tensor of shape (24, 2, 1, seq, 4096)."""
     return int(seq) * FORUM_ELEMENTS_PER_SEQ * 2
@@ -95,15 +59,6 @@ def forum_bytes(seq: int) -> int:
 def block_bytes(size_bytes: float) -> int:
     """The power-of-two block the caching host allocator gives a request of ``size_bytes``."""
     return int(2 ** math.ceil(math.log2(max(float(size_bytes), 1.0))))
-
-
-def _first_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """The first executed row of each run (ties in ``order``: table order)."""
-    return df.sort_values("order", kind="stable").groupby("run_id", sort=False).head(1)
-
-
-def _runs(df: pd.DataFrame) -> dict[str, str]:
-    return df.attrs.get("run_names") or {}
 
 
 def context_startup(df: pd.DataFrame, *, min_excess_ms: float = 50.0) -> Finding:
@@ -116,11 +71,11 @@ def context_startup(df: pd.DataFrame, *, min_excess_ms: float = 50.0) -> Finding
     """
     rows = []
     for rid, run in df.groupby("run_id", sort=False):
-        first = _first_rows(run).iloc[0]
+        first = first_rows(run).iloc[0]
         nxt = run[(run.strategy == first.strategy) & (run.order > first.order)].sort_values("order").head(5)
         rows.append(
             {
-                "run": _runs(df).get(rid, rid),
+                "run": run_names(df).get(rid, rid),
                 "strategy": first.strategy,
                 "size_bytes": int(first.size_bytes),
                 "wall_ms": float(first.wall_ms),
@@ -183,7 +138,7 @@ def host_alloc_growth(
         alt = r.assign(_v=value_ms(r)).groupby(["strategy", "size_bytes"])["_v"].median().rename("_alt")
         g["cached_ms"] = g.cached_ms.fillna(g.join(alt, on=["strategy", "size_bytes"])["_alt"])
     g = g.assign(
-        run=g.run_id.map(lambda r: _runs(df).get(r, r)),
+        run=g.run_id.map(lambda r: run_names(df).get(r, r)),
         size_mib=g.size_bytes / MIB,
         block_mib=g.block_bytes / MIB,
         ms=g._v,
@@ -269,7 +224,7 @@ def device_alloc_cost(
     ``forum-sizes`` run). Ratios are per size (forum median over runs / baseline median).
     ``holds`` when the median ratio exceeds ``min_ratio``."""
     f = forum[(forum.strategy == strategy) & (forum.error == "")]
-    f = f[~f.index.isin(_first_rows(forum).index)]
+    f = f[~f.index.isin(first_rows(forum).index)]
     b = timed(reuse[reuse.strategy == baseline])
     fm = f.assign(_v=value_ms(f)).groupby("size_bytes")["_v"].median()
     bm = b.assign(_v=value_ms(b)).groupby("size_bytes")["_v"].median()
@@ -310,7 +265,7 @@ def clocks(df: pd.DataFrame, *, tolerance: float = 0.05, large_bytes: int = 4 * 
     work (``pin_memory``) means the events bracketed host work on an idle GPU.
     """
     d = df[(df.error == "") & df.event_ms.notna() & (df.event_ms > 0)]
-    d = d[~d.index.isin(_first_rows(df).index)]
+    d = d[~d.index.isin(first_rows(df).index)]
     if d.empty:
         raise ValueError("the table has no CUDA event times: clocks() compares the host clock with events")
     rel = d.wall_ms / d.event_ms - 1
