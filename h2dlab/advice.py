@@ -1,9 +1,13 @@
-"""The answer to "what is the fastest way?": bandwidth per strategy, what pinning costs,
-the small-copy floor, and ONE advice table that notebooks 01, 02, 04 and the README share.
+"""The answer to "what is the fastest way?": ONE advice table that notebooks 01, 02, 04
+and the README share, what pinning in place costs, the fastest way for n copies, and
+when ``pin_memory()`` first pays.
 
 Each function takes its tables explicitly (a sweep run such as ``h200_sweep``'s
 ``pow2-interleaved``, whose interleaved order keeps slow moments from posing as sizes)
-and returns a :class:`h2dlab.findings.Finding` or a table. No torch here.
+and returns a :class:`h2dlab.finding.Finding` or a table. The speed claims (bandwidth
+per strategy, pinned against pageable, the small-copy floor, the host-copy ceiling) live
+in :mod:`h2dlab.findings_speed` and ``size_text`` in :mod:`h2dlab.finding`; both are
+re-exported here. No torch here.
 """
 
 from __future__ import annotations
@@ -13,9 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from h2dlab.findings import Finding, spread
-from h2dlab.model import medians, timed, value_ms
-from h2dlab.units import fmt_bytes
+from h2dlab.finding import Finding, size_text, spread
+from h2dlab.findings_speed import bandwidth, host_copy_ceiling, memory_kind, small_copy_floor
+from h2dlab.model import timed, value_ms
 
 __all__ = [
     "WAYS",
@@ -43,16 +47,6 @@ WAYS = (
     ),
     ("pageable", "x.to('cuda')", "pageable .to()"),
 )
-
-
-def size_text(n: float) -> str:
-    """``1073741824`` -> ``'1 GiB'`` (binary units; :func:`h2dlab.units.fmt_bytes`, compact)."""
-    return fmt_bytes(n, compact=True)
-
-
-def _ms_text(ms: float) -> str:
-    """``0.055`` -> ``'55 µs'``, ``19.47`` -> ``'19.5 ms'``."""
-    return f"{ms * 1e3:.0f} µs" if ms < 1 else f"{ms:.3g} ms"
 
 
 def _cell(rows: pd.DataFrame, size_bytes: int, *, allow_scale: bool = True) -> dict[str, Any]:
@@ -269,113 +263,3 @@ def pin_first_pays(table: pd.DataFrame) -> Finding:
     return Finding(
         verdict, hot_pays, {"pageable_ms": page, "cached_ms": hot, "cold_ms": cold, "cold_pays": cold_pays}
     )
-
-
-def bandwidth(df: pd.DataFrame) -> Finding:
-    """GB/s per (strategy, size) from the median time, with the interquartile range
-    (``gbps_lo`` from the slow quartile, ``gbps_hi`` from the fast one). ``holds`` when
-    ``pinned_reuse`` is the fastest at the largest size measured."""
-    m = medians(df)
-    m["gbps_lo"] = m.size_bytes / m.q3_ms / 1e6
-    m["gbps_hi"] = m.size_bytes / m.q1_ms / 1e6
-    top = int(m.size_bytes.max())
-    at = m[m.size_bytes == top].set_index("strategy").gbps.sort_values(ascending=False)
-    pk = m.loc[m.gbps.idxmax()]
-    holds = bool(at.index[0] == "pinned_reuse")
-    order = ", ".join(f"`{s}` {g:.1f}" for s, g in at.items())
-    verdict = (
-        f"At {size_text(top)} (GB/s, median): {order}. The peak is {pk.gbps:.1f} GB/s "
-        f"(`{pk.strategy}` at {size_text(pk.size_bytes)})."
-    )
-    return Finding(verdict, holds, {"peak_gbps": float(pk.gbps), "at_largest": at.to_dict()}, m)
-
-
-def memory_kind(df: pd.DataFrame, size_bytes: int, *, margin: float = 1.1) -> Finding:
-    """Pinned against pageable at one size: the ratio of median times, with the range the
-    quartiles allow. ``holds`` (the memory kind matters) when pinned is over ``margin``
-    x faster."""
-    m = medians(df).set_index(["strategy", "size_bytes"])
-    try:
-        p, q = m.loc[("pageable", size_bytes)], m.loc[("pinned_reuse", size_bytes)]
-    except KeyError:
-        raise ValueError(
-            f"memory_kind needs pageable and pinned_reuse rows at {size_text(size_bytes)}"
-        ) from None
-    r = float(p.median_ms / q.median_ms)
-    lo, hi = float(p.q1_ms / q.q3_ms), float(p.q3_ms / q.q1_ms)
-    holds = r > margin
-    verdict = (
-        f"At {size_text(size_bytes)} a pinned copy takes {_ms_text(q.median_ms)}, a pageable one {_ms_text(p.median_ms)}: "
-        + (
-            f"pinned is {r:.1f}x faster (quartiles allow {lo:.1f}–{hi:.1f}x); the memory kind matters at this size."
-            if holds
-            else f"within {margin:.1f}x ({r:.2f}x): the per-copy overhead, not the memory kind, sets the time."
-        )
-    )
-    return Finding(verdict, holds, {"ratio": r, "ratio_lo": lo, "ratio_hi": hi})
-
-
-def small_copy_floor(df: pd.DataFrame, *, same_within: float = 1.5) -> Finding:
-    """What the smallest measured copy costs, per strategy (CUDA events and host clock,
-    median and quartiles in µs). ``holds`` ("whatever the strategy") when the slowest
-    strategy is within ``same_within`` x the fastest."""
-    t = timed(df)
-    t = t[t.size_bytes == t.size_bytes.min()]
-    t = t.assign(event_us=value_ms(t) * 1e3, wall_us=t.wall_ms * 1e3)
-    by = (
-        t.groupby("strategy")
-        .agg(
-            event_us=("event_us", "median"),
-            q1_us=("event_us", lambda v: v.quantile(0.25)),
-            q3_us=("event_us", lambda v: v.quantile(0.75)),
-            wall_us=("wall_us", "median"),
-        )
-        .sort_values("event_us")
-    )
-    lo, hi = by.event_us.iloc[0], by.event_us.iloc[-1]
-    holds = bool(hi / lo <= same_within)
-    size = size_text(int(t.size_bytes.iloc[0]))
-    verdict = (
-        f"At {size} a copy costs {lo:.0f}–{hi:.0f} µs by CUDA events (medians): `{by.index[0]}` fastest, "
-        f"`{by.index[-1]}` slowest, {hi / lo:.1f}x apart; by the host clock {by.wall_us.min():.0f}–"
-        f"{by.wall_us.max():.0f} µs. "
-        + ("The strategy hardly matters at this size." if holds else "The strategy matters even here.")
-    )
-    return Finding(verdict, holds, {"lo_us": float(lo), "hi_us": float(hi)}, by.reset_index())
-
-
-def host_copy_ceiling(bench: dict[str, Any], *, method: str = "to_device") -> Finding:
-    """Is the host memcpy throughput, measured alone, a ceiling for ``method`` (a staged
-    path) in the same benchmark run? Each ``host_copy_<size>_gbps`` is compared with
-    ``method`` at that size. ``holds`` when ``method`` beat none of them."""
-    rows = pd.DataFrame(bench["rows"])
-    ceil = {k: v for k, v in bench["ceilings"].items() if k.startswith("host_copy")}
-    if not ceil or method not in set(rows.method):
-        raise ValueError(f"the benchmark has no host_copy ceilings or no {method} rows")
-    m = rows[rows.method == method].set_index("size_bytes").gbps_median
-    units = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
-    parts, beaten = [], []
-    for k, v in ceil.items():
-        label = k.split("_")[2]
-        n = int(label[:-3]) * units[label[-3:]]
-        if n not in m.index:  # never compare a ceiling with the method at another size
-            parts.append(
-                f"{v:.0f} GB/s alone at {fmt_bytes(n, compact=True)}, where `{method}` was not timed"
-            )
-            continue
-        got = float(m[n])
-        parts.append(f"{v:.0f} GB/s alone against `{method}` {got:.1f} GB/s at {fmt_bytes(n, compact=True)}")
-        if got > v:
-            beaten.append(label)
-    holds = not beaten
-    verdict = (
-        "The multithreaded host copy (pageable to pinned, all cores), measured in the same run: "
-        + "; ".join(parts)
-        + ". "
-        + (
-            "The staged path stayed below it: on this host the memory copy is the wall."
-            if holds
-            else f"`{method}` beat it at {', '.join(beaten)}: a host copy measured once and alone is no ceiling."
-        )
-    )
-    return Finding(verdict, holds, {"ceilings": ceil, "best_gbps": float(m.max()), "beaten_at": beaten})

@@ -1,7 +1,7 @@
 """The shape of a claim: :class:`Finding` (a ``verdict`` sentence, a ``holds`` flag, the
 numbers with their spread, the supporting table) and the small helpers every findings
 module uses to build one: ``spread`` of a column, each run's ``first_rows``, the
-``run_names`` a table carries. :mod:`h2dlab.findings` (which re-exports them),
+``run_names`` a table carries, and ``size_text`` for a size in a sentence. :mod:`h2dlab.findings` (which re-exports them),
 :mod:`h2dlab.advice` and the other claim modules build on these. No torch here.
 """
 
@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["Finding", "first_rows", "run_names", "spread"]
+from h2dlab.units import fmt_bytes
+
+__all__ = ["Finding", "first_rows", "run_names", "size_text", "spread"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +95,19 @@ def run_names(df: pd.DataFrame) -> dict[str, str]:
         Empty when the table carries no names.
     """
     return df.attrs.get("run_names") or {}
+
+
+def size_text(n: float) -> str:
+    """``1073741824`` -> ``'1 GiB'`` (binary units; :func:`h2dlab.units.fmt_bytes`, compact).
+
+    Parameters
+    ----------
+    n
+        A number of bytes.
+
+    Returns
+    -------
+    str
+        The size as a verdict writes it.
+    """
+    return fmt_bytes(n, compact=True)
