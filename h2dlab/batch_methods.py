@@ -80,11 +80,13 @@ def available(name: str, device: torch.device) -> str:
 
 
 class BatchMethod:
-    """Base class: ``name``, ``summary``, ``needs_cuda``; sources pinned only on CUDA."""
+    """Base class: ``name``, ``summary``, ``needs_cuda``; sources pinned only on CUDA.
+    ``held`` names the attributes ``prepare()`` fills and ``cleanup()`` lets go of."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     needs_cuda: ClassVar[bool] = False
+    held: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def unavailable(cls, device: torch.device) -> str:
@@ -100,7 +102,8 @@ class BatchMethod:
         raise NotImplementedError
 
     def cleanup(self) -> None:
-        pass
+        for attr in self.held:
+            setattr(self, attr, None)
 
 
 @_register
@@ -125,6 +128,7 @@ class LoopNonBlocking(BatchMethod):
 class PinnedEach(BatchMethod):
     name = "pinned_each"
     summary = "each tensor already in its own pinned buffer (prepared), copied non_blocking"
+    held = ("pinned",)
 
     def prepare(self, tensors, device):
         super().prepare(tensors, device)
@@ -133,13 +137,12 @@ class PinnedEach(BatchMethod):
     def copy(self, tensors):
         return [p.to(self.device, non_blocking=True, copy=True) for p in self.pinned]
 
-    def cleanup(self):
-        self.pinned = None
-
 
 class _Packed(BatchMethod):
     """Packs the batch on the host into one reused flat buffer; the result is views of one
     device buffer."""
+
+    held = ("buf", "sent")
 
     def prepare(self, tensors, device):
         super().prepare(tensors, device)
@@ -158,9 +161,6 @@ class _Packed(BatchMethod):
             self.sent.record()
         b = self.bounds
         return [flat[b[i] : b[i + 1]].view(t.dtype).view(t.shape) for i, t in enumerate(tensors)]
-
-    def cleanup(self):
-        self.buf = self.sent = None
 
 
 @_register
@@ -190,6 +190,7 @@ class ToDevicePacked(_Packed):
 class ForeachCopy(BatchMethod):
     name = "foreach_copy"
     summary = "torch._foreach_copy_(preallocated device tensors, pinned sources, non_blocking=True)"
+    held = ("pinned", "outs")
 
     @classmethod
     def unavailable(cls, device):
@@ -206,15 +207,13 @@ class ForeachCopy(BatchMethod):
         torch._foreach_copy_(self.outs, self.pinned, non_blocking=True)
         return self.outs
 
-    def cleanup(self):
-        self.pinned = self.outs = None
-
 
 @_register
 class TensorDictPin(BatchMethod):
     name = "tensordict"
     summary = "TensorDict(batch).to(device, non_blocking_pin=True, num_threads=8): pinned by threads"
     needs_cuda = True
+    held = ("td",)
 
     @classmethod
     def unavailable(cls, device):
@@ -235,6 +234,3 @@ class TensorDictPin(BatchMethod):
     def copy(self, tensors):
         out = self.td.to(self.device, non_blocking_pin=True, num_threads=self.threads)
         return [out[k] for k in self.keys]
-
-    def cleanup(self):
-        self.td = None

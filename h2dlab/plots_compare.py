@@ -27,6 +27,7 @@ from h2dlab.plots import (
     size_label,
     timed_rows,
 )
+from h2dlab.plots_frame import frame_size_axes
 
 __all__ = [
     "advice_bars",
@@ -121,14 +122,8 @@ def cache_kept_vs_emptied(kept: pd.DataFrame, emptied: pd.DataFrame, *, ax=None,
     names = list(dict.fromkeys(both.strategy))
     sns.lineplot(both, x="size_bytes", y="ms", hue="strategy", style="cache", palette=palette_for(names),
                  estimator="median", errorbar=("pi", 50), marker="o", markersize=3, ax=ax)  # fmt: skip
-    size_axis(ax)
-    ax.set_yscale("log")
-    ax.set_ylabel("time per copy (ms, median; band: IQR)")
-    ax.grid(alpha=0.3)
-    ax.set_title("device cache kept vs released before each copy")
-    legend_outside(ax)
-    footnote(ax, kept, name)
-    return ax
+    return frame_size_axes(ax, kept, name, ylabel="time per copy (ms, median; band: IQR)", ylog=True,
+                           title="device cache kept vs released before each copy")  # fmt: skip
 
 
 def device_alloc_cost(forum: pd.DataFrame, reuse: pd.DataFrame, *, ax=None, strategy="pinned_to_cuda",
@@ -143,13 +138,9 @@ def device_alloc_cost(forum: pd.DataFrame, reuse: pd.DataFrame, *, ax=None, stra
     ax.axhspan(r["q1"], r["q3"], color=PALETTE.get(strategy), alpha=0.12, lw=0, label="interquartile range")
     hline_label(ax, r["median"], f"median {r['median']:.2f}x", "#333333", "-")
     hline_label(ax, 1.0, "no cost", "#999999", ":")
-    size_axis(ax)
-    ax.set_ylim(bottom=0)  # the "no cost" line and its label clear of the size axis
-    ax.set_ylabel("time ratio")
-    ax.grid(alpha=0.3)
-    ax.set_title("what empty_cache() in the loop costs each copy")
-    legend_outside(ax)
-    footnote(ax, forum, name)
+    # y from 0: the "no cost" line and its label clear of the size axis
+    frame_size_axes(ax, forum, name, ylabel="time ratio", y_from_zero=True,
+                    title="what empty_cache() in the loop costs each copy")  # fmt: skip
     place_labels(ax)
     return ax
 
@@ -176,14 +167,8 @@ def pin_cost(sweep: pd.DataFrame, *, cold: pd.DataFrame | None = None, register:
     ref = timed_rows(sweep[sweep.strategy.isin(["pageable", "pinned_reuse"])])
     sns.lineplot(ref, x="size_bytes", y="gbps", hue="strategy", palette=palette_for(["pageable", "pinned_reuse"]),
                  estimator="median", errorbar=("pi", 50), ax=ax)  # fmt: skip
-    size_axis(ax)
-    ax.set_yscale("log")
-    ax.set_ylabel("effective GB/s of pinning + copy")
-    ax.grid(alpha=0.3)
-    ax.set_title("what x.pin_memory().to('cuda') costs, cached or new")
-    legend_outside(ax)
-    footnote(ax, sweep, name)
-    return ax
+    return frame_size_axes(ax, sweep, name, ylabel="effective GB/s of pinning + copy", ylog=True,
+                           title="what x.pin_memory().to('cuda') costs, cached or new")  # fmt: skip
 
 
 def advice_bars(table: pd.DataFrame, *, ax=None, name: str | None = None):

@@ -14,10 +14,10 @@ from h2dlab.plots import (
     axes_or_new,
     footnote,
     legend_outside,
-    size_axis,
     size_label,
     timed_rows,
 )
+from h2dlab.plots_frame import frame_size_axes
 
 __all__ = ["batch_overhead", "directions", "duplex_aggregate"]
 
@@ -43,14 +43,8 @@ def directions(df: pd.DataFrame, *, ax=None, strategies=None, name=None):
     sns.lineplot(t, x="size_bytes", y="gbps", hue="strategy", hue_order=strategies, palette=_colors(strategies),
                  style="direction", style_order=[v for v in findings_transfer.ARROW.values() if v in set(t.direction)],
                  estimator="median", errorbar=("pi", 50), marker="o", markersize=4, ax=ax)  # fmt: skip
-    size_axis(ax)
-    ax.set_ylabel("bandwidth (GB/s; line: median, band: IQR)")
-    ax.set_ylim(0, None)
-    ax.grid(True, alpha=0.3)
-    ax.set_title("both directions: host→device and device→host bandwidth")
-    legend_outside(ax)
-    footnote(ax, df, name)
-    return ax
+    return frame_size_axes(ax, df, name, ylabel="bandwidth (GB/s; line: median, band: IQR)", y_from_zero=True,
+                           title="both directions: host→device and device→host bandwidth")  # fmt: skip
 
 
 def duplex_aggregate(df: pd.DataFrame, *, ax=None, name=None):
@@ -82,15 +76,9 @@ def duplex_aggregate(df: pd.DataFrame, *, ax=None, name=None):
         ax.errorbar(table.size_bytes, table.aggregate_gbps,
                     yerr=[table.aggregate_gbps - table.aggregate_q1, table.aggregate_q3 - table.aggregate_gbps],
                     fmt="none", ecolor="#000000", capsize=2, lw=0.8)  # fmt: skip
-    size_axis(ax)
-    ax.set_xlabel("payload size, each way")
-    ax.set_ylabel("GB/s (median; bars: IQR of the aggregate)")
-    ax.set_ylim(0, None)
-    ax.grid(True, alpha=0.3)
-    ax.set_title("both directions at once: does the link add them up?")
-    legend_outside(ax)
-    footnote(ax, df, name)
-    return ax
+    return frame_size_axes(ax, df, name, xlabel="payload size, each way", y_from_zero=True,
+                           ylabel="GB/s (median; bars: IQR of the aggregate)",
+                           title="both directions at once: does the link add them up?")  # fmt: skip
 
 
 def batch_overhead(df: pd.DataFrame, *, ax=None, size_bytes: int | None = None, name=None):

@@ -41,6 +41,28 @@ def cli():
     return run_cli
 
 
+def refused_in_one_line(argv, needles, capsys, folder):
+    """Run ``h2dlab argv`` in this process and check the refusal of a user mistake: exit
+    code 2, ONE line on stderr naming every needle (case-insensitive), no traceback, and
+    nothing added to or removed from ``folder``. Returns that line."""
+    from h2dlab import cli
+
+    before = sorted(p.name for p in folder.iterdir())
+    try:
+        rc = cli.main(argv)
+    except SystemExit as exc:  # argparse's own refusals
+        rc = exc.code
+    out, err = capsys.readouterr()
+    assert rc == 2, (rc, err)
+    assert "Traceback" not in err + out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    for n in needles:
+        assert n.lower() in lines[0].lower(), (n, lines[0])
+    assert sorted(p.name for p in folder.iterdir()) == before
+    return lines[0]
+
+
 @pytest.fixture(scope="session")
 def rendered(tmp_path_factory):
     """Execute the reported notebooks in replay mode and render them, once per session."""

@@ -8,6 +8,7 @@ import pytest
 
 from h2dlab import cli, datasets
 from h2dlab.strategies import REGISTRY
+from tests.conftest import refused_in_one_line
 
 
 @pytest.fixture
@@ -51,19 +52,7 @@ CASES = [
 @pytest.mark.parametrize("argv,needles", CASES, ids=[" ".join(c[0])[:50] for c in CASES])
 def test_cli_refuses_in_one_line(place, capsys, argv, needles):
     argv = [a.replace("{d}", str(place)) for a in argv]
-    before = sorted(p.name for p in place.iterdir())
-    try:
-        rc = cli.main(argv)
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    assert rc == 2, (rc, err)
-    assert "Traceback" not in err + out
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    for n in needles:
-        assert n.lower() in lines[0].lower(), (n, lines[0])
-    assert sorted(p.name for p in place.iterdir()) == before
+    refused_in_one_line(argv, needles, capsys, place)
 
 
 def test_record_on_cpu_plans_only_strategies_a_cpu_runs(capsys):

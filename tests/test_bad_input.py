@@ -14,6 +14,7 @@ from h2dlab.partial import partial_path
 from h2dlab.recorder import Recording
 from h2dlab.spec import ForumSpec, OverlapSpec, SweepSpec
 from h2dlab.units import parse_size, parse_sizes
+from tests.conftest import refused_in_one_line
 
 M = ["measure", "--device", "cpu", "--no-progress", "--strategies", "pageable", "--sizes", "1KiB"]
 F = ["forum", "--device", "cpu", "--no-progress"]
@@ -132,19 +133,7 @@ def test_cli_refuses_in_one_line(place, capsys, argv, needles):
         argv.remove("--no-out")
     elif argv[:1] in (["measure"], ["forum"], ["overlap"]) and "--out" not in argv:
         argv += ["--out", str(place / "new.csv")]
-    before = sorted(p.name for p in place.iterdir())
-    try:
-        rc = cli.main(argv)
-    except SystemExit as exc:  # argparse's own refusals
-        rc = exc.code
-    out, err = capsys.readouterr()
-    assert rc == 2, (rc, err)
-    assert "Traceback" not in err + out
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    for n in needles:
-        assert n.lower() in lines[0].lower(), (n, lines[0])
-    assert sorted(p.name for p in place.iterdir()) == before  # nothing written, nothing removed
+    refused_in_one_line(argv, needles, capsys, place)  # nothing written, nothing removed
     assert (place / "exists.csv").read_text() == "an earlier table\n"
     assert not (place / "victim.txt").exists()
 

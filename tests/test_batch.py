@@ -63,7 +63,22 @@ def test_every_cpu_method_copies_every_tensor(name, layout):
         ts = [t.flip(0).contiguous() for t in ts]
         if name in ("pinned_each", "foreach_copy"):  # prepared copies: the batch of prepare
             break
+    assert all(getattr(m, a) is not None for a in m.held if a != "sent")  # sent: a CUDA event only
     m.cleanup()
+    assert all(getattr(m, a) is None for a in m.held)  # the buffers are let go
+
+
+def test_cleanup_lets_go_of_what_prepare_filled():
+    held = {n: METHODS[n].held for n in METHODS}
+    assert held == {
+        "loop_to": (),
+        "loop_non_blocking": (),
+        "pinned_each": ("pinned",),
+        "pinned_flat": ("buf", "sent"),
+        "to_device_packed": ("buf", "sent"),
+        "foreach_copy": ("pinned", "outs"),
+        "tensordict": ("td",),
+    }
 
 
 def test_unavailable_methods_say_why():

@@ -247,37 +247,19 @@ def pin_run_without_counters(sizes, slow_at, *, ms_per_mib=0.5):
     )
 
 
+#: Sizes (MiB) of a synthetic pin_memory run in which some requests need a new (larger)
+#: power-of-two block and others come back to blocks already made.
+GROWTH_MIB = (1, 2, 3, 5, 9, 17, 33, 40, 50, 60, 100, 200, 1536, 1024, 20, 30, 55, 1800, 700, 400)
+GROWTH_MIB += (3.5, 4, 6, 12, 300, 2000)
+
+
+def growth_run(slow_at):
+    """:func:`pin_run_without_counters` over :data:`GROWTH_MIB` (synthetic)."""
+    return pin_run_without_counters([int(m * 2**20) for m in GROWTH_MIB], slow_at=slow_at)
+
+
 def test_growth_inferred_only_for_a_new_block_without_counters():
-    MiB = 2**20
-    mib = (
-        1,
-        2,
-        3,
-        5,
-        9,
-        17,
-        33,
-        40,
-        50,
-        60,
-        100,
-        200,
-        1536,
-        1024,
-        20,
-        30,
-        55,
-        1800,
-        700,
-        400,
-        3.5,
-        4,
-        6,
-        12,
-        300,
-        2000,
-    )
-    df = pin_run_without_counters([int(m * MiB) for m in mib], slow_at=[8, 12, 16, 17])
+    df = growth_run(slow_at=[8, 12, 16, 17])
     e = outliers.explain(df)
     assert list(e.index[e["is_outlier"]]) == [8, 12, 16, 17]
     # Row 12 (1.5 GiB) is the first request for a 2 GiB block: a new block, inferred.
@@ -315,36 +297,7 @@ def test_neighbours_buckets_and_typical_values():
 
 
 def test_host_alloc_growth_quotes_the_page_faults_where_measured():
-    MiB = 2**20
-    mib = (
-        1,
-        2,
-        3,
-        5,
-        9,
-        17,
-        33,
-        40,
-        50,
-        60,
-        100,
-        200,
-        1536,
-        1024,
-        20,
-        30,
-        55,
-        1800,
-        700,
-        400,
-        3.5,
-        4,
-        6,
-        12,
-        300,
-        2000,
-    )
-    df = pin_run_without_counters([int(m * MiB) for m in mib], slow_at=[12])
+    df = growth_run(slow_at=[12])
     df = df.assign(host_allocs=0.0, minflt=0.0, majflt=0.0)
     df.loc[12, ["host_allocs", "minflt"]] = [1.0, 2**31 / 4096]  # one new 2 GiB block, one fault per page
     e = outliers.explain(df)

@@ -15,39 +15,22 @@ from h2dlab.measure import sweep
 from h2dlab.overlap import SCENARIOS, overlap
 from h2dlab.spec import OverlapSpec, SweepSpec
 from tests.conftest import ROOT, run_cli
+from tests.gpu.tensors import rand_tensor, same_bytes
 
 MiB = 1024**2
 DTYPES = [torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.int64, torch.bool]
 
 
-def _rand(shape, dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
-    if dtype.is_floating_point:
-        return torch.randn(shape, generator=g).to(dtype)
-    return torch.randint(-100 if dtype != torch.uint8 else 0, 100, shape, generator=g).to(dtype)
-
-
-def _same_bytes(a, b):
-    a, b = a.cpu().contiguous(), b.cpu().contiguous()
-    return (
-        a.shape == b.shape
-        and a.dtype == b.dtype
-        and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
-    )
-
-
 @pytest.mark.parametrize("name", strategies.names())
 @pytest.mark.parametrize("nbytes", [1024, 3 * MiB + 4096, 64 * MiB])
 def test_every_strategy_is_bytewise_correct(name, nbytes):
-    x = _rand((nbytes,), torch.uint8, seed=nbytes)
+    x = rand_tensor((nbytes,), torch.uint8, seed=nbytes)
     s = strategies.get(name)
     s.prepare(x, torch.device("cuda", 0))
     y = s.copy(x)
     torch.cuda.synchronize()
     assert y.device.type == "cuda"
-    assert _same_bytes(y, x)
+    assert same_bytes(y, x)
     s.cleanup()
 
 

@@ -9,29 +9,10 @@ import pytest
 import torch
 
 from h2dlab import stager, transfer
+from tests.gpu.tensors import rand_tensor, same_bytes
 
 KiB, MiB = 1024, 1024**2
 DTYPES = [torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.int64, torch.bool, torch.complex64]
-
-
-def _rand(shape, dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
-    if dtype.is_complex:
-        return torch.randn(shape, dtype=dtype, generator=g)
-    if dtype.is_floating_point:
-        return torch.randn(shape, generator=g).to(dtype)
-    return torch.randint(-100 if dtype != torch.uint8 else 0, 100, shape, generator=g).to(dtype)
-
-
-def _same_bytes(a, b):
-    a, b = a.cpu().contiguous(), b.cpu().contiguous()
-    return (
-        a.shape == b.shape
-        and a.dtype == b.dtype
-        and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
-    )
 
 
 @pytest.fixture(autouse=True)
@@ -44,9 +25,9 @@ def _free_rings():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("numel", [0, 1, 4 * MiB - 1, 8 * MiB + 3, 3 * 8 * MiB, 50 * MiB + 7])
 def test_to_device_equals_to(dtype, numel):
-    x = _rand((numel,), dtype, seed=numel)
+    x = rand_tensor((numel,), dtype, seed=numel)
     y = transfer.to_device(x, "cuda", min_bytes=0, chunk_bytes=8 * MiB, num_threads=4)
-    assert _same_bytes(y, x.to("cuda"))
+    assert same_bytes(y, x.to("cuda"))
 
 
 @pytest.mark.parametrize(
@@ -54,14 +35,14 @@ def test_to_device_equals_to(dtype, numel):
 )
 @pytest.mark.parametrize("nbytes", [1, 4095, 4097, MiB + 1, 33 * MiB + 13, 130 * MiB + 1])
 def test_staged_bytes_for_odd_sizes_threads_and_slots(threads, chunk, nbytes):
-    x = _rand((nbytes,), torch.uint8, seed=nbytes + threads)
-    assert _same_bytes(transfer.to_device(x, "cuda", min_bytes=0, chunk_bytes=chunk, num_threads=threads), x)
+    x = rand_tensor((nbytes,), torch.uint8, seed=nbytes + threads)
+    assert same_bytes(transfer.to_device(x, "cuda", min_bytes=0, chunk_bytes=chunk, num_threads=threads), x)
 
 
 @pytest.mark.parametrize("shape", [(3, 5, 7), (1024, 1024, 3), (17, 1, 257, 129)])
 def test_to_device_shapes_and_views(shape):
-    x = _rand(shape, torch.float32, seed=1)
-    c = _rand(shape, torch.complex64, seed=2)
+    x = rand_tensor(shape, torch.float32, seed=1)
+    c = rand_tensor(shape, torch.complex64, seed=2)
     views = (
         x,
         x.transpose(0, -1),
@@ -80,7 +61,7 @@ def test_to_device_shapes_and_views(shape):
 
 
 def test_to_device_direct_paths():
-    x = _rand((1000,), torch.float32)
+    x = rand_tensor((1000,), torch.float32)
     assert torch.equal(transfer.to_device(x, "cuda").cpu(), x)  # small: .to()
     p = x.pin_memory()
     assert torch.equal(transfer.to_device(p, "cuda", min_bytes=0).cpu(), x)
@@ -100,11 +81,11 @@ def test_threshold_hand_over():
     )
     try:
         transfer.free_ring()
-        below = _rand((8 * MiB - 1,), torch.uint8, seed=5)
-        assert _same_bytes(transfer.to_device(below), below)
+        below = rand_tensor((8 * MiB - 1,), torch.uint8, seed=5)
+        assert same_bytes(transfer.to_device(below), below)
         assert transfer.ring_bytes() == 0  # handed to .to()
-        at = _rand((8 * MiB,), torch.uint8, seed=6)
-        assert _same_bytes(transfer.to_device(at), at)
+        at = rand_tensor((8 * MiB,), torch.uint8, seed=6)
+        assert same_bytes(transfer.to_device(at), at)
         assert transfer.ring_bytes() == 4 * stager.SLOTS_PER_THREAD * 4 * MiB  # staged with the settings
     finally:
         transfer.use_fastpath(prev)
@@ -115,29 +96,29 @@ def test_stager_reused_across_calls_of_different_sizes():
         ring = st.nbytes
         outs, refs = [], []
         for i, n in enumerate((100 * MiB + 3, MiB + 1, 37 * MiB)):
-            x = _rand((n,), torch.uint8, seed=i)
+            x = rand_tensor((n,), torch.uint8, seed=i)
             refs.append(x.clone())
             outs.append(st(x, non_blocking=True))
             x.zero_()  # allowed once the call returned
         torch.cuda.synchronize()
         for y, ref in zip(outs, refs, strict=True):
-            assert _same_bytes(y, ref)
+            assert same_bytes(y, ref)
         assert st.nbytes == ring == 6 * stager.SLOTS_PER_THREAD * 2 * MiB
-        f = _rand((3, 1000, 333), torch.float16, seed=9)
-        assert _same_bytes(st.to_device(f.transpose(0, 2)), f.transpose(0, 2))
+        f = rand_tensor((3, 1000, 333), torch.float16, seed=9)
+        assert same_bytes(st.to_device(f.transpose(0, 2)), f.transpose(0, 2))
     assert st.closed
     with pytest.raises(RuntimeError, match="closed"):
         st(torch.zeros(10))
 
 
 def test_huge_page_ring():
-    x = _rand((50 * MiB + 3,), torch.uint8, seed=11)
+    x = rand_tensor((50 * MiB + 3,), torch.uint8, seed=11)
     with stager.Stager("cuda", threads=4, chunk_bytes=2 * MiB, huge_pages=True) as st:
-        assert _same_bytes(st(x), x) and _same_bytes(st(x[: MiB + 1]), x[: MiB + 1])
+        assert same_bytes(st(x), x) and same_bytes(st(x[: MiB + 1]), x[: MiB + 1])
 
 
 def test_non_blocking_source_may_change_after_return():
-    x = _rand((64 * MiB,), torch.uint8, seed=3)
+    x = rand_tensor((64 * MiB,), torch.uint8, seed=3)
     ref = x.clone()
     y = transfer.to_device(x, "cuda", non_blocking=True, chunk_bytes=4 * MiB, min_bytes=0)
     x.zero_()
@@ -147,7 +128,7 @@ def test_non_blocking_source_may_change_after_return():
 
 
 def test_on_a_side_stream():
-    x = _rand((40 * MiB,), torch.uint8, seed=4)
+    x = rand_tensor((40 * MiB,), torch.uint8, seed=4)
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         y = transfer.to_device(x, non_blocking=True, min_bytes=0)
@@ -158,15 +139,15 @@ def test_on_a_side_stream():
 
 def test_many_calls_reuse_ring_and_free():
     for i in range(5):
-        x = _rand((20 * MiB + i,), torch.uint8, seed=i)
-        assert _same_bytes(transfer.to_device(x, min_bytes=0), x)
+        x = rand_tensor((20 * MiB + i,), torch.uint8, seed=i)
+        assert same_bytes(transfer.to_device(x, min_bytes=0), x)
     assert transfer.ring_bytes() > 0
     freed = transfer.free_ring()
     assert freed > 0 and transfer.ring_bytes() == 0
 
 
 def test_error_reaches_the_caller_and_the_ring_survives(monkeypatch):
-    x = _rand((32 * MiB,), torch.uint8)
+    x = rand_tensor((32 * MiB,), torch.uint8)
 
     def boom(*a, **k):
         raise OSError("disk on fire")
@@ -177,7 +158,7 @@ def test_error_reaches_the_caller_and_the_ring_survives(monkeypatch):
         with pytest.raises(OSError, match="disk on fire"):
             transfer.to_device(x, min_bytes=0)
         monkeypatch.undo()
-        assert _same_bytes(transfer.to_device(x, min_bytes=0), x)
+        assert same_bytes(transfer.to_device(x, min_bytes=0), x)
     finally:
         transfer.use_fastpath(prev)
 
@@ -186,15 +167,15 @@ def test_error_reaches_the_caller_and_the_ring_survives(monkeypatch):
 def test_torch_engine_bytes_and_non_blocking(threads):
     with stager.Stager("cuda", threads=threads, chunk_bytes=8 * MiB, engine="torch") as st:
         for i, n in enumerate((3, MiB + 1, 40 * MiB + 5)):
-            x = _rand((n,), torch.uint8, seed=20 + i)
-            assert _same_bytes(st(x), x)
-        x = _rand((64 * MiB,), torch.uint8, seed=30)
+            x = rand_tensor((n,), torch.uint8, seed=20 + i)
+            assert same_bytes(st(x), x)
+        x = rand_tensor((64 * MiB,), torch.uint8, seed=30)
         ref = x.clone()
         y = st(x, non_blocking=True)
         x.zero_()  # every byte has left x once the call returned
         assert torch.equal(y.cpu(), ref)
-        f = _rand((3, 1000, 3333), torch.float16, seed=31)
-        assert _same_bytes(st(f.transpose(0, 2)), f.transpose(0, 2))
+        f = rand_tensor((3, 1000, 3333), torch.float16, seed=31)
+        assert same_bytes(st(f.transpose(0, 2)), f.transpose(0, 2))
         st.host_copy(f)
 
 
@@ -202,8 +183,8 @@ def test_to_device_with_the_torch_engine():
     prev = transfer.use_fastpath({**transfer.fastpath(), "engine": "torch", "threads": 1, "min_bytes": MiB})
     try:
         transfer.free_ring()
-        x = _rand((48 * MiB + 7,), torch.uint8, seed=40)
-        assert _same_bytes(transfer.to_device(x), x)
+        x = rand_tensor((48 * MiB + 7,), torch.uint8, seed=40)
+        assert same_bytes(transfer.to_device(x), x)
         assert transfer.ring_bytes() == stager.SLOTS_PER_THREAD * transfer.fastpath()["chunk_bytes"]
     finally:
         transfer.use_fastpath(prev)
@@ -213,7 +194,7 @@ def test_to_device_with_the_torch_engine():
 def test_unused_stager_is_collected_and_released():
     before = threading.active_count()
     st = stager.Stager("cuda", threads=4, chunk_bytes=MiB)
-    st(_rand((8 * MiB,), torch.uint8))
+    st(rand_tensor((8 * MiB,), torch.uint8))
     assert threading.active_count() == before + 3
     del st
     gc.collect()
@@ -221,7 +202,7 @@ def test_unused_stager_is_collected_and_released():
 
 
 def test_timeline_of_one_copy():
-    x = _rand((64 * MiB,), torch.uint8, seed=8)
+    x = rand_tensor((64 * MiB,), torch.uint8, seed=8)
     with stager.Stager("cuda", threads=4, chunk_bytes=4 * MiB) as st:
         st.timeline = []
         y = st(x)
@@ -234,11 +215,11 @@ def test_timeline_of_one_copy():
             assert 0 <= start <= end
             assert t["t0"] <= c["wait"] <= c["copy"] <= c["copied"] <= c["queued"]
         st.host_copy(x)  # the host side alone; adds no timeline entry with DMA
-    assert _same_bytes(y, x)
+    assert same_bytes(y, x)
 
 
 def test_pinned_in_place():
-    x = _rand((16 * MiB,), torch.uint8)
+    x = rand_tensor((16 * MiB,), torch.uint8)
     assert not x.is_pinned()
     with transfer.pinned(x) as px:
         assert px.data_ptr() == x.data_ptr() and px.is_pinned()
