@@ -296,7 +296,7 @@ COMMANDS = {
     "overlap": _cmd_overlap,
     "explain": _cmd_explain,
     "report": _cmd_report,
-    "record": lambda a, argv: cli_record.run(a),
+    "record": cli_record.run,
     "strategies": cli_strategies.run,
     "compare": cli_compare.run,
 }

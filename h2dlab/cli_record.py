@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from h2dlab.errors import Unavailable, UsageError
+from h2dlab.record_env import note_resume, write_folder_env
 from h2dlab.record_plan import (
     MANIFEST,
     Experiment,
@@ -112,8 +113,12 @@ def _print_plan(runs: list[dict[str, Any]], quick: bool, gpus: int, device: str,
     print("\n".join(plan_lines(runs, gpus, device)))
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``h2dlab record``; returns the exit code (0; 1, also via Unavailable; 2 via UsageError; 130)."""
+def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    """Run ``h2dlab record``; returns the exit code (0; 1, also via Unavailable; 2 via UsageError; 130).
+    ``argv``: the command line after ``h2dlab`` (recorded in env.json; default ``sys.argv``)."""
+    if argv is None:
+        argv = sys.argv[1:] if sys.argv[1:2] == ["record"] else ["record"]
+    command = shlex.join(["h2dlab", *argv])
     if args.resume:
         if args.out or args.quick or args.only or args.plan or args.device != "cuda":
             raise UsageError("--resume takes its plan from the folder: give no other option with it")
@@ -129,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
                 todo, manifest.get("quick", False), manifest.get("gpu_count", 1), manifest["device"], folder
             )
             return 0
+        note_resume(folder, command=command, quick=bool(manifest.get("quick")), device=manifest["device"])
         return _record(folder, manifest)
     device = str(args.device)
     if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
@@ -162,9 +168,9 @@ def run(args: argparse.Namespace) -> int:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create {folder}: {exc.strerror}") from None
-    command = shlex.join(["h2dlab", *sys.argv[1:]]) if sys.argv[1:2] == ["record"] else "h2dlab record"
     manifest = new_manifest(runs, quick=args.quick, device=device, gpus=gpus, gpu_name=name, command=command)
     write_manifest(folder, manifest)
+    write_folder_env(folder, command=command, quick=args.quick, device=device, gpu_name=name)
     return _record(folder, manifest)
 
 

@@ -27,6 +27,7 @@ import pandas as pd
 
 from h2dlab import datasets
 from h2dlab.errors import Unavailable, UsageError
+from h2dlab.record_env import read_folder_env
 from h2dlab.record_plan import KINDS, MANIFEST, default_folder, finished, read_manifest
 
 __all__ = [
@@ -192,14 +193,20 @@ class Recorded:
         """The fingerprint (env.json) of one run, ``{}`` if it has none."""
         return datasets.read_env(self._path(kind, run)) or {}
 
+    def folder_env(self) -> dict[str, Any]:
+        """The recording's own env.json (``h2dlab record`` writes it as it starts), ``{}``
+        where it has none (recordings made before it was written, the v1 folders)."""
+        return read_folder_env(datasets.DATA_DIR / BUNDLED if self.name == BUNDLED else self.folder) or {}
+
     def machine(self) -> dict[str, Any]:
-        """The fingerprint of the machine the recording was made on (its first run's env)."""
+        """The fingerprint of the machine the recording was made on: its first run's
+        env.json, else the recording's own (:meth:`folder_env`)."""
         for kind in self.kinds():
             for run in self.runs(kind):
                 e = self.env(kind, run)
                 if e.get("hostname") or e.get("gpu_name"):
                     return e
-        return {}
+        return self.folder_env()
 
     def date(self) -> str:
         """When it was recorded: the day (or days) of its runs, YYYY-MM-DD."""

@@ -16,7 +16,7 @@ import pytest
 
 from h2dlab import cli, session
 from h2dlab.plan import plan_sweep
-from h2dlab.record_plan import MANIFEST, experiments, read_manifest, select, total_seconds
+from h2dlab.record_plan import MANIFEST, PLAN_VERSION, experiments, read_manifest, select, total_seconds
 from h2dlab.units import parse_sizes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,8 +33,12 @@ def _plan(tmp_path: Path, *rows) -> str:
     return str(p)
 
 
+#: A synthetic commit for H2DLAB_GIT_COMMIT: the recorder and its runs record it.
+COMMIT = "c0ffee0" * 5 + "12345"
+
+
 def _record(*args, **kw) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "H2DLAB_GIT_COMMIT": COMMIT}
     env.pop("H2DLAB_DEBUG", None)
     return subprocess.Popen(
         [sys.executable, "-m", "h2dlab.cli", "record", *args],
@@ -112,6 +116,17 @@ def test_cpu_recording_interrupted_then_resumed_exactly(tmp_path):
         ("sweep/slow", "interrupted"),
     ]
     assert m["status"] == "incomplete" and m["device"] == "cpu" and m["hostname"]
+    first = json.loads((folder / "env.json").read_text())  # the recording's own fingerprint
+    assert first["command"] == f"h2dlab record --device cpu --plan {tmp_path / 'plan.json'} --out {folder}"
+    assert (first["plan_version"], first["quick"], first["device"], first["resumed"]) == (
+        PLAN_VERSION,
+        False,
+        "cpu",
+        [],
+    )
+    assert (first["git_commit"], first["git_commit_source"]) == (COMMIT, "env")
+    assert first["hostname"] == m["hostname"] and first["gpu_name"] is None and first["cpu_count"] > 0
+    assert first["date"][:10] == m["created"][:10] and first["schema_version"] >= 2
     rec = session.recording(str(folder), environ={})
     assert rec.runs("sweep") == ["tiny"]  # the stopped run is not offered as a whole one
     kept = len(__import__("h2dlab.datasets").datasets.read(folder / "sweep" / "slow.csv.gz"))
@@ -133,6 +148,13 @@ def test_cpu_recording_interrupted_then_resumed_exactly(tmp_path):
     both = session.recording(str(folder), environ={}).table("sweep")
     assert sorted(both.attrs["run_names"].values()) == ["slow", "tiny"] and len(both) == 700 + 6
     assert (folder / "sweep" / "tiny.csv.gz.env.json").exists() and (folder / MANIFEST).exists()
+    after = json.loads((folder / "env.json").read_text())  # kept, with the resume noted
+    assert {k: v for k, v in after.items() if k != "resumed"} == {
+        k: v for k, v in first.items() if k != "resumed"
+    }
+    assert [r["command"] for r in after["resumed"]] == [f"h2dlab record --resume {folder}"]
+    assert after["resumed"][0]["date"] >= first["date"]
+    assert session.recording(str(folder), environ={}).env("sweep", "slow")["git_commit"] == COMMIT
 
 
 def test_a_failed_experiment_does_not_stop_the_others(tmp_path):
@@ -148,3 +170,26 @@ def test_a_failed_experiment_does_not_stop_the_others(tmp_path):
     ]
     assert "no_such_way" in (folder / "record.log").read_text()
     assert session.recording(str(folder), environ={}).runs("sweep") == ["tiny"]
+
+
+def test_folder_env_without_one_is_written_on_resume(tmp_path):
+    """A recording made before the kit wrote <folder>/env.json gets one when resumed;
+    a second resume adds to its list and keeps the rest."""
+    from h2dlab.record_env import note_resume, read_folder_env, write_folder_env
+
+    assert read_folder_env(tmp_path) is None
+    note_resume(tmp_path, command="h2dlab record --resume x", quick=True, device="cpu")
+    env = read_folder_env(tmp_path)
+    assert env["written_on_resume"] is True and env["quick"] is True and env["device"] == "cpu"
+    assert [r["command"] for r in env["resumed"]] == ["h2dlab record --resume x"]
+    note_resume(tmp_path, command="h2dlab record --resume y", quick=True, device="cpu")
+    again = read_folder_env(tmp_path)
+    assert [r["command"] for r in again["resumed"]] == [
+        "h2dlab record --resume x",
+        "h2dlab record --resume y",
+    ]
+    assert again["date"] == env["date"] and again["command"] == "h2dlab record --resume x"
+    with pytest.raises(ValueError, match="device must be cuda, cuda:N or cpu"):
+        write_folder_env(tmp_path, command="h2dlab record", quick=False, device="tpu")
+    (tmp_path / "env.json").write_text("[1, 2]")  # not an object: as if absent
+    assert read_folder_env(tmp_path) is None

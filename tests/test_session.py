@@ -88,6 +88,29 @@ def test_folder_recording_reads_its_layout(tmp_path):
     assert "2030-01-02" in rec.banner()  # the manifest's date, not the runs'
 
 
+def test_banner_falls_back_to_the_recordings_own_env_json(tmp_path):
+    """Runs without their env.json: the banner names the machine from <folder>/env.json."""
+    folder = _folder_recording(tmp_path)
+    for p in folder.rglob("*.env.json"):
+        p.unlink()
+    rec = session.recording(str(folder), environ={})
+    assert rec.folder_env() == {} and "`?`" in rec.banner()  # nothing to name the machine by
+    synthetic = {"hostname": "synthetic-host", "gpu_name": "NVIDIA Synthetic", "cpu_count": 7, "torch": "9.9"}
+    (folder / "env.json").write_text(json.dumps(synthetic))
+    rec = session.recording(str(folder), environ={})
+    assert rec.folder_env() == synthetic and rec.machine() == synthetic
+    text = rec.banner()
+    assert (
+        "NVIDIA Synthetic" in text
+        and "`synthetic-host`" in text
+        and "7 cores" in text
+        and "torch 9.9" in text
+    )
+    # a run's own env.json still comes first
+    shutil.copy(datasets.DATA_DIR / "h200_sweep" / "pow2.env.json", folder / "sweep" / "pow2.env.json")
+    assert "`synthetic-host`" not in session.recording(str(folder), environ={}).banner()
+
+
 def test_h2dlab_data_wins_over_the_notebook(tmp_path):
     folder = _folder_recording(tmp_path)
     rec = session.recording("h200", environ={"H2DLAB_DATA": str(folder), "H2DLAB_MODE": "replay"})
