@@ -49,7 +49,9 @@ __all__ = [
 ]
 
 #: Bump when an experiment's arguments change (stored in recording.json).
-PLAN_VERSION = 1
+#: 2: the full plan's forum-grid sweeps thinned (sweep/forum-sizes every third forum size,
+#: the pin_then_copy allocator runs every other one) to fit 7.5 minutes on an H200.
+PLAN_VERSION = 2
 #: The file that makes a folder a recording.
 MANIFEST = "recording.json"
 #: What a recording may hold, in reading order; each kind is a sub-folder.
@@ -71,6 +73,13 @@ def _forum_upto(cap: int) -> str:
 #: The forum's own question, "why is seq 1026 faster than seq 966?" (``forum_claims.size_pair``):
 #: ``--quick`` keeps these two seqs in its forum runs beside the capped grid.
 FORUM_PAIR = (966, 1026)
+
+
+def _forum_every(step: int) -> str:
+    """Every ``step``-th of the forum's sizes, from its second (seq 6): with ``step`` 2 or
+    3 that keeps the forum's question pair (:data:`FORUM_PAIR`) and spans the grid to
+    within one step of its largest size."""
+    return ",".join(str(forum_nbytes(s)) for s in FORUM_SEQS[1::step])
 
 
 def _seqs_upto(cap: int) -> str:
@@ -166,6 +175,8 @@ def _a(text: str, **values: str) -> tuple[str, ...]:
 
 
 _Q = {"forum_q": _forum_upto(QUICK_CAP_BYTES), "seqs_q": _seqs_upto(QUICK_CAP_BYTES)}
+#: The full plan's thinned forum grids: 70 sizes (every third) and 105 (every other).
+_F = {"forum_3": _forum_every(3), "forum_2": _forum_every(2)}
 _PIN = "measure --strategies pin_then_copy --warmup 0 --order ascending --sizes"
 _DEV = "measure --strategies pageable,pinned_reuse --warmup 1 --sizes"
 _POW2 = "measure --sizes 1KiB..2GiB --reps 5 --reps-large 2 --warmup 1"
@@ -191,6 +202,11 @@ RETIRED: dict[tuple[str, str], str] = {
 #: The recording plan, in running order: (kind, run, full args, est. s, quick args, est. s).
 #: Full-plan estimates are the wall times measured on the H200 on 2026-11-30 (data/h200/
 #: recording.json; batch/mixed scaled to its smaller totals); --quick estimates are not measured yet.
+#: Plan 2 thinned four runs over the forum grid; their estimates are those wall times less the
+#: share of each table's measured time (its t_s column, per row) that went to the sizes now left
+#: out, nothing else changed: sweep/forum-sizes 90 - 84.0 s x 66.8 % = 34 (every third size);
+#: allocator pin-warm 47 - 39.9 x 49.5 % = 27, pin-emptied 76 - 70.7 x 49.8 % = 41,
+#: pin-register-emptied 57 - 52.0 x 49.9 % = 31 (every other size). Not yet measured as a plan.
 #: To add an experiment, add a row (its CLI must exist: a test parses every row).
 PLAN: tuple[Experiment, ...] = (
     *(
@@ -199,10 +215,10 @@ PLAN: tuple[Experiment, ...] = (
     ),
     Experiment("forum", "shuffled-1", _a("forum --order shuffled --seed 1"), 32, 14, _a("forum --seqs {seqs_q} --order shuffled --seed 1", **_Q), what="the forum protocol, shuffled"),
     Experiment("sweep", "pow2-interleaved", _a(f"{_POW2} --order interleaved --seed 1"), 38, 17, _a(f"{_POW2_Q} --order interleaved --seed 1"), fresh=False, what="the same, reps interleaved in shuffled rounds"),
-    Experiment("sweep", "forum-sizes", _a(f"{_FS} forum --reps 2 --warmup 0"), 90, 13, _a(f"{_FS} {{forum_q}} --reps 3 --warmup 0", **_Q), fresh=False, what="pageable and pinned_reuse on the forum's sizes"),
-    Experiment("allocator", "pin-warm", _a(f"{_PIN} forum --reps 1"), 47, 12, _a(f"{_PIN} {{forum_q}} --reps 2", **_Q), what="pin_memory, host cache kept"),
-    Experiment("allocator", "pin-emptied", _a(f"{_PIN} forum --reps 1 --empty-host-cache"), 76, 14, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), what="pin_memory, host cache emptied before each size"),
-    Experiment("allocator", "pin-register-emptied", _a(f"{_PIN} forum --reps 1 --empty-host-cache"), 57, 13, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), env=_REG, what="pin-emptied under cudaHostRegister pinning"),
+    Experiment("sweep", "forum-sizes", _a(f"{_FS} {{forum_3}} --reps 2 --warmup 0", **_F), 34, 13, _a(f"{_FS} {{forum_q}} --reps 3 --warmup 0", **_Q), fresh=False, what="pageable and pinned_reuse on every third of the forum's sizes"),
+    Experiment("allocator", "pin-warm", _a(f"{_PIN} {{forum_2}} --reps 1", **_F), 27, 12, _a(f"{_PIN} {{forum_q}} --reps 2", **_Q), what="pin_memory over every other forum size, host cache kept"),
+    Experiment("allocator", "pin-emptied", _a(f"{_PIN} {{forum_2}} --reps 1 --empty-host-cache", **_F), 41, 14, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), what="pin_memory, host cache emptied before each size"),
+    Experiment("allocator", "pin-register-emptied", _a(f"{_PIN} {{forum_2}} --reps 1 --empty-host-cache", **_F), 31, 13, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), env=_REG, what="pin-emptied under cudaHostRegister pinning"),
     Experiment("allocator", "device-cache-kept", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3"), 11, 7, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2"), what="device cache kept between copies"),
     Experiment("allocator", "device-empty-cache", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3 --empty-cache"), 12, 7, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2 --empty-cache"), what="torch.cuda.empty_cache() before every copy"),
     Experiment("overlap", "overlap", _a("overlap --size 256MiB --reps 5"), 6, 7, _a("overlap --size 256MiB --reps 3"), fresh=False, what="timelines of a copy beside compute"),
