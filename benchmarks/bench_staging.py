@@ -12,14 +12,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+from bench_analysis import cfg_name, cfg_of, pick  # noqa: E402  (benchmarks/ is on sys.path)
 
 from h2dlab import stager as stg  # noqa: E402
 from h2dlab import transfer  # noqa: E402
 from h2dlab.device import random_source  # noqa: E402
 from h2dlab.timing import Timer  # noqa: E402
 
-__all__ = ["DEV", "T0", "bounds", "log", "pick", "repeated", "src", "stats", "timed", "timeline", "tune"]
+__all__ = ["DEV", "T0", "bounds", "log", "make", "repeated", "src", "stats", "timed", "timeline", "tune"]
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 STREAM_BYTES = GiB  # the streaming DMA's buffer while the host copy is timed under DMA
@@ -57,48 +59,71 @@ def timed(fns: dict, reps: int, warmup: int, timer: Timer) -> dict[str, list[flo
     return out
 
 
-TUNE_CONFIGS_TORCH = (8 * MiB, 16 * MiB, 32 * MiB)  # engine "torch": one staging thread, these slots
+#: Stage 1 of the tuning: (engine, threads, slot MiB, slots per thread). The "torch" engine
+#: copies each chunk over PyTorch's intra-op threads (1 staging thread, or 2 that overlap one
+#: thread's DMA issue with the other's copy); "numpy" copies with each staging thread.
+TUNE_GRID = tuple(("torch", t, c, k) for t in (1, 2) for c in (16, 32, 64) for k in (2, 3)) + (
+    ("numpy", 4, 16, 2),
+    ("numpy", 8, 16, 2),
+)
+TUNE_MIN_STEP = 8 * MiB  # stage 2: the best with no chunk below this (fewer, larger DMAs)
+GIVE_UP = 0.5  # a setting below half the best rate seen at a size is not timed at larger sizes
 
 
-def _tune_one(timer, sizes, threads, chunk, engine, huge) -> dict:
+def make(cfg: dict) -> stg.Stager:
+    return stg.Stager(DEV, **cfg_of(cfg))
+
+
+def _tune_one(timer, sizes, cfg, best_at) -> dict:
     """One configuration at every tuning size (same ring), with the equal-bytes rate: the
-    sizes' bytes over the sum of their median times scaled to equal bytes."""
-    row = {"threads": threads, "chunk_bytes": chunk, "engine": engine, "huge_pages": huge, "by_size": []}
-    with stg.Stager(DEV, threads=threads, chunk_bytes=chunk, huge_pages=huge, engine=engine) as st:
+    sizes' bytes over the sum of their median times scaled to equal bytes. Given up (rate 0)
+    when it runs below GIVE_UP of the best rate seen so far at a size (``best_at``)."""
+    row = {**cfg_of(cfg), "by_size": []}
+    with make(cfg) as st:
         for n in sizes:
             x = src(n)
             row["by_size"].append(stats(timed({"s": lambda st=st, x=x: st(x)}, 5, 1, timer)["s"], n))
-    per_byte_ms = sum(r["ms_median"] / r["size_bytes"] for r in row["by_size"]) / len(sizes)
-    row["gbps_median"] = 1 / per_byte_ms / 1e6
+            g = row["by_size"][-1]["gbps_median"]
+            if g < GIVE_UP * best_at.get(n, 0.0):
+                row["given_up_at"] = n
+                break
+            best_at[n] = max(g, best_at.get(n, 0.0))
+    if "given_up_at" in row:
+        row["gbps_median"] = 0.0
+    else:
+        per_byte_ms = sum(r["ms_median"] / r["size_bytes"] for r in row["by_size"]) / len(sizes)
+        row["gbps_median"] = 1 / per_byte_ms / 1e6
     what = ", ".join(f"{r['size_bytes'] // MiB} MiB {r['gbps_median']:.1f}" for r in row["by_size"])
-    log(
-        f"tune {engine:5s} {threads:2d} threads x {chunk // MiB:2d} MiB{' huge' if huge else ''}: {what} GB/s"
-    )
+    log(f"tune {cfg_name(row)}: {what} GB/s" + (" (given up)" if "given_up_at" in row else ""))
     return row
 
 
 def tune(timer: Timer, cores: int, sizes: tuple[int, ...]) -> list[dict]:
-    """Stagers over engines x threads x slot sizes, each timed at every one of ``sizes`` (so a
-    setting good at 1 GiB but poor at 256 MiB is not picked), then the best on huge pages."""
-    cfgs = [(t, c, "numpy") for t in sorted({t for t in (8, 12, 16, 24, 32, cores) if t <= cores})
-            for c in (4 * MiB, 8 * MiB, 16 * MiB)] + [(1, c, "torch") for c in TUNE_CONFIGS_TORCH]  # fmt: skip
-    rows = [_tune_one(timer, sizes, t, c, e, False) for t, c, e in cfgs]
+    """Stagers over TUNE_GRID, each timed at every one of ``sizes`` (so a setting good at
+    4 GiB but poor at 256 MiB is not picked), then the best with TUNE_MIN_STEP, then the best
+    so far on huge pages. Each row is CFG_KEYS, ``by_size`` and ``gbps_median``."""
+    best_at: dict[int, float] = {}
+    grid = [
+        {"engine": e, "threads": t, "chunk_bytes": c * MiB, "slots": k}
+        for e, t, c, k in TUNE_GRID
+        if t <= cores
+    ]
+    rows = [_tune_one(timer, sizes, c, best_at) for c in grid]
     best = max(rows, key=lambda r: r["gbps_median"])
+    if best["chunk_bytes"] >= 2 * TUNE_MIN_STEP:
+        rows.append(_tune_one(timer, sizes, {**best, "min_step_bytes": TUNE_MIN_STEP}, best_at))
+    best = pick(rows)
     try:  # the best again, its ring on transparent huge pages
-        rows.append(_tune_one(timer, sizes, best["threads"], best["chunk_bytes"], best["engine"], True))
+        rows.append(_tune_one(timer, sizes, {**best, "huge_pages": True}, best_at))
     except Exception as exc:  # noqa: BLE001 - said, and the run goes on without it
         log(f"huge-page ring failed: {exc}")
     return rows
 
 
-def pick(rows: list[dict]) -> dict:
-    """The fastest tuning row; huge pages only if they beat the same setting without by 3 %."""
-    plain = max((r for r in rows if not r["huge_pages"]), key=lambda r: r["gbps_median"])
-    huge = [r for r in rows if r["huge_pages"] and r["gbps_median"] >= 1.03 * plain["gbps_median"]]
-    return huge[0] if huge else plain
-
-
-def bounds(size: int, timer, threads, chunk, huge, reps=5, engine="numpy") -> dict:
+def bounds(size: int, timer, cfg: dict, reps: int = 7) -> dict:
+    """Upper bound min(host copy alone, pinned DMA alone) and lower bound (host copy while a
+    pinned DMA streams at full rate) of a staged copy of ``size`` bytes, with ``cfg``'s
+    threads, slots and chunks, in one rotation with to_device itself: medians of ``reps``."""
     x = src(size)
     p = torch.empty(size, dtype=torch.uint8, pin_memory=True).copy_(x)
     d = torch.empty(size, dtype=torch.uint8, device=DEV)
@@ -106,7 +131,7 @@ def bounds(size: int, timer, threads, chunk, huge, reps=5, engine="numpy") -> di
     pb = torch.empty(STREAM_BYTES, dtype=torch.uint8, pin_memory=True)  # the streaming DMA's own buffers
     db = torch.empty(STREAM_BYTES, dtype=torch.uint8, device=DEV)
     covered = []
-    with stg.Stager(DEV, threads=threads, chunk_bytes=chunk, huge_pages=huge, engine=engine) as st:
+    with make(cfg) as st:
         host_ms = timed({"h": lambda: st.host_copy(x)}, 3, 1, timer)["h"]
         k = (
             int(np.ceil(3 * np.median(host_ms) / (STREAM_BYTES / 50e6))) + 1
@@ -146,13 +171,17 @@ def bounds(size: int, timer, threads, chunk, huge, reps=5, engine="numpy") -> di
     r = {k: stats(v, size) for k, v in ms.items()}
     g = {k: v["gbps_median"] for k, v in r.items()}
     up, lo = min(g["host_alone"], g["dma_alone"]), g["host_under_dma"]
-    return {"size_bytes": size, "threads": threads, "chunk_bytes": chunk, "engine": engine, "chunks": len(stg.chunk_plan(size, threads, chunk)) - 1,
+    c = cfg_of(cfg)
+    return {"size_bytes": size, **c, "reps": reps, "chunks": len(stg.chunk_plan(size, c["threads"], c["chunk_bytes"], c["min_step_bytes"])) - 1,
             "upper_gbps": up, "lower_gbps": lo, "to_device_gbps": g["to_device"], "frac_of_upper": g["to_device"] / up,
             "frac_of_lower": g["to_device"] / lo, "dma_covered_host_copy": all(covered), "streaming_dma_copies": k,
             "host_copies_during_dma_timing": len(spins), **{f"{k}_gbps": v for k, v in g.items()}, "detail": r}  # fmt: skip
 
 
-def repeated(size: int, steps: int, timer, threads, chunk, huge, engine="numpy") -> list[dict]:
+def repeated(size: int, steps: int, timer, cfg: dict) -> list[dict]:
+    """A new pageable batch every step: .to(), to_device, pin_memory().to(), TensorDict's
+    non_blocking_pin (if importable; said in the log and by the caller), a kept Stager, and
+    that Stager in a non_blocking loop. Medians over ``steps`` steps."""
     batches = [src(size, k) for k in range(3 if size >= GiB else 8)]
     it = iter(range(10**9))
 
@@ -170,7 +199,7 @@ def repeated(size: int, steps: int, timer, threads, chunk, huge, engine="numpy")
     except Exception as exc:  # noqa: BLE001 - reported, not hidden
         log(f"tensordict unavailable: {exc}")
     rows = []
-    with stg.Stager(DEV, threads=threads, chunk_bytes=chunk, huge_pages=huge, engine=engine) as st:
+    with make(cfg) as st:
         methods["stager"] = lambda: st(nxt())
         for name, fn in methods.items():
             ms = timed({name: fn}, steps, 1, timer)[name]
@@ -187,9 +216,11 @@ def repeated(size: int, steps: int, timer, threads, chunk, huge, engine="numpy")
     return rows
 
 
-def timeline(size: int, threads: int, chunk: int, huge: bool, engine: str = "numpy") -> dict:
+def timeline(size: int, cfg: dict) -> dict:
+    """One copy of ``size`` bytes with ``cfg``, per chunk: host wait/copy/queue times and
+    the DMA's start and end (CUDA events), from the call's start; with a summary."""
     x = src(size)
-    with stg.Stager(DEV, threads=threads, chunk_bytes=chunk, huge_pages=huge, engine=engine) as st:
+    with make(cfg) as st:
         for _ in range(2):
             st(x)
         st.timeline = []
@@ -209,7 +240,7 @@ def timeline(size: int, threads: int, chunk: int, huge: bool, engine: str = "num
         end = b if end is None else max(end, b)
     med = lambda k0, k1: float(np.median([c["bytes"] / max(c[k1] - c[k0], 1e-6) / 1e6 for c in chunks]))  # noqa: E731
     last_copy = max(c["copy_end_ms"] for c in chunks)
-    return {"size_bytes": size, "threads": threads, "chunk_bytes": chunk, "engine": engine, "n_chunks": t["n_chunks"], "wall_ms": wall_ms,
+    return {"size_bytes": size, **cfg_of(cfg), "n_chunks": t["n_chunks"], "wall_ms": wall_ms,
             "first_dma_start_ms": min(c["dma_start_ms"] for c in chunks), "last_dma_end_ms": end,
             "last_host_copy_end_ms": last_copy, "tail_ms": end - last_copy, "dma_idle_ms": gaps,
             "slot_wait_ms": sum(c["copy_start_ms"] - c["wait_start_ms"] for c in chunks),

@@ -7,8 +7,7 @@ that slot's DMA on their own CUDA stream at once, so the host copies of later ch
 PCIe transfers of earlier ones. A slot is refilled only once the event recorded behind its last
 DMA has completed: that is the only wait in the loop, and no thread waits for another.
 
-A copy is cut into about ``WAVES`` chunks per thread (at most a slot each): with one chunk per
-thread every thread copies at once and then every DMA runs at once, and nothing overlaps.
+How a copy is cut into chunks is :mod:`h2dlab.stager_plan` (its names are re-exported here).
 
 Two engines do the host side. ``"numpy"``: each staging thread copies its chunks with NumPy;
 the threads take the GIL back after every chunk to queue its DMA, and on the 16-core H200 host
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import mmap
-import os
 import queue
 import threading
 import time
@@ -33,11 +31,26 @@ import torch
 
 from h2dlab.copyargs import check_count, cuda_device, takes_plain_to
 from h2dlab.pinning import host_register, host_unregister
+from h2dlab.stager_plan import (
+    DEFAULT_CHUNK_BYTES,
+    ENGINES,
+    MAX_CHUNK_BYTES,
+    MAX_SLOTS,
+    MAX_THREADS,
+    MIN_CHUNK_BYTES,
+    MIN_STEP_BYTES,
+    SLOTS_PER_THREAD,
+    TAIL_SPLIT,
+    WAVES,
+    chunk_plan,
+    default_threads,
+)
 
-__all__ = [
+__all__ = [  # the plan's names are re-exported: they imported from here before the split
     "DEFAULT_CHUNK_BYTES",
     "ENGINES",
     "MAX_CHUNK_BYTES",
+    "MAX_SLOTS",
     "MAX_THREADS",
     "MIN_CHUNK_BYTES",
     "MIN_STEP_BYTES",
@@ -49,43 +62,7 @@ __all__ = [
     "default_threads",
 ]
 
-KiB, MiB = 1024, 1024**2
-DEFAULT_CHUNK_BYTES = 16 * MiB  # one staging slot; a chunk never exceeds its slot
-MIN_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_THREADS = 4 * KiB, 1024 * MiB, 256  # allowed options
-SLOTS_PER_THREAD = 2  # one being filled while the other's DMA runs
-WAVES = 4  # chunks per thread a copy is cut into, where slots allow (pipeline depth)
-MIN_STEP_BYTES = 1 * MiB  # but no smaller than this: below it per-chunk overhead dominates
-TAIL_SPLIT = 4  # the first chunk and the last wave's chunks are cut this much finer (chunk_plan)
-ENGINES = ("numpy", "torch")  # who copies a chunk on the host (see the module's docstring)
-_ALIGN = 4 * KiB
-
-
-def default_threads() -> int:
-    """Staging threads when none are given: the usable cores, at most 12."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(12, cores or 1))
-
-
-def chunk_plan(nbytes: int, threads: int, chunk_bytes: int) -> list[int]:
-    """Chunk boundaries for one copy of ``nbytes`` (0, ..., nbytes): about ``WAVES`` chunks per
-    thread, each at least ``MIN_STEP_BYTES`` (or the slot, if smaller), at most one slot, in
-    multiples of 4 KiB; the last wave (a chunk per thread) is cut ``TAIL_SPLIT`` times finer
-    where its pieces stay >= ``MIN_STEP_BYTES``, so that little DMA is left after the last
-    host copy and the threads finish together, and so is the first chunk, so that the first
-    DMA starts after a piece, not a whole chunk, has been copied."""
-    if nbytes <= 0:
-        return [0]
-    step = max(MIN_STEP_BYTES, -(-nbytes // (threads * WAVES)))
-    step = min(chunk_bytes, -(-step // _ALIGN) * _ALIGN)
-    piece = step // TAIL_SPLIT // _ALIGN * _ALIGN
-    tail = threads * step
-    if piece < MIN_STEP_BYTES or nbytes < 2 * tail:
-        return [*range(0, nbytes, step), nbytes]
-    head = (nbytes - tail) // step * step  # whole chunks, then the pieces
-    starts = [*range(0, head, step)]
-    if head >= 2 * step:  # the first chunk in pieces too
-        starts[:1] = range(0, step // piece * piece, piece)  # any remainder joins the last piece
-    return [*starts, *range(head, nbytes, piece), nbytes]
+MiB = 1024**2
 
 
 def _serve(inbox: queue.SimpleQueue, done: queue.SimpleQueue) -> None:
@@ -119,7 +96,7 @@ class Stager:
     """A pinned staging ring and its threads, kept for many copies to one CUDA device.
 
     For a loop that copies a new pageable batch every step: the ring (``threads`` x
-    ``SLOTS_PER_THREAD`` slots of ``chunk_bytes``, registered with ``cudaHostRegister``),
+    ``slots`` slots of ``chunk_bytes``, registered with ``cudaHostRegister``),
     the CUDA streams and the threads are made once, here.
 
     Parameters
@@ -136,6 +113,12 @@ class Stager:
     engine
         Who copies a chunk on the host: ``"numpy"`` (each staging thread, default) or
         ``"torch"`` (``Tensor.copy_`` over PyTorch's intra-op threads; use ``threads=1``).
+    slots
+        Slots per thread, 2 to 8 (default 2): more let a thread copy ahead while earlier
+        DMAs are still queued.
+    min_step_bytes
+        Smallest chunk a copy is cut into (see :func:`chunk_plan`), 4 KiB to 1 GiB
+        (default 1 MiB).
 
     Raises
     ------
@@ -158,12 +141,16 @@ class Stager:
         chunk_bytes: int | None = None,
         huge_pages: bool = False,
         engine: str = "numpy",
+        slots: int = SLOTS_PER_THREAD,
+        min_step_bytes: int = MIN_STEP_BYTES,
     ) -> None:
         threads = default_threads() if threads is None else check_count("threads", threads, 1, MAX_THREADS)
         chunk = DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
         chunk = check_count("chunk_bytes", chunk, MIN_CHUNK_BYTES, MAX_CHUNK_BYTES)
         if huge_pages is not False and huge_pages is not True:
             raise TypeError(f"huge_pages must be True or False, got {huge_pages!r}")
+        slots = check_count("slots", slots, 2, MAX_SLOTS)
+        min_step = check_count("min_step_bytes", min_step_bytes, MIN_CHUNK_BYTES, MAX_CHUNK_BYTES)
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         dev = cuda_device(device)
@@ -176,9 +163,10 @@ class Stager:
                 f"{dev} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)"
             )
         self.device, self.threads, self.chunk_bytes = dev, threads, chunk
+        self.slots, self.min_step_bytes = slots, min_step
         #: Set to a list to record one dict per copy with per-chunk host times and DMA events.
         self.timeline: list | None = None
-        k = SLOTS_PER_THREAD
+        k = slots
         self.huge_pages, self.engine = huge_pages, engine
         if huge_pages:  # untouched anonymous memory: THP can back it before registration faults it in
             region = mmap.mmap(-1, threads * k * chunk)
@@ -227,7 +215,7 @@ class Stager:
         state = "closed" if self.closed else f"{self.nbytes / MiB:.0f} MiB pinned"
         return (
             f"Stager({str(self.device)!r}, threads={self.threads}, chunk_bytes={self.chunk_bytes}, "
-            f"engine={self.engine!r}, {state})"
+            f"engine={self.engine!r}, slots={self.slots}, {state})"
         )
 
     def to_device(self, tensor: torch.Tensor, *, non_blocking: bool = False) -> torch.Tensor:
@@ -265,7 +253,7 @@ class Stager:
 
     def _run(self, src_np: np.ndarray, dst: torch.Tensor | None, non_blocking: bool) -> None:
         nbytes = src_np.size
-        bounds = chunk_plan(nbytes, self.threads, self.chunk_bytes)
+        bounds = chunk_plan(nbytes, self.threads, self.chunk_bytes, self.min_step_bytes)
         n_chunks = len(bounds) - 1
         users = min(self.threads, n_chunks)
         with self._lock:

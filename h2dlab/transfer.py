@@ -9,10 +9,12 @@ The crossover, thread count and slot size come from one place, ``h2dlab/fastpath
 written by ``benchmarks/bench_transfer.py --fastpath`` from medians measured on a GPU host and
 read once, here (:func:`fastpath`). Without it: 32 MiB, :func:`default_threads`, 16 MiB.
 
-``fastpath.json`` (format 1)::
+``fastpath.json`` (format 1; the keys marked optional may be absent, older files lack them)::
 
     {"format": 1, "min_bytes": int, "threads": int, "chunk_bytes": int, "huge_pages": bool,
      "engine": "numpy" | "torch" (optional, default "numpy"; see h2dlab.stager),
+     "slots": int (optional, slots per thread, default 2),
+     "min_step_bytes": int (optional, smallest chunk, default 1 MiB; see h2dlab.stager_plan),
      "measured_on": {"gpu_name": ..., "cpu_affinity": ..., "date": ..., "command": ...},
      "evidence": {...}}
 """
@@ -30,13 +32,16 @@ import torch
 
 from h2dlab.copyargs import check_count, cuda_device, takes_plain_to
 from h2dlab.pinning import host_register, host_unregister, pinned
-from h2dlab.stager import (
+from h2dlab.stager import Stager
+from h2dlab.stager_plan import (
     DEFAULT_CHUNK_BYTES,
     ENGINES,
     MAX_CHUNK_BYTES,
+    MAX_SLOTS,
     MAX_THREADS,
     MIN_CHUNK_BYTES,
-    Stager,
+    MIN_STEP_BYTES,
+    SLOTS_PER_THREAD,
     default_threads,
 )
 
@@ -72,9 +77,10 @@ def _cores() -> int:
 def read_fastpath(source: str | Path | dict[str, Any]) -> dict[str, Any]:
     """Fast-path settings from a ``fastpath.json`` file (or its parsed dict), checked.
 
-    Returns ``{"min_bytes", "threads", "chunk_bytes", "huge_pages", "engine", "source",
-    "measured_on"}``, threads capped at this machine's usable cores (``huge_pages`` may be
-    absent: False; ``engine`` may be absent: ``"numpy"``).
+    Returns ``{"min_bytes", "threads", "chunk_bytes", "huge_pages", "engine", "slots",
+    "min_step_bytes", "source", "measured_on"}``, threads capped at this machine's usable
+    cores (``huge_pages`` may be absent: False; ``engine`` may be absent: ``"numpy"``;
+    ``slots``: 2; ``min_step_bytes``: 1 MiB).
 
     Raises
     ------
@@ -95,6 +101,10 @@ def read_fastpath(source: str | Path | dict[str, Any]) -> dict[str, Any]:
             "chunk_bytes": check_count("chunk_bytes", d["chunk_bytes"], MIN_CHUNK_BYTES, MAX_CHUNK_BYTES),
             "huge_pages": _flag(d.get("huge_pages", False)),
             "engine": _engine(d.get("engine", "numpy")),
+            "slots": check_count("slots", d.get("slots", SLOTS_PER_THREAD), 2, MAX_SLOTS),
+            "min_step_bytes": check_count(
+                "min_step_bytes", d.get("min_step_bytes", MIN_STEP_BYTES), MIN_CHUNK_BYTES, MAX_CHUNK_BYTES
+            ),
             "source": where,
             "measured_on": d.get("measured_on", {}),
         }
@@ -123,6 +133,8 @@ def _defaults() -> dict[str, Any]:
         "chunk_bytes": DEFAULT_CHUNK_BYTES,
         "huge_pages": False,
         "engine": "numpy",
+        "slots": SLOTS_PER_THREAD,
+        "min_step_bytes": MIN_STEP_BYTES,
         "source": "defaults (no fastpath.json)",
         "measured_on": {},
     }
@@ -168,15 +180,25 @@ _STAGERS: dict[int, Stager] = {}
 _STAGERS_LOCK = threading.Lock()
 
 
-def _stager(dev: torch.device, threads: int, chunk: int, huge: bool, engine: str) -> Stager:
+def _stager(dev: torch.device, threads: int, chunk: int, fp: dict[str, Any]) -> Stager:
     with _STAGERS_LOCK:
         st = _STAGERS.get(dev.index)
-        want = (threads, chunk, huge, engine)
-        if st is None or st.closed or (st.threads, st.chunk_bytes, st.huge_pages, st.engine) != want:
+        want = (threads, chunk, fp["huge_pages"], fp["engine"], fp["slots"], fp["min_step_bytes"])
+        if (
+            st is None
+            or st.closed
+            or (st.threads, st.chunk_bytes, st.huge_pages, st.engine, st.slots, st.min_step_bytes) != want
+        ):
             if st is not None:  # one ring per device at a time keeps the pinned memory bounded
                 st.close()
             st = _STAGERS[dev.index] = Stager(
-                dev, threads=threads, chunk_bytes=chunk, huge_pages=huge, engine=engine
+                dev,
+                threads=threads,
+                chunk_bytes=chunk,
+                huge_pages=fp["huge_pages"],
+                engine=fp["engine"],
+                slots=fp["slots"],
+                min_step_bytes=fp["min_step_bytes"],
             )
         return st
 
@@ -232,7 +254,7 @@ def to_device(
         Staging threads, 1 to 256 (default from :func:`fastpath`).
     chunk_bytes
         Staging slot size, 4 KiB to 1 GiB (default from :func:`fastpath`): the ring holds
-        ``2 * num_threads`` slots.
+        ``slots * num_threads`` slots (``slots`` from :func:`fastpath`, default 2).
     min_bytes
         The crossover, >= 0 (default from :func:`fastpath`: measured by the benchmark).
 
@@ -275,8 +297,8 @@ def to_device(
         nbytes = tensor.nbytes
     except RuntimeError:  # sparse layouts have no nbytes: .to() is their copy
         nbytes = 0
-    if nbytes < floor or nbytes == 0:
-        return tensor.to(dev, non_blocking=non_blocking)
+    if nbytes < floor or nbytes == 0:  # a keyword costs .to() ~0.3 us: leave it out when False
+        return tensor.to(dev, non_blocking=True) if non_blocking else tensor.to(dev)
 
     if not torch.cuda.is_available():
         raise RuntimeError("to_device needs CUDA to stage a copy, and torch.cuda.is_available() is False")
@@ -286,5 +308,5 @@ def to_device(
         dev = torch.device("cuda", torch.cuda.current_device())
     threads = fp["threads"] if num_threads is None else num_threads
     chunk = fp["chunk_bytes"] if chunk_bytes is None else chunk_bytes
-    st = _stager(dev, threads, chunk, fp["huge_pages"], fp["engine"])
+    st = _stager(dev, threads, chunk, fp)
     return st.to_device(tensor, non_blocking=non_blocking)

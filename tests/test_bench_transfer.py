@@ -20,6 +20,18 @@ KiB, MiB, GiB = 1024, 1024**2, 1024**3
 
 
 @pytest.fixture
+def ana():
+    """benchmarks/bench_analysis.py: the pure half (choices and verdicts), no CUDA."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(
+        "bench_analysis_t", ROOT / "benchmarks" / "bench_analysis.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
 def bench():
     spec = importlib.util.spec_from_file_location("bench_transfer", ROOT / "benchmarks" / "bench_transfer.py")
     mod = importlib.util.module_from_spec(spec)
@@ -73,11 +85,14 @@ def test_dry_run_writes_every_section(bench, fake_cuda, monkeypatch, tmp_path): 
     staging = sys.modules["bench_staging"]
     monkeypatch.setattr(staging, "DEV", torch.device("cpu"))
     monkeypatch.setattr(staging, "STREAM_BYTES", 256 * KiB)
+    monkeypatch.setattr(staging, "TUNE_GRID", (("torch", 1, 16, 2), ("torch", 2, 16, 3), ("numpy", 2, 16, 2)))
+    monkeypatch.setattr(staging, "TUNE_MIN_STEP", 4 * MiB)
+    monkeypatch.setattr(staging, "GIVE_UP", 0.0)  # every setting timed at every size
     for name, value in {
         "DEV": torch.device("cpu"),
         "Timer": _Timer,
         "collect_env": lambda argv=None: {"gpu_name": "none (CPU dry run)", "command": "dry run"},
-        "TUNE_SIZES": (256 * KiB, 512 * KiB),
+        "TUNE_SIZES": (128 * KiB, 256 * KiB, 512 * KiB),
         "TIMELINE_BYTES": 256 * KiB,
         "BOUND_SIZES": (256 * KiB, MiB),
         "REPEATED": ((64 * KiB, 3), (MiB, 2)),
@@ -113,6 +128,23 @@ def test_dry_run_writes_every_section(bench, fake_cuda, monkeypatch, tmp_path): 
     assert settings["min_bytes"] == res["crossover"]["min_bytes"] == res["settings"]["min_bytes"]
     assert settings["measured_on"]["gpu_name"] == "none (CPU dry run)"
     assert {t["what"] for t in res["targets"]} >= {"to_device / .to() speed, whole grid (min)"}
+    # The tuning: 3 settings, the best again with 4 MiB smallest chunks, then on huge pages;
+    # what the fastpath file says is the picked row's setting, and the timeline ran it.
+    tuned = res["tuning"]
+    assert len(tuned) == 5 and tuned[3]["min_step_bytes"] == 4 * MiB and tuned[4]["huge_pages"]
+    assert all([r["size_bytes"] for r in t["by_size"]] == [128 * KiB, 256 * KiB, 512 * KiB] for t in tuned)
+    keys = ("threads", "chunk_bytes", "engine", "slots", "min_step_bytes", "huge_pages")
+    assert {k: settings[k] for k in keys} in [{k: t[k] for k in keys} for t in tuned]
+    assert {k: res["timeline_256MiB"][k] for k in keys} == {k: settings[k] for k in keys}
+    assert {k: res["bounds"][0][k] for k in keys} == {k: settings[k] for k in keys}
+    assert res["bounds"][0]["reps"] >= 5
+    assert res["identical_calls"]["sizes"] == sum(
+        1 for r in res["rows"] if r["method"] == "to_device" and not r["staged"]
+    )
+    assert isinstance(res["tensordict"], str) and isinstance(res["repeated_verdict"], list)
+    if res["tensordict"].startswith("absent"):
+        assert "tensordict" not in {r["method"] for r in res["repeated"]}
+        assert any("was not measured" in line for line in res["repeated_verdict"])
 
 
 def test_refuses_bad_arguments(bench, capsys):
@@ -132,3 +164,87 @@ def test_pick_takes_huge_pages_only_when_clearly_faster(bench):
     rows[2]["gbps_median"] = 33.0
     assert bench.pick(rows) == rows[2]
     assert bench.pick(rows[:2]) == rows[1]
+
+
+# --- the pure half, on synthetic rows ------------------------------------------------------
+
+
+def test_cfg_of_fills_the_defaults_and_keeps_only_stager_arguments(ana):
+    c = ana.cfg_of(
+        {"threads": 2, "chunk_bytes": 32 * MiB, "engine": "torch", "gbps_median": 40.0, "by_size": []}
+    )
+    assert c == {"threads": 2, "chunk_bytes": 32 * MiB, "engine": "torch", "huge_pages": False,
+                 "slots": stager.SLOTS_PER_THREAD, "min_step_bytes": stager.MIN_STEP_BYTES}  # fmt: skip
+    assert "32 MiB x 2 slots" in ana.cfg_name(c) and "torch" in ana.cfg_name(c)
+
+
+def test_paired_ratio_of_identical_timings_is_one_and_of_a_slower_call_below(ana):
+    # synthetic: the same made-up timings twice read 1.00; to_device 10 % slower reads 1/1.1
+    ms = [1.0, 1.2, 0.9, 1.1, 1.05]
+    assert ana.paired_ratio(ms, ms) == {"ratio_vs_to": 1.0, "ratio_q25": 1.0, "ratio_q75": 1.0}
+    r = ana.paired_ratio(ms, [1.1 * m for m in ms])
+    assert r["ratio_vs_to"] == pytest.approx(1 / 1.1)
+
+
+def test_identical_calls_summarises_only_the_unstaged_sizes(ana):
+    rows = [  # synthetic
+        {"method": "to_device", "ratio_vs_to": 0.99, "staged": False},
+        {"method": "to_device", "ratio_vs_to": 1.03, "staged": False},
+        {"method": "to_device", "ratio_vs_to": 5.0, "staged": True},
+        {"method": "to", "ratio_vs_to": 1.0},
+    ]
+    assert ana.identical_calls(rows) == {
+        "sizes": 2,
+        "ratio_median": 1.01,
+        "ratio_min": 0.99,
+        "ratio_max": 1.03,
+    }
+    assert ana.identical_calls(rows[2:]) == {"sizes": 0}
+
+
+def test_repeated_verdict_says_who_wins_and_why(ana):
+    cfg = {"threads": 1, "chunk_bytes": 32 * MiB, "min_step_bytes": MiB}
+    rows = [  # synthetic GB/s
+        {"method": "stager", "size_bytes": 64 * MiB, "gbps_median": 23.0},
+        {"method": "pin_then_to", "size_bytes": 64 * MiB, "gbps_median": 27.2},
+        {"method": "stager", "size_bytes": GiB, "gbps_median": 46.2},
+        {"method": "pin_then_to", "size_bytes": GiB, "gbps_median": 24.4},
+    ]
+    out = ana.repeated_verdict(rows, cfg, "absent: ModuleNotFoundError: No module named 'tensordict'")
+    assert "not measured" in out[0]
+    n64 = len(stager.chunk_plan(64 * MiB, 1, 32 * MiB, MiB)) - 1
+    assert "64 MiB/step" in out[1] and "loses to pin_then_to" in out[1] and f"{n64} chunks" in out[1]
+    assert "1024 MiB/step" in out[2] and "beats pin_then_to" in out[2] and "1.89x" in out[2]
+    assert len(ana.repeated_verdict(rows, cfg, "0.15.3")) == 2
+
+
+def _synthetic_results(frac_1g=0.9, lower_1g=1.1, big_ratio=5.0, small_ratio=0.99, added_us=0.5):
+    """A made-up result (synthetic): bounds, grid rows and overhead chosen per case."""
+    bounds = [{"size_bytes": n, "frac_of_upper": f, "frac_of_lower": lo}
+              for n, f, lo in ((256 * MiB, 0.8, 1.2), (GiB, frac_1g, lower_1g), (4 * GiB, 0.9, 1.0))]  # fmt: skip
+    rows = [{"method": "to_device", "size_bytes": KiB, "ratio_vs_to": small_ratio},
+            {"method": "to_device", "size_bytes": 256 * MiB, "ratio_vs_to": big_ratio},
+            {"method": "to_device", "size_bytes": 4 * GiB, "ratio_vs_to": big_ratio + 1},
+            {"method": "to", "size_bytes": KiB, "ratio_vs_to": 1.0}]  # fmt: skip
+    return {"bounds": bounds, "rows": rows, "fastpath_overhead_us": {"added_us_median": added_us}}
+
+
+def test_targets_pass_when_every_figure_meets_its_target(ana):
+    t = ana.targets(_synthetic_results())
+    assert len(t) == 8 and all(x["ok"] for x in t)
+
+
+@pytest.mark.parametrize(
+    ("kw", "what"),
+    [
+        ({"frac_1g": 0.84}, "to_device / upper bound at 1024 MiB"),
+        ({"lower_1g": 0.99}, "to_device / lower bound at 1024 MiB"),
+        ({"big_ratio": 4.4}, "to_device / .to() speed, 256 MiB-4 GiB (min)"),
+        ({"small_ratio": 0.96}, "to_device / .to() speed, whole grid (min)"),
+        ({"added_us": 2.1}, "us added to .to() below the threshold (median)"),
+    ],
+)
+def test_each_target_can_miss(ana, kw, what):
+    t = {x["what"]: x for x in ana.targets(_synthetic_results(**kw))}
+    assert not t[what]["ok"]
+    assert sum(not x["ok"] for x in t.values()) == 1  # and only that one

@@ -75,6 +75,75 @@ def test_to_device_direct_paths():
         stager.Stager(f"cuda:{torch.cuda.device_count()}")
 
 
+_BASE: dict = {}
+
+
+def _bytes_as(nbytes, dtype, seed=0):
+    """``nbytes`` random bytes (rounded down to whole elements, at least one) seen as ``dtype``:
+    one random buffer, sliced, so that many sizes and dtypes cost one generation."""
+    item = torch.empty((), dtype=dtype).element_size()
+    numel = max(1, nbytes // item)
+    if seed not in _BASE or _BASE[seed].numel() < numel * item:
+        g = torch.Generator().manual_seed(seed)
+        _BASE[seed] = torch.randint(0, 256, (max(numel * item, 64 * MiB),), dtype=torch.uint8, generator=g)
+    raw = _BASE[seed][: numel * item]
+    return (raw & 1).view(torch.bool) if dtype == torch.bool else raw.view(dtype)
+
+
+def _sizes_around(fp, cap=200 * MiB):
+    """Sizes that probe the settings: around the threshold, a slot and its multiples, odd."""
+    c, m = fp["chunk_bytes"], fp["min_bytes"]
+    sizes = {1, 4095, 4097, c - 1, c, c + 1, 3 * c + 4097, 5 * c + 13, 64 * MiB + 1, 130 * MiB + 3}
+    if m < cap:
+        sizes |= {m - 1, m, m + 1}
+    return sorted(n for n in sizes if 0 < n <= cap)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_to_device_with_the_shipped_settings_every_size_and_dtype(dtype):
+    """What the benchmark wrote to fastpath.json, as to_device runs it: bytes equal to .to()
+    for every dtype at sizes around the threshold and the slot (non-multiples included)."""
+    fp = transfer.fastpath()
+    for i, n in enumerate(_sizes_around(fp)):
+        x = _bytes_as(n, dtype, seed=i % 3)
+        assert same_bytes(transfer.to_device(x, "cuda"), x.to("cuda")), (dtype, n)
+        assert same_bytes(transfer.to_device(x, "cuda", min_bytes=0), x), (dtype, n)  # staged at any size
+    if fp["min_bytes"] <= 200 * MiB:
+        assert transfer.ring_bytes() == fp["threads"] * fp["slots"] * fp["chunk_bytes"]
+
+
+TUNABLE = [  # settings the benchmark's tuning grid may write
+    {"engine": "torch", "threads": 1, "chunk_bytes": 32 * MiB, "slots": 3, "min_step_bytes": 8 * MiB},
+    {"engine": "torch", "threads": 2, "chunk_bytes": 16 * MiB, "slots": 3, "min_step_bytes": MiB},
+    {"engine": "torch", "threads": 1, "chunk_bytes": 64 * MiB, "slots": 2, "min_step_bytes": 8 * MiB},
+    {"engine": "numpy", "threads": 4, "chunk_bytes": 16 * MiB, "slots": 3, "min_step_bytes": 8 * MiB},
+]
+
+
+@pytest.mark.parametrize(
+    "cfg", TUNABLE, ids=lambda c: f"{c['engine']}-{c['threads']}x{c['chunk_bytes'] // MiB}x{c['slots']}"
+)
+def test_settings_the_tuning_may_pick(cfg):
+    with stager.Stager("cuda", **cfg) as st:
+        assert st.nbytes == cfg["threads"] * cfg["slots"] * cfg["chunk_bytes"] and "slots=" in repr(st)
+        for i, n in enumerate((1, 4097, 8 * MiB + 1, 3 * cfg["chunk_bytes"] + 4097, 130 * MiB + 3)):
+            x = _bytes_as(n, torch.uint8, seed=i)
+            assert same_bytes(st(x), x), n
+        x = _bytes_as(100 * MiB + 5, torch.float16, seed=7).clone()
+        ref = x.clone()
+        y = st(x, non_blocking=True)
+        x.zero_()  # every byte has left x once the call returned
+        assert same_bytes(y, ref)  # random bytes as float16 hold NaNs: compared as bytes
+    prev = transfer.use_fastpath({"format": 1, "min_bytes": MiB, "measured_on": {}, **cfg})
+    try:
+        x = _bytes_as(96 * MiB + 3, torch.int64, seed=3)
+        assert same_bytes(transfer.to_device(x), x)
+        assert transfer.ring_bytes() == cfg["threads"] * cfg["slots"] * cfg["chunk_bytes"]
+    finally:
+        transfer.use_fastpath(prev)
+        transfer.free_ring()
+
+
 def test_threshold_hand_over():
     prev = transfer.use_fastpath(
         {"format": 1, "min_bytes": 8 * MiB, "threads": 4, "chunk_bytes": 4 * MiB, "measured_on": {}}
@@ -185,7 +254,8 @@ def test_to_device_with_the_torch_engine():
         transfer.free_ring()
         x = rand_tensor((48 * MiB + 7,), torch.uint8, seed=40)
         assert same_bytes(transfer.to_device(x), x)
-        assert transfer.ring_bytes() == stager.SLOTS_PER_THREAD * transfer.fastpath()["chunk_bytes"]
+        fp = transfer.fastpath()
+        assert transfer.ring_bytes() == fp["slots"] * fp["chunk_bytes"]
     finally:
         transfer.use_fastpath(prev)
         transfer.free_ring()

@@ -1,0 +1,212 @@
+"""The pure half of bench_transfer.py: settings as Stager arguments, the choices made from
+measured rows (tuning pick, crossover, paired ratios) and the verdicts against issue 18's
+targets, with the printed report. No CUDA and no timing here, so each is tested on a CPU with
+synthetic rows (tests/test_bench_transfer.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from h2dlab import stager_plan as stg  # noqa: E402
+
+__all__ = [
+    "CFG_KEYS",
+    "MARGIN",
+    "NEVER_SLOWER",
+    "NEVER_STAGE",
+    "cfg_name",
+    "cfg_of",
+    "choose_min_bytes",
+    "identical_calls",
+    "paired_ratio",
+    "pick",
+    "repeated_verdict",
+    "report",
+    "targets",
+]
+
+KiB, MiB, GiB = 1024, 1024**2, 1024**3
+MARGIN = 1.05  # staged must beat .to() by this much to take over: room for run-to-run noise
+NEVER_SLOWER = 0.97
+NEVER_STAGE = 2**62  # min_bytes meaning 'never stage' (h2dlab.NEVER_STAGE)
+#: What a tuning row and to_device's settings share: Stager's keyword arguments.
+CFG_KEYS = ("threads", "chunk_bytes", "huge_pages", "engine", "slots", "min_step_bytes")
+
+
+def cfg_of(row: dict) -> dict:
+    """The Stager keyword arguments of a tuning row or settings dict (defaults filled)."""
+    d = {
+        "huge_pages": False,
+        "engine": "numpy",
+        "slots": stg.SLOTS_PER_THREAD,
+        "min_step_bytes": stg.MIN_STEP_BYTES,
+    }
+    d.update({k: row[k] for k in CFG_KEYS if k in row})
+    return d
+
+
+def cfg_name(c: dict) -> str:
+    c = cfg_of(c)
+    return (f"{c['engine']:5s} {c['threads']:2d} thr x {c['chunk_bytes'] // MiB:2d} MiB x {c['slots']} slots, "
+            f"min step {c['min_step_bytes'] // MiB} MiB{', huge pages' if c['huge_pages'] else ''}")  # fmt: skip
+
+
+def pick(rows: list[dict]) -> dict:
+    """The fastest tuning row; huge pages only if they beat the same setting without by 3 %."""
+    plain = max((r for r in rows if not r["huge_pages"]), key=lambda r: r["gbps_median"])
+    huge = [r for r in rows if r["huge_pages"] and r["gbps_median"] >= 1.03 * plain["gbps_median"]]
+    return huge[0] if huge else plain
+
+
+def choose_min_bytes(rows: list[dict]) -> int:
+    """The smallest grid size from which the staged copy beats .to() by MARGIN (median speed
+    ratio) at that size and every larger one; 'never stage' if there is none."""
+    rows = sorted(rows, key=lambda r: r["size_bytes"])
+    ok = [r["ratio"] >= MARGIN for r in rows]
+    first = next((i for i in range(len(rows)) if all(ok[i:])), None)
+    return rows[first]["size_bytes"] if first is not None else NEVER_STAGE
+
+
+def paired_ratio(to_ms: list[float], td_ms: list[float]) -> dict:
+    """Speed ratio to_device/.to() per round (the two were timed back to back, alternating
+    order), as median and quartiles: two timings of one call give ~1 with their spread."""
+    q25, med, q75 = np.percentile(np.asarray(to_ms) / np.asarray(td_ms), [25, 50, 75])
+    return {"ratio_vs_to": float(med), "ratio_q25": float(q25), "ratio_q75": float(q75)}
+
+
+def identical_calls(rows: list[dict]) -> dict:
+    """Where to_device is .to() (below its threshold) the paired ratio times one call twice:
+    how far from 1.00 those medians read, as the measurement's own noise."""
+    r = [x["ratio_vs_to"] for x in rows if x["method"] == "to_device" and not x["staged"]]
+    if not r:
+        return {"sizes": 0}
+    return {"sizes": len(r), "ratio_median": float(np.median(r)), "ratio_min": min(r), "ratio_max": max(r)}
+
+
+def repeated_verdict(rows: list[dict], cfg: dict, td: str) -> list[str]:
+    """Plain sentences on the repeated-copy rows: per step size, the stager against
+    pin_memory().to() and TensorDict, with the chunk count that explains a loss."""
+    out = []
+    if td.startswith("absent"):
+        out.append(f"TensorDict's non_blocking_pin was not measured: tensordict {td}.")
+    for n in sorted({r["size_bytes"] for r in rows}):
+        g = {r["method"]: r["gbps_median"] for r in rows if r["size_bytes"] == n}
+        if "stager" not in g:
+            continue
+        chunks = len(stg.chunk_plan(n, cfg["threads"], cfg["chunk_bytes"], cfg["min_step_bytes"])) - 1
+        for other in ("pin_then_to", "tensordict"):
+            if other not in g:
+                continue
+            ratio = g["stager"] / g[other]
+            what = "beats" if ratio >= 1 else "loses to"
+            line = f"{n // MiB} MiB/step: the stager ({g['stager']:.1f} GB/s) {what} {other} ({g[other]:.1f}) by {ratio:.2f}x"
+            if ratio < 1:
+                line += (f"; it cut each step into {chunks} chunks, each paying a DMA issue and a wait, where "
+                         f"{other} pays one host copy and one DMA")  # fmt: skip
+            out.append(line + ".")
+    return out
+
+
+def targets(res: dict) -> list[dict]:
+    """Issue 18's targets, each with its measured value: said, not hidden."""
+    out = []
+    b = {r["size_bytes"]: r for r in res["bounds"]}
+    for n, want in ((256 * MiB, 0.75), (GiB, 0.85), (4 * GiB, 0.85)):
+        if n in b:
+            out.append(
+                {
+                    "what": f"to_device / upper bound at {n // MiB} MiB",
+                    "value": b[n]["frac_of_upper"],
+                    "op": ">=",
+                    "target": want,
+                }
+            )
+            if n >= GiB:
+                out.append(
+                    {
+                        "what": f"to_device / lower bound at {n // MiB} MiB",
+                        "value": b[n]["frac_of_lower"],
+                        "op": ">=",
+                        "target": 1.0,
+                    }
+                )
+    td = {r["size_bytes"]: r["ratio_vs_to"] for r in res["rows"] if r["method"] == "to_device"}
+    big = [v for n, v in td.items() if 256 * MiB <= n <= 4 * GiB]
+    if big:
+        out.append(
+            {
+                "what": "to_device / .to() speed, 256 MiB-4 GiB (min)",
+                "value": min(big),
+                "op": ">=",
+                "target": 4.5,
+            }
+        )
+    out.append(
+        {
+            "what": "to_device / .to() speed, whole grid (min)",
+            "value": min(td.values()),
+            "op": ">=",
+            "target": NEVER_SLOWER,
+        }
+    )
+    out.append(
+        {
+            "what": "us added to .to() below the threshold (median)",
+            "value": res["fastpath_overhead_us"]["added_us_median"],
+            "op": "<=",
+            "target": 2.0,
+        }
+    )
+    for t in out:
+        t["ok"] = bool(t["value"] >= t["target"] if t["op"] == ">=" else t["value"] <= t["target"])
+    return out
+
+
+def report(res: dict) -> None:
+    for t in sorted(res.get("tuning", []), key=lambda t: -t["gbps_median"]):
+        sizes = ", ".join(f"{r['size_bytes'] // MiB} MiB {r['gbps_median']:.1f}" for r in t["by_size"])
+        print(f"tuning {cfg_name(t)}: {t['gbps_median']:5.1f} GB/s equal-bytes ({sizes})")
+    rows = res["rows"]
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    print(f"{'size':>11s} " + " ".join(f"{m:>17s}" for m in methods) + "   GB/s (x .to())")
+    for n in sorted({r["size_bytes"] for r in rows}):
+        cells = []
+        for m in methods:
+            r = next((r for r in rows if r["method"] == m and r["size_bytes"] == n), None)
+            cells.append(f"{r['gbps_median']:7.2f} ({r['ratio_vs_to']:5.2f}x)" if r else "")
+        print(f"{n / MiB:10.4f}M " + " ".join(f"{c:>17s}" for c in cells))
+    s = res["settings"]
+    for r in rows:
+        if r["method"] == "to_device" and not r["staged"]:
+            print(f"{r['size_bytes'] / MiB:10.4f}M to_device is .to() here: ratio {r['ratio_vs_to']:.3f} "
+                  f"(IQR {r['ratio_q25']:.3f}-{r['ratio_q75']:.3f}, {r['reps']} paired rounds)")  # fmt: skip
+    print(f"settings: min_bytes {s['min_bytes']}, {cfg_name(s)}, torch intra-op threads {s['torch_num_threads']}; "
+          f"fast path adds {res['fastpath_overhead_us']['added_us_median']:.2f} us")  # fmt: skip
+    ic = res.get("identical_calls", {})
+    if ic.get("sizes"):
+        print(f"identical calls (to_device is .to()) at {ic['sizes']} sizes read {ic['ratio_median']:.3f} "
+              f"(range {ic['ratio_min']:.3f}-{ic['ratio_max']:.3f})")  # fmt: skip
+    for b in res["bounds"]:
+        print(f"{b['size_bytes'] // MiB:5d} MiB: to_device {b['to_device_gbps']:.1f} GB/s = {b['frac_of_upper']:.0%} of "
+              f"upper {b['upper_gbps']:.1f} (host {b['host_alone_gbps']:.1f}, DMA {b['dma_alone_gbps']:.1f}), "
+              f"{b['frac_of_lower']:.0%} of lower {b['lower_gbps']:.1f}, {b['frac_of_peak']:.0%} of peak")  # fmt: skip
+    for r in res["repeated"]:
+        print(f"repeated {r['size_bytes'] // MiB:5d} MiB/step {r['method']:12s} {r['gbps_median']:6.1f} GB/s "
+              f"({r['ms_median']:.2f} ms, IQR {r['ms_q25']:.2f}-{r['ms_q75']:.2f})")  # fmt: skip
+    for line in res.get("repeated_verdict", []):
+        print(line)
+    t = res.get("timeline_256MiB")
+    if t:
+        print(f"timeline 256 MiB: {len(t['chunks'])} chunks, wall {t['wall_ms']:.2f} ms, "
+              f"first DMA at {t['first_dma_start_ms']:.2f} ms, last host copy ends {t['last_host_copy_end_ms']:.2f} ms, "
+              f"last DMA {t['last_dma_end_ms']:.2f} ms (tail {t['tail_ms']:.2f}), "
+              f"DMA idle {t['dma_idle_ms']:.2f} ms, slot waits {t['slot_wait_ms']:.2f} ms (all threads)")  # fmt: skip
+    for t in res["targets"]:
+        print(
+            f"{'PASS' if t['ok'] else 'MISS'} {t['what']}: {t['value']:.2f} (target {t['op']} {t['target']:.2f})"
+        )

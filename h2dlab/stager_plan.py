@@ -1,0 +1,83 @@
+"""How a staged copy is cut: the ring's limits and defaults, and the chunk boundaries of one
+copy (:func:`chunk_plan`). No torch, no CUDA: :mod:`h2dlab.stager` runs the plan.
+
+A copy is cut into about ``WAVES`` chunks per thread (at most a slot each): with one chunk per
+thread every thread copies at once and then every DMA runs at once, and nothing overlaps.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "ENGINES",
+    "MAX_CHUNK_BYTES",
+    "MAX_SLOTS",
+    "MAX_THREADS",
+    "MIN_CHUNK_BYTES",
+    "MIN_STEP_BYTES",
+    "SLOTS_PER_THREAD",
+    "TAIL_SPLIT",
+    "WAVES",
+    "chunk_plan",
+    "default_threads",
+]
+
+KiB, MiB = 1024, 1024**2
+DEFAULT_CHUNK_BYTES = 16 * MiB  # one staging slot; a chunk never exceeds its slot
+MIN_CHUNK_BYTES, MAX_CHUNK_BYTES, MAX_THREADS = 4 * KiB, 1024 * MiB, 256  # allowed options
+SLOTS_PER_THREAD = 2  # default: one being filled while the other's DMA runs
+MAX_SLOTS = 8  # slots per thread allowed
+WAVES = 4  # chunks per thread a copy is cut into, where slots allow (pipeline depth)
+MIN_STEP_BYTES = 1 * MiB  # default: no chunk smaller than this, below it per-chunk overhead dominates
+TAIL_SPLIT = 4  # the first chunk and the last wave's chunks are cut this much finer (chunk_plan)
+ENGINES = ("numpy", "torch")  # who copies a chunk on the host (see h2dlab.stager)
+_ALIGN = 4 * KiB
+
+
+def default_threads() -> int:
+    """Staging threads when none are given: the usable cores, at most 12."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(12, cores or 1))
+
+
+def chunk_plan(nbytes: int, threads: int, chunk_bytes: int, min_step: int = MIN_STEP_BYTES) -> list[int]:
+    """Chunk boundaries for one copy of ``nbytes``.
+
+    About ``WAVES`` chunks per thread, each at least ``min_step`` (or the slot, if smaller),
+    at most one slot, in multiples of 4 KiB; the last wave (a chunk per thread) is cut
+    ``TAIL_SPLIT`` times finer where its pieces stay >= ``min_step``, so that little DMA is
+    left after the last host copy and the threads finish together, and so is the first chunk,
+    so that the first DMA starts after a piece, not a whole chunk, has been copied.
+
+    Parameters
+    ----------
+    nbytes
+        Bytes of the copy (0 gives ``[0]``).
+    threads
+        Staging threads.
+    chunk_bytes
+        Slot size: no chunk is larger.
+    min_step
+        Smallest chunk wanted (default ``MIN_STEP_BYTES``): larger values mean fewer,
+        larger chunks and DMAs, each with its fixed cost paid fewer times.
+
+    Returns
+    -------
+    list of int
+        ``[0, ..., nbytes]``, increasing: chunk ``i`` is ``[b[i], b[i + 1])``.
+    """
+    if nbytes <= 0:
+        return [0]
+    step = max(min_step, -(-nbytes // (threads * WAVES)))
+    step = min(chunk_bytes, -(-step // _ALIGN) * _ALIGN)
+    piece = step // TAIL_SPLIT // _ALIGN * _ALIGN
+    tail = threads * step
+    if piece < min_step or nbytes < 2 * tail:
+        return [*range(0, nbytes, step), nbytes]
+    head = (nbytes - tail) // step * step  # whole chunks, then the pieces
+    starts = [*range(0, head, step)]
+    if head >= 2 * step:  # the first chunk in pieces too
+        starts[:1] = range(0, step // piece * piece, piece)  # any remainder joins the last piece
+    return [*starts, *range(head, nbytes, piece), nbytes]
