@@ -15,7 +15,7 @@ from matplotlib.ticker import NullFormatter
 from h2dlab import findings, model
 from h2dlab.env import describe
 from h2dlab.names import canonical
-from h2dlab.plots import (
+from h2dlab.plots_style import (
     PALETTE,
     axes_or_new,
     footnote,

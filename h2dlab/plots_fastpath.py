@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.patches import Patch
 
-from h2dlab.plots import axes_or_new, footnote, size_label
+from h2dlab.plots_style import axes_or_new, footnote, size_label
 
 __all__ = ["STAGE_COLORS", "staged_timeline", "timeline_frame"]
 

@@ -9,7 +9,7 @@ import pandas as pd
 import seaborn as sns
 
 from h2dlab import findings_transfer
-from h2dlab.plots import (
+from h2dlab.plots_style import (
     PALETTE,
     axes_or_new,
     footnote,
