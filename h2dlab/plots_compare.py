@@ -15,6 +15,7 @@ from matplotlib.ticker import NullFormatter
 from h2dlab import findings, model
 from h2dlab.env import describe
 from h2dlab.names import canonical
+from h2dlab.plots_frame import frame_size_axes
 from h2dlab.plots_style import (
     PALETTE,
     axes_or_new,
@@ -27,7 +28,6 @@ from h2dlab.plots_style import (
     size_label,
     timed_rows,
 )
-from h2dlab.plots_frame import frame_size_axes
 
 __all__ = [
     "advice_bars",

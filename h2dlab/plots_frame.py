@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from h2dlab.plots import footnote, legend_outside, size_axis
+from h2dlab.plots_style import footnote, legend_outside, size_axis
 
 __all__ = ["frame_size_axes"]
 

@@ -9,6 +9,7 @@ import pandas as pd
 import seaborn as sns
 
 from h2dlab import findings_transfer
+from h2dlab.plots_frame import frame_size_axes
 from h2dlab.plots_style import (
     PALETTE,
     axes_or_new,
@@ -17,7 +18,6 @@ from h2dlab.plots_style import (
     size_label,
     timed_rows,
 )
-from h2dlab.plots_frame import frame_size_axes
 
 __all__ = ["batch_overhead", "directions", "duplex_aggregate"]
 

@@ -50,7 +50,16 @@ def test_moved_name_is_the_same_object_in_its_old_home(old, name, new):
 
 @pytest.mark.parametrize(
     "module",
-    ["rows", "finding", "findings_speed", "plots_style", "plots_compare", "plots_transfer", "plots_fastpath"],
+    [
+        "rows",
+        "finding",
+        "findings_speed",
+        "plots_style",
+        "plots_frame",
+        "plots_compare",
+        "plots_transfer",
+        "plots_fastpath",
+    ],
 )
 def test_module_imports_first_in_a_fresh_interpreter(module):
     # A module imported before its re-exporting parent must not hit a half-initialised import cycle.
