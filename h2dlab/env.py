@@ -189,8 +189,8 @@ def _pcie(index: int) -> dict[str, Any]:
 
 
 def _gpu_without_context(index: int) -> dict[str, Any]:
-    """GPU ``index``'s name, count, memory and link from NVML, without a CUDA context in
-    this process; empty without NVML."""
+    """GPU ``index``'s name, memory and link from NVML, without a CUDA context in this
+    process; empty without NVML."""
     found = nvml_handle(index)
     if found is None:
         return {}
@@ -200,7 +200,6 @@ def _gpu_without_context(index: int) -> dict[str, Any]:
         info = {
             "gpu_index": index,
             "gpu_name": name.decode() if isinstance(name, bytes) else str(name),
-            "gpu_count": int(pynvml.nvmlDeviceGetCount()),
             "gpu_memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(h).total / 2**30, 1),
         }
     except Exception:  # noqa: BLE001 - NVML refusing: the fields stay null
@@ -304,7 +303,9 @@ def collect_env(
     env["torch_num_threads"] = torch.get_num_threads()
     if gpu == "nvml":  # is_available() and the NVML queries start no CUDA context
         if torch.cuda.is_available():
-            env.update(cuda_available=True, **_gpu_without_context(device_index or 0))
+            # device_count() honours CUDA_VISIBLE_DEVICES (NVML's count would not)
+            env.update(cuda_available=True, gpu_count=torch.cuda.device_count())
+            env.update(_gpu_without_context(device_index or 0))
         return env
     if gpu and torch.cuda.is_available():
         idx = torch.cuda.current_device() if device_index is None else device_index

@@ -11,7 +11,7 @@ from pathlib import Path
 from h2dlab import datasets, session
 from h2dlab.session import ROOT, resolve_mode
 
-__all__ = ["KERNELSPEC", "NOTEBOOKS", "REPORTED", "build", "workbook"]
+__all__ = ["KERNELSPEC", "NOTEBOOKS", "REPORTED", "TIMING", "build", "workbook"]
 
 NOTEBOOKS = [
     "01-forum-experiment-revisited",
@@ -24,6 +24,9 @@ NOTEBOOKS = [
 REPORTED = NOTEBOOKS[:4]
 #: The kernel the notebooks name in their metadata: the one README's `make install` registers.
 KERNELSPEC = {"display_name": "h2dlab (Python)", "language": "python", "name": "h2dlab"}
+#: ``build`` writes its wall times here, in ``outdir``: ``total_s`` (end to end, a live
+#: recording included), ``record_s``, ``notebooks`` (name -> s), ``workbook_s``.
+TIMING = "report-timing.json"
 
 
 def build(
@@ -59,6 +62,9 @@ def build(
     -------
     int
         0, or 1 when a notebook failed (the error is shown in its HTML page).
+
+    Its wall times, end to end, go to ``outdir/report-timing.json`` (:data:`TIMING`) and to
+    one line on stderr. Each notebook's kernel is shut down before the next one starts.
     """
     import jupytext
     import nbformat
@@ -67,6 +73,8 @@ def build(
 
     from h2dlab.report_html import render
 
+    t_all = time.time()
+    timing: dict = {"started": _now(), "record_s": None, "notebooks": {}, "workbook_s": None, "failed": None}
     # The kernels get their own environment; this process's stays as it was.
     # Figures must reach the notebook whatever backend the caller's environment names.
     kernel_env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
@@ -79,13 +87,15 @@ def build(
         rec = session.Recorded(data if str(data) == session.BUNDLED else Path(data).resolve())  # checks it
         kernel_env["H2DLAB_DATA"] = rec.name if rec.name == session.BUNDLED else str(rec.folder)
     if resolved == "live":  # record this machine once (or find its recording), then every notebook reads it
+        t0 = time.time()
         rec = session.recording(kernel_env.get("H2DLAB_DATA", session.BUNDLED), "live", environ=kernel_env)
         kernel_env["H2DLAB_DATA"] = str(rec.folder)
+        timing["record_s"] = round(time.time() - t0, 1) if rec.made_now else 0.0
     shown = kernel_env.get("H2DLAB_DATA", "each notebook's DATA")
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     names = notebooks or REPORTED
-    t_all = time.time()
+    timing.update(mode=resolved, data=shown)
     kernel = _kernel_name()
     for k, name in enumerate(names, 1):
         src = ROOT / "notebooks" / f"{name}.py"
@@ -100,9 +110,10 @@ def build(
                 kernel_name=kernel,
                 km=_kernel_manager(kernel),
                 resources={"metadata": {"path": str(ROOT / "notebooks")}},
-            ).execute(env=kernel_env)
+            ).execute(env=kernel_env, cleanup_kc=True)  # shut the kernel down here, not at exit
         except CellExecutionError as exc:
             failed = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        timing["notebooks"][name] = round(time.time() - t0, 1)
         if inplace:  # the metadata JupyterLab writes, so that opening a notebook changes nothing
             nb.metadata["jupytext"] = {  # no jupytext version in the .py: Lab would rewrite it
                 "formats": "ipynb,py:percent",
@@ -113,6 +124,8 @@ def build(
         html = render(nb, name)
         datasets.atomic_write(out / f"{name}.html", lambda p, html=html: Path(p).write_text(html))
         if failed:
+            timing["failed"] = name
+            _timing(out, timing, t_all)
             print(
                 f"h2dlab: error: notebook {name} failed ({failed}); the error is shown in "
                 f"{out / (name + '.html')}",
@@ -120,9 +133,34 @@ def build(
             )
             return 1
         print(f"      wrote {out / (name + '.html')} in {time.time() - t0:.0f} s", flush=True)
+    t0 = time.time()
     workbook(out / "h2dlab-tables.xlsx", kernel_env.get("H2DLAB_DATA", session.BUNDLED))
+    timing["workbook_s"] = round(time.time() - t0, 1)
     print(f"wrote {out / 'h2dlab-tables.xlsx'}; all done in {time.time() - t_all:.0f} s")
+    _timing(out, timing, t_all)
     return 0
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _timing(out: Path, timing: dict, t_all: float) -> None:
+    """Write ``out/report-timing.json`` and say the total on stderr (what the wall-time
+    figures in data/README.md quote)."""
+    import json
+
+    timing = {**timing, "finished": _now(), "total_s": round(time.time() - t_all, 1)}
+    text = json.dumps(timing, indent=2) + "\n"
+    datasets.atomic_write(out / TIMING, lambda p: Path(p).write_text(text))
+    rec = f"recording this machine {timing['record_s']:.0f} s, " if timing["record_s"] else ""
+    print(
+        f"h2dlab report: {timing['total_s']:.0f} s end to end ({timing['mode']}; {rec}"
+        f"notebooks {sum(timing['notebooks'].values()):.0f} s); times in {out / TIMING}",
+        file=sys.stderr,
+    )
 
 
 def _kernel_name() -> str:

@@ -67,7 +67,6 @@ def test_gpu_nvml_reads_the_gpu_without_a_cuda_context(monkeypatch):
         nvmlInit=lambda: None,
         nvmlDeviceGetHandleByIndex=lambda i: H(),
         nvmlDeviceGetName=lambda h: b"Synthetic GPU",
-        nvmlDeviceGetCount=lambda: 2,
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 * 2**30),
         nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 4,
         nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 5,
@@ -78,11 +77,12 @@ def test_gpu_nvml_reads_the_gpu_without_a_cuda_context(monkeypatch):
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # starts no context either
 
     def context(*a, **k):
         raise AssertionError("a CUDA context was started")
 
-    for name in ("current_device", "get_device_properties", "device_count", "init", "get_device_name"):
+    for name in ("current_device", "get_device_properties", "init", "get_device_name", "set_device"):
         monkeypatch.setattr(torch.cuda, name, context)
     env = collect_env(gpu="nvml")
     assert (env["gpu_name"], env["gpu_count"], env["gpu_memory_gib"]) == ("Synthetic GPU", 2, 80.0)
@@ -93,8 +93,10 @@ def test_gpu_nvml_reads_the_gpu_without_a_cuda_context(monkeypatch):
 def test_gpu_nvml_without_nvml_leaves_the_gpu_fields_null(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     env = collect_env(gpu="nvml")
-    assert env["cuda_available"] is True and env["gpu_name"] is None and env["gpu_count"] == 0
+    assert env["cuda_available"] is True and env["gpu_name"] is None and env["gpu_count"] == 1
+    assert env["gpu_memory_gib"] is None and env["pcie_gen_max"] is None
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert collect_env(gpu="nvml")["cuda_available"] is False
 
