@@ -165,6 +165,10 @@ def _across(tables: list[tuple[str, Any]]) -> None:
 
 def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Print the comparison (or JSON); exit code 0."""
+    if a.baseline is not None and not a.baseline.strip():
+        raise UsageError(
+            "--baseline is empty: name a strategy (e.g. pinned_reuse), or leave it out for pageable"
+        )
     keep = None if a.strategies is None else [s.strip() for s in a.strategies.split(",") if s.strip()]
     tables = []
     for label, df in load_runs(a.runs):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from h2dlab import datasets
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, refused_in_one_line, run_cli
 
 NO_CUDA = not torch.cuda.is_available()
 
@@ -121,6 +121,15 @@ def test_explain_bad_inputs(tmp_path):
         run_cli("explain", "forum_a100", "--out", str(tmp_path / "x" / "a.csv")), "does not exist"
     )
     _one_line_error(run_cli("explain", "forum_a100", "--out", str(tmp_path / "a.json")), "cannot write")
+
+
+def test_explain_the_bundled_recording_names_what_it_takes(tmp_path, capsys):
+    """`h2dlab explain h200` (the recording's name) was 'unknown dataset'."""
+    line = refused_in_one_line(
+        ["explain", "h200"], ["bundled recording", "h200_sweep", "h200_batch"], capsys, tmp_path
+    )
+    assert str(datasets.DATA_DIR / "h200" / "sweep") in line
+    assert "unknown dataset" not in line
 
 
 def test_explain_writes_annotated_table(tmp_path):

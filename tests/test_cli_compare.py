@@ -73,6 +73,8 @@ def test_compare_baseline_and_refusals():
         (["no_such_dataset"], "unknown dataset"),
         (["h200_sweep:nope"], "no run named 'nope'"),
         (["h200_sweep:pow2", "--sizes", "3KiB"], "nothing to compare"),
+        (["h200_sweep:pow2", "--baseline", ""], "--baseline is empty"),  # was: pageable, silently
+        (["h200_sweep:pow2", "--baseline", "  "], "--baseline is empty"),
     ]:
         r = run_cli("compare", *args)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
