@@ -63,6 +63,7 @@ def timed(fns: dict, reps: int, warmup: int, timer: Timer) -> dict[str, list[flo
 #: copies each chunk over PyTorch's intra-op threads (1 staging thread, or 2 that overlap one
 #: thread's DMA issue with the other's copy); "numpy" copies with each staging thread.
 TUNE_GRID = tuple(("torch", t, c, k) for t in (1, 2) for c in (16, 32, 64) for k in (2, 3)) + (
+    ("torch", 1, 128, 2),  # the 2026-11-30 timeline: small chunks' DMAs ran slowest, 32 MiB beat 8 and 16
     ("numpy", 4, 16, 2),
     ("numpy", 8, 16, 2),
 )

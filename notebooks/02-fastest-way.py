@@ -92,7 +92,27 @@ plots.benchmark(bench);
 display(advice.host_copy_ceiling(bench))
 
 # %% [markdown]
-# ## 5 · The answer: one advice table
+# ## 5 · Where the time of one staged copy goes
+#
+# *What keeps `to_device` below its bounds?* One staged copy from the same run (its size is in the
+# figure's title), with the settings the run tuned, chunk by chunk: each staging thread's slot
+# waits, host copies and DMA hand-overs on the host clock, and each chunk's DMA from CUDA events.
+
+# %% tags=["hide-input"]
+tl = bench.get("timeline_256MiB")
+if tl:
+    plots.staged_timeline(tl, env=bench["env"])
+    display(Markdown(
+        f"{tl['n_chunks']} chunks, {tl['threads']} staging thread(s), engine `{tl['engine']}`: the first DMA "
+        f"started at {tl['first_dma_start_ms']:.2f} ms, the last host copy ended at "
+        f"{tl['last_host_copy_end_ms']:.2f} ms and the last DMA at {tl['last_dma_end_ms']:.2f} ms "
+        f"(wall {tl['wall_ms']:.2f} ms); the DMA engine sat idle {tl['dma_idle_ms']:.2f} ms in between."
+    ))
+else:
+    display(Markdown("This benchmark result has no timeline of a staged copy."))
+
+# %% [markdown]
+# ## 6 · The answer: one advice table
 #
 # *So which way should you use?* The same table as in notebooks 01 and 04 and the README. *Per copy* is the median with its
 # quartiles; *up front* is what a way pays once before its first copy (pinning in place); the
@@ -111,7 +131,7 @@ display(advice.best_way(adv), advice.best_way(adv, copies=100), advice.pin_first
 display(*(advice.best_way(adv, case=case) for case in adv.case.unique()[1:]))
 
 # %% [markdown]
-# ## 6 · Results back to the host: is device → host as fast?
+# ## 7 · Results back to the host: is device → host as fast?
 #
 # *Does the way back cost the same?* Results, logits and checkpoints return with `.cpu()` (into
 # pageable memory) or into a pinned buffer. Four ways back, timed in one run beside two ways there;
@@ -126,7 +146,7 @@ display(findings_transfer.direction_bandwidth(rec.table("d2h")) if rec.has("d2h"
         Markdown("This recording has no device-to-host copies, so this notebook cannot compare the two directions."))
 
 # %% [markdown]
-# ## 7 · Both directions at once: is the link full duplex?
+# ## 8 · Both directions at once: is the link full duplex?
 #
 # *Can a copy in and a copy out share the link without slowing each other?* PCIe sends in both
 # directions at once on separate lanes. Each size below was copied host → device and
@@ -142,7 +162,7 @@ display(findings_transfer.duplex_summary(rec.table("bidir")) if rec.has("bidir")
                  "comes to full duplex."))
 
 # %% [markdown]
-# ## 8 · A batch of many small tensors
+# ## 9 · A batch of many small tensors
 #
 # *What does each extra tensor cost, and which way moves a batch fastest?* A training step moves
 # a batch: many tensors, of equal or mixed sizes. Each method moved the same bytes split into
@@ -159,7 +179,7 @@ display(*(findings_transfer.batch_overhead(batch), findings_transfer.best_batch_
         [Markdown("This recording has no batches of many tensors, so this notebook does not advise on them.")])
 
 # %% [markdown]
-# ## 9 · Several GPUs at once
+# ## 10 · Several GPUs at once
 #
 # *Do several GPUs fed from one host slow each other down?* Feeding several GPUs from one host, the copies compete for host memory bandwidth and, if the
 # GPUs share a switch, for PCIe lanes. `h2dlab measure --gpus 1..2` runs one process per GPU,
@@ -174,7 +194,7 @@ display(factors.concurrency(rec.table("concurrent")) if rec.has("concurrent") el
         Markdown("This recording has no run of several GPUs at once."))
 
 # %% [markdown]
-# ## 10 · Your machine beside the H200 and the A100
+# ## 11 · Your machine beside the H200 and the A100
 #
 # *How does this recording's machine differ from the bundled H200 and the forum's A100?* The same
 # few numbers for each: bandwidth per strategy at the largest common size, the small-copy floor,
