@@ -12,4 +12,6 @@ __all__ = ["SCHEMA_VERSION", "__version__"]
 __version__ = "0.1.0"
 
 # Bumped whenever the measurement method or the table's columns change (pyperf style).
-SCHEMA_VERSION = 2  # 2: direction, n_tensors, page faults, cpu_ms, gc_count, SM clock, GPU procs
+# 2: direction, n_tensors, page faults, cpu_ms, gc_count, SM clock, GPU procs;
+# 3: run_delay_ms, nivcsw, nvcsw, cpu_moved, proc_cpu_ms, issue_ms (scheduler evidence)
+SCHEMA_VERSION = 3

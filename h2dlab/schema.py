@@ -1,8 +1,9 @@
 """The measurement table's schema: its columns, their defaults, and ``validate()``.
 
-Version 1 tables (every bundled dataset) have the ``REQUIRED`` columns; version 2 adds
-the ``ADDED_V2`` columns, which a reader fills with ``DEFAULTS`` when a table lacks them
-or leaves a cell empty (a partial CSV written before the value was known).
+Version 1 tables (the first session's datasets) have the ``REQUIRED`` columns; version 2
+adds the ``ADDED_V2`` columns and version 3 the ``ADDED_V3`` columns (scheduler evidence),
+which a reader fills with ``DEFAULTS`` when a table lacks them or leaves a cell empty (a
+partial CSV written before the value was known).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pandas as pd
 
 __all__ = [
     "ADDED_V2",
+    "ADDED_V3",
     "COLUMNS",
     "DEFAULTS",
     "DIRECTIONS",
@@ -52,13 +54,23 @@ ADDED_V2: dict[str, str] = {
     "sm_clock_mhz": "float",  # NVML SM clock after the copy; NaN if unknown
     "gpu_procs": "float",  # other processes using the GPU; NaN if unknown
 }
+#: Columns schema version 3 adds: how the timing thread fared with the scheduler during
+#: the copy, and when the host had issued it; a table without them reads NaN.
+ADDED_V3: dict[str, str] = {
+    "run_delay_ms": "float",  # time the timing thread waited on a run queue (schedstat); NaN if unknown
+    "nivcsw": "float",  # involuntary context switches of the timing thread (getrusage)
+    "nvcsw": "float",  # voluntary context switches: the thread slept (a lock, I/O, a wait)
+    "cpu_moved": "float",  # 1.0 if the thread ended the copy on another CPU than it began it on
+    "proc_cpu_ms": "float",  # CPU time of every thread of the process (workers, CUDA's threads)
+    "issue_ms": "float",  # host time until the timed call returned, before the final sync
+}
 #: Every stored column and its kind, in the order tables are written.
-COLUMNS: dict[str, str] = {**REQUIRED, **ADDED_V2}
-#: What a missing or empty version 2 cell means.
+COLUMNS: dict[str, str] = {**REQUIRED, **ADDED_V2, **ADDED_V3}
+#: What a missing or empty version 2 or 3 cell means.
 DEFAULTS: dict[str, object] = {
     "direction": "h2d",
     "n_tensors": 1,
-    **{c: np.nan for c, kind in ADDED_V2.items() if kind == "float"},
+    **{c: np.nan for c, kind in {**ADDED_V2, **ADDED_V3}.items() if kind == "float"},
 }
 #: Columns a multi-GPU run adds; optional elsewhere.
 OPTIONAL_COLUMNS: dict[str, str] = {"gpu": "int", "world": "int"}
@@ -149,8 +161,8 @@ def _coerce(out: pd.DataFrame, col: str, kind: str, source: str) -> None:
 def validate(df: pd.DataFrame, *, source: str = "table") -> pd.DataFrame:
     """Check ``df`` against the schema and return a copy with the schema's dtypes.
 
-    Version 1 tables are accepted: missing version 2 columns (and empty version 2
-    cells) take ``DEFAULTS``. Columns outside the schema are kept as they are.
+    Version 1 and 2 tables are accepted: missing version 2 and 3 columns (and empty
+    cells in them) take ``DEFAULTS``. Columns outside the schema are kept as they are.
 
     Parameters
     ----------

@@ -157,7 +157,7 @@ def save(df: pd.DataFrame, path: str | Path, env: dict[str, Any] | None = None) 
     """Write a table (write to a temporary file, then rename: never a half file).
 
     The format follows the extension: .csv, .csv.gz, .parquet or .xlsx. Every
-    ``COLUMNS`` column is written (version 2). With ``env``, the fingerprint is written
+    ``COLUMNS`` column is written (the current schema version). With ``env``, the fingerprint is written
     beside it as ``env_path(path)`` (``<name>.env.json``).
     """
     path = Path(path)

@@ -1,6 +1,8 @@
 """Timing one copy: CUDA events, a synchronised host clock, allocator counters and
-cheap evidence (page faults, the thread's CPU time, GC collections, the GPU's SM clock
-and other processes on the GPU) for explaining a slow copy later.
+cheap evidence (page faults, the thread's CPU time and run-queue wait, context switches,
+CPU migration, the process's CPU time, when the host had issued the copy, GC
+collections, the GPU's SM clock and other processes on the GPU) for explaining a slow
+copy later.
 
 Also which failures a sweep may record and go on from (out of memory) and which
 leave the CUDA context unusable (a CUDA fault), so that the sweep must stop.
@@ -21,6 +23,8 @@ except ImportError:  # not on Windows: page faults stay NaN
 
 import numpy as np
 import torch
+
+from h2dlab.threadstat import sched_state
 
 __all__ = [
     "PROCS_MAX_AGE_S",
@@ -179,8 +183,17 @@ class Timer:
     ``minflt``/``majflt`` (page faults, of the scope :data:`RUSAGE_SCOPE`), ``cpu_ms``
     (CPU time of the *timing thread*: a copy staged by other threads uses CPU that this
     does not count), ``gc_count`` (Python collections that started during the copy),
-    ``sm_clock_mhz`` (NVML, read right after the copy) and ``gpu_procs`` (other
-    processes on the GPU, NVML, re-read at most every :data:`PROCS_MAX_AGE_S` seconds).
+    ``sm_clock_mhz`` (NVML, read right after the copy), ``gpu_procs`` (other
+    processes on the GPU, NVML, re-read at most every :data:`PROCS_MAX_AGE_S` seconds),
+    ``run_delay_ms`` (time the timing thread was ready to run but waited on a run queue,
+    from the scheduler's statistics; NaN where the kernel keeps none), ``nivcsw`` and
+    ``nvcsw`` (involuntary and voluntary context switches, of the scope
+    :data:`RUSAGE_SCOPE`), ``cpu_moved`` (1.0 when the thread ended the copy on another
+    CPU than it began it on), ``proc_cpu_ms`` (CPU time of every thread of this process:
+    staging or worker threads, CUDA's and PyTorch's own) and ``issue_ms`` (host time
+    from the start until the timed call returned, before the final synchronisation: the
+    rest of ``wall_ms`` is the wait for the GPU to finish; the one clock read this adds
+    inside the timed region costs well under a microsecond).
 
     Parameters
     ----------
@@ -201,7 +214,8 @@ class Timer:
     def __call__(self, fn: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
         """Run ``fn`` once; return its result and ``wall_ms``, ``event_ms``, ``host_allocs``,
         ``device_allocs``, ``minflt``, ``majflt``, ``cpu_ms``, ``gc_count``,
-        ``sm_clock_mhz`` and ``gpu_procs``."""
+        ``sm_clock_mhz``, ``gpu_procs``, ``run_delay_ms``, ``nivcsw``, ``nvcsw``,
+        ``cpu_moved``, ``proc_cpu_ms`` and ``issue_ms``."""
         cuda = self.cuda
         # Before CUDA starts (the forum's first copy) there is nothing to wait for, and
         # synchronising would start the context outside the timed region.
@@ -212,16 +226,22 @@ class Timer:
         d0 = device_segment_count(self.dev) if live else (0.0 if cuda else np.nan)
         f0 = resource.getrusage(_WHO) if _WHO is not None else None
         g0 = _GC_STARTS[0]
+        s0 = sched_state()
+        p0 = time.process_time()
         c0 = time.thread_time()
         t0 = self.clock()
+        i0 = t0 if self.clock is time.perf_counter else time.perf_counter()
         if cuda:
             self.start.record()
         out = fn()
+        i1 = time.perf_counter()
         if cuda:
             self.end.record()
             torch.cuda.synchronize(self.dev)
         t1 = self.clock()
         c1 = time.thread_time()
+        p1 = time.process_time()
+        s1 = sched_state()
         g1 = _GC_STARTS[0]
         f1 = resource.getrusage(_WHO) if f0 is not None else None
         rec = {
@@ -235,6 +255,12 @@ class Timer:
             "gc_count": float(g1 - g0),
             "sm_clock_mhz": sm_clock_mhz(self.dev) if cuda else np.nan,
             "gpu_procs": self.gpu_procs() if cuda else np.nan,
+            "run_delay_ms": (s1[0] - s0[0]) / 1e6,
+            "nivcsw": float(f1.ru_nivcsw - f0.ru_nivcsw) if f0 is not None else np.nan,
+            "nvcsw": float(f1.ru_nvcsw - f0.ru_nvcsw) if f0 is not None else np.nan,
+            "cpu_moved": float(s1[1] != s0[1]) if s0[1] == s0[1] and s1[1] == s1[1] else np.nan,
+            "proc_cpu_ms": (p1 - p0) * 1e3,
+            "issue_ms": (i1 - i0) * 1e3,
         }
         return out, rec
 

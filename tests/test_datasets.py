@@ -56,14 +56,14 @@ def test_truncated_parquet(tmp_path):
         datasets.read(p)
 
 
-@pytest.mark.parametrize("version", [99, 3, 0, "2", None, True])
+@pytest.mark.parametrize("version", [99, 4, 0, "2", None, True])
 def test_wrong_schema_version(tmp_path, version):
     p = datasets.save(_synthetic_table(), tmp_path / "t.csv", env={"schema_version": version})
-    with pytest.raises(datasets.SchemaError, match=f"version {version!r}, this h2dlab reads versions 1 to 2"):
+    with pytest.raises(datasets.SchemaError, match=f"version {version!r}, this h2dlab reads versions 1 to 3"):
         datasets.read(p)
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_every_older_schema_version_is_read(tmp_path, version):
     p = datasets.save(_synthetic_table(), tmp_path / "t.csv", env={"schema_version": version})
     back = datasets.read(p)

@@ -53,7 +53,7 @@ def with_value(df: pd.DataFrame, row: int, col: str, value) -> pd.DataFrame:
 # --- version 2 columns and their defaults -----------------------------------------------
 
 
-def test_v2_columns_and_defaults():
+def test_v2_and_v3_columns_and_defaults():
     assert list(schema.COLUMNS)[: len(schema.REQUIRED)] == list(schema.REQUIRED)
     assert list(schema.ADDED_V2) == [
         "direction",
@@ -65,19 +65,37 @@ def test_v2_columns_and_defaults():
         "sm_clock_mhz",
         "gpu_procs",
     ]
-    assert datasets.COLUMNS is schema.COLUMNS
+    assert list(schema.ADDED_V3) == [
+        "run_delay_ms",
+        "nivcsw",
+        "nvcsw",
+        "cpu_moved",
+        "proc_cpu_ms",
+        "issue_ms",
+    ]
+    assert list(schema.COLUMNS) == [*schema.REQUIRED, *schema.ADDED_V2, *schema.ADDED_V3]
+    assert datasets.COLUMNS is schema.COLUMNS and datasets.ADDED_V3 is schema.ADDED_V3
     out = datasets.validate(synthetic())
     assert list(out.columns) == list(datasets.COLUMNS)
     assert (out["direction"] == "h2d").all() and (out["n_tensors"] == 1).all()
     assert out["n_tensors"].dtype == np.int64
-    for c in ("minflt", "majflt", "cpu_ms", "gc_count", "sm_clock_mhz", "gpu_procs"):
+    floats = ("minflt", "majflt", "cpu_ms", "gc_count", "sm_clock_mhz", "gpu_procs", *schema.ADDED_V3)
+    for c in floats:
         assert out[c].dtype == np.float64 and out[c].isna().all(), c
 
 
-def test_schema_version_is_2():
+def test_a_v2_table_reads_with_nan_scheduler_columns():
+    """A schema-2 table (v2 columns, no v3 ones) loads; the v3 columns are NaN."""
+    v2 = synthetic(direction="h2d", n_tensors=1, cpu_ms=[0.5, 0.25, 1.0, 2.0], gpu_procs=0.0)
+    out = datasets.validate(v2)
+    assert out["cpu_ms"].tolist() == [0.5, 0.25, 1.0, 2.0]
+    assert all(out[c].isna().all() for c in schema.ADDED_V3)
+
+
+def test_schema_version_is_3():
     import h2dlab
 
-    assert h2dlab.SCHEMA_VERSION == 2
+    assert h2dlab.SCHEMA_VERSION == 3
 
 
 def test_partial_csv_with_empty_v2_cells_reads_defaults(tmp_path):

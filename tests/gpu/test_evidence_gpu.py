@@ -1,14 +1,19 @@
 """On a real GPU: the Timer's evidence columns are finite and consistent on CUDA rows,
-and a new pinned block shows up as page faults (issue 17's probe)."""
+and a new pinned block shows up as page faults (issue 17's probe); the scheduler columns
+of schema 3 are filled, and ``issue_ms`` separates an asynchronous copy (issued long
+before it ends) from a synchronous one."""
 
 import importlib.util
+import math
 
 import numpy as np
 import torch
 
 from h2dlab.device import empty_host_cache
 from h2dlab.measure import sweep
+from h2dlab.schema import ADDED_V3
 from h2dlab.spec import SweepSpec
+from h2dlab.threadstat import sched_state
 from h2dlab.timing import RUSAGE_SCOPE, Timer
 
 MiB = 1024**2
@@ -49,3 +54,32 @@ def test_a_new_pinned_block_faults_once_per_page():
     if RUSAGE_SCOPE:
         assert cached["minflt"] < 0.05 * 64 * MiB // 4096, cached
     assert np.isfinite(cached["cpu_ms"]) and y.is_pinned()
+
+
+def test_scheduler_columns_on_cuda_rows(tmp_path):
+    spec = SweepSpec(("pinned_reuse", "pageable", "pin_then_copy", "d2h_pageable"), (4096, 64 * MiB),
+                     device="cuda", reps=5, warmup=1)  # fmt: skip
+    df = sweep(spec, out=tmp_path / "s.csv", progress=False)
+    assert (df["error"] == "").all()
+    has_schedstat = not math.isnan(sched_state()[0])
+    if has_schedstat:
+        assert df["run_delay_ms"].notna().all() and df["run_delay_ms"].ge(0).all(), df[
+            "run_delay_ms"
+        ].describe()
+        assert df["cpu_moved"].isin([0.0, 1.0]).all()
+        # a copy runs or waits to run: the run-queue wait fits inside the wall time
+        assert (df["run_delay_ms"] <= df["wall_ms"] + 1.0).all()
+    else:
+        assert df["run_delay_ms"].isna().all() and df["cpu_moved"].isna().all()
+    if RUSAGE_SCOPE:
+        assert df["nivcsw"].ge(0).all() and df["nvcsw"].ge(0).all()
+    # every thread of the process includes the timing thread, read over a wider window
+    assert (df["proc_cpu_ms"] >= df["cpu_ms"] - 0.01).all()
+    assert df["issue_ms"].gt(0).all() and (df["issue_ms"] <= df["wall_ms"]).all()
+    timed = df[~df.warmup & (df.size_bytes == 64 * MiB)].groupby("strategy")
+    issue, wall = timed["issue_ms"].median(), timed["wall_ms"].median()
+    # pinned_reuse is asynchronous: issued in microseconds, then ~1 ms of DMA to wait for
+    assert issue["pinned_reuse"] < 0.5 * wall["pinned_reuse"], (issue, wall)
+    # a pageable copy returns once the driver has staged it: most of it is in the call
+    assert issue["pageable"] > 0.5 * wall["pageable"], (issue, wall)
+    assert set(ADDED_V3) <= set(df.columns)
