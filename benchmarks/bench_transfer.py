@@ -1,16 +1,20 @@
 """h2dlab.transfer.to_device against PyTorch's own ways, and the bounds of any staged copy,
 all measured in one run and one process (except the cudaHostRegister-pinning variant).
 
-    python benchmarks/bench_transfer.py --out benchmarks/results/h200.json --fastpath fastpath.json
+    python3 benchmarks/bench_transfer.py --out $OUT/h200.json --fastpath $OUT/fastpath.json
 
-Every timing is the synchronised host clock around one call (h2dlab's Timer), median of
+(~2 minutes on the 16-core H200 host; benchmarks/README.md says where the outputs go.)
+
+Every timing is the synchronised host clock around one call (bench_staging.WallTimer, the
+timed region of h2dlab's Timer without its evidence reads), median of
 >= 5 repetitions after warm-up, with quartiles, min and max. In order:
 
-1. tuning: Stagers over engines x threads x slot sizes, each at 256 MiB and 1 GiB; the best
-   (equal-bytes rate over both sizes) is used from here on.
+1. tuning: Stagers over engine x threads x slot size x slots per thread (bench_staging's
+   TUNE_GRID), each at 64 MiB, 256 MiB, 1 GiB and 4 GiB, then the best with 8 MiB smallest
+   chunks and on huge pages; the best equal-bytes rate over the sizes is used from here on.
 2. crossover: x.to("cuda") and the staged copy (forced) at every size of the grid, alternating;
    min_bytes = the smallest grid size from which the staged copy beats .to() by MARGIN at
-   every larger size too. Written with the threads and slot size to --fastpath (the file
+   every larger size too. Written with the tuned settings to --fastpath (the file
    h2dlab/fastpath.json ships) and applied in this process.
 3. grid: to_device (as shipped: settings from step 2) against .to() at every size, the two
    alternating; the ratio is the median of per-round ratios (.to() time / to_device time)
@@ -18,12 +22,12 @@ Every timing is the synchronised host clock around one call (h2dlab's Timer), me
    same call, and the ratio must read ~1 with its spread, not one median over another.
 4. fast-path overhead: to_device below its threshold against .to() itself, on a CUDA tensor
    (.to() is then a no-op, so the difference is to_device's own checks).
-5. bounds at 256 MiB, 1 GiB, 4 GiB, with to_device's threads and chunks: host copy alone
+5. bounds at 256 MiB, 1 GiB, 4 GiB, with to_device's settings, 7 reps: host copy alone
    (Stager.host_copy), pinned DMA alone, host copy while a pinned DMA streams on another
    stream, DMA while host copies run; upper = min(host alone, DMA alone), lower = host copy
    under DMA; to_device measured in the same rotation.
 6. repeated copies: a new pageable batch every step, 64 MiB and 1 GiB: Stager, to_device,
-   pin_memory().to(), TensorDict(non_blocking_pin=True), .to().
+   pin_memory().to(), TensorDict(non_blocking_pin=True) (or 'absent' said), .to(); verdicts.
 7. timeline: one 256 MiB copy, per chunk host wait/copy times and DMA start/end (events).
 8. PyTorch's other ways over the grid: pin_then_to, tensordict, pinned_reuse (the PCIe
    peak), and pin_then_to_reg (PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host_register, own
@@ -58,12 +62,11 @@ from bench_analysis import (  # noqa: E402
     report,
     targets,
 )
-from bench_staging import DEV, T0, bounds, log, repeated, src, stats, timed, timeline, tune  # noqa: E402
+from bench_staging import DEV, T0, WallTimer, bounds, log, repeated, src, stats, timed, timeline, tune  # noqa: E402
 
 from h2dlab import stager as stg  # noqa: E402
 from h2dlab import transfer  # noqa: E402
 from h2dlab.env import collect_env  # noqa: E402
-from h2dlab.timing import Timer  # noqa: E402
 from h2dlab.units import parse_size  # noqa: E402
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
@@ -223,7 +226,7 @@ def main(argv=None) -> int:
         return 2
     sizes = [2**k for k in range(int(np.ceil(np.log2(lo))), int(np.log2(hi)) + 1)]
     torch.zeros(1, device=DEV)
-    timer = Timer(DEV)
+    timer = WallTimer(DEV)
     if a.child:
         json.dump(others(sizes, ["pin_then_to"], timer, a), sys.stdout)
         return 0

@@ -90,7 +90,7 @@ def test_dry_run_writes_every_section(bench, fake_cuda, monkeypatch, tmp_path): 
     monkeypatch.setattr(staging, "GIVE_UP", 0.0)  # every setting timed at every size
     for name, value in {
         "DEV": torch.device("cpu"),
-        "Timer": _Timer,
+        "WallTimer": _Timer,
         "collect_env": lambda argv=None: {"gpu_name": "none (CPU dry run)", "command": "dry run"},
         "TUNE_SIZES": (128 * KiB, 256 * KiB, 512 * KiB),
         "TIMELINE_BYTES": 256 * KiB,
@@ -248,3 +248,11 @@ def test_each_target_can_miss(ana, kw, what):
     t = {x["what"]: x for x in ana.targets(_synthetic_results(**kw))}
     assert not t[what]["ok"]
     assert sum(not x["ok"] for x in t.values()) == 1  # and only that one
+
+
+def test_wall_timer_times_the_call_alone(bench):
+    import bench_staging
+
+    t = bench_staging.WallTimer(torch.device("cpu"))
+    out, rec = t(lambda: time.sleep(0.02) or 7)
+    assert out == 7 and set(rec) == {"wall_ms"} and 20 <= rec["wall_ms"] < 200
