@@ -1,11 +1,11 @@
 """``h2dlab record``: the whole recording plan for this machine, into one folder.
 
-Each experiment of :data:`h2dlab.record_plan.PLAN` runs in a fresh process of the
-kit's own CLI (``python -m h2dlab.cli ...`` with the plan's environment), writing
-``<folder>/<kind>/<run>.csv.gz`` and its env.json; ``<folder>/recording.json`` says
-which finished, and ``<folder>/record.log`` keeps what each printed. Ctrl-C or
-SIGTERM stops the experiment in flight after its copy in flight (its rows are kept
-in its partial file) and ``h2dlab record --resume <folder>`` finishes the rest.
+This module is the command line: it picks the experiments of
+:data:`h2dlab.record_plan.PLAN` for this machine (``--quick``, ``--only``, ``--device``),
+prints them (``--dry-run``), starts the folder (``recording.json`` and the folder's own
+env.json) or takes an interrupted one back (``--resume``), and hands it to
+:func:`h2dlab.record_run.record`, which runs each experiment in a fresh process of the
+kit's own CLI, writing ``<folder>/<kind>/<run>.csv.gz`` and its env.json.
 Exit codes: 0 all recorded, 1 an experiment failed (the others still ran), 2 a usage
 mistake, 130 interrupted.
 """
@@ -13,38 +13,20 @@ mistake, 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
-import os
 import re
 import shlex
-import shutil
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from h2dlab.errors import Unavailable, UsageError
 from h2dlab.record_env import note_resume, write_folder_env
-from h2dlab.record_plan import (
-    MANIFEST,
-    Experiment,
-    default_folder,
-    experiment_from_dict,
-    experiments,
-    finished,
-    new_manifest,
-    plan_lines,
-    read_manifest,
-    select,
-    write_manifest,
-)
+from h2dlab.record_folder import MANIFEST, default_folder, new_manifest, read_manifest, write_manifest
+from h2dlab.record_plan import Experiment, experiment_from_dict, experiments, plan_lines, select
+from h2dlab.record_run import EXIT_FAILED, EXIT_INTERRUPTED, record
 
-__all__ = ["add_parser", "run"]
-
-EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "add_parser", "record", "run"]
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -77,7 +59,7 @@ def _gpus(device: str) -> tuple[int, str | None]:
             "this machine has no CUDA GPU: record needs one (use --device cpu for a CPU recording "
             "of the sweep only, or --dry-run to see the plan)"
         )
-    from h2dlab.session import gpu_name
+    from h2dlab.live import gpu_name
 
     name = gpu_name()
     return torch.cuda.device_count(), name
@@ -135,7 +117,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             )
             return 0
         note_resume(folder, command=command, quick=bool(manifest.get("quick")), device=manifest["device"])
-        return _record(folder, manifest)
+        return record(folder, manifest)
     device = str(args.device)
     if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
         raise UsageError(f"unknown device {device!r}: use cuda, cuda:N or cpu")
@@ -171,192 +153,4 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     manifest = new_manifest(runs, quick=args.quick, device=device, gpus=gpus, gpu_name=name, command=command)
     write_manifest(folder, manifest)
     write_folder_env(folder, command=command, quick=args.quick, device=device, gpu_name=name)
-    return _record(folder, manifest)
-
-
-class _Stop:
-    """SIGINT/SIGTERM: remember, and pass the signal on to the experiment in flight."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self.proc: subprocess.Popen | None = None
-
-    def __call__(self, signum, frame) -> None:  # noqa: ARG002
-        first = self.signum is None
-        self.signum = signum
-        if self.proc is not None and self.proc.poll() is None:
-            # the first stop lets the child finish its copy in flight; a second one ends it now
-            self.proc.send_signal(signum if first else signal.SIGINT)
-
-
-class _Progress:
-    """One bar over the estimated seconds (tqdm on a terminal, plain lines otherwise)."""
-
-    def __init__(self, total: float, n: int) -> None:
-        self.total, self.n, self.done, self.what = total, n, 0.0, ""
-        self.bar = None
-        if sys.stderr.isatty():
-            try:
-                from tqdm import tqdm
-
-                self.bar = tqdm(
-                    total=round(total),
-                    unit="s",
-                    ncols=min(shutil.get_terminal_size((100, 20)).columns or 100, 120),
-                    bar_format="{percentage:3.0f}%|{bar}| {desc}",
-                )
-            except ImportError:
-                pass
-
-    def start(self, i: int, r: dict[str, Any]) -> None:
-        left = self.total - self.done
-        self.what = f"[{i}/{self.n}] {r['name']}"
-        if self.bar is not None:
-            self.bar.set_description_str(self.what)
-        else:
-            print(
-                f"[{i}/{self.n}] {r['name']} (est. {r['seconds']:.0f} s; about {left / 60:.1f} min left)",
-                flush=True,
-            )
-
-    def tick(self, elapsed: float, est: float) -> None:
-        if self.bar is not None:
-            at = self.done + min(elapsed, 0.98 * est)  # an experiment over its estimate waits at 98 %
-            left = max(self.total - at, 0)
-            self.bar.n = round(at)
-            self.bar.set_description_str(f"{self.what}, ~{int(left) // 60}:{int(left) % 60:02d} left (est.)")
-
-    def end(self, r: dict[str, Any], what: str) -> None:
-        self.done += r["seconds"]
-        if self.bar is not None:
-            self.bar.n = round(self.done)
-            self.bar.refresh()
-            if r["status"] != "done":
-                self.bar.write(f"{r['name']}: {what}")
-        else:
-            print(f"      {what}", flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _options(cmd: str) -> set[str]:
-    """The option strings the subcommand ``cmd`` accepts (the real parser's)."""
-    from h2dlab.cli import build_parser
-
-    subs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return set(subs.choices[cmd]._option_string_actions) if cmd in subs.choices else set()
-
-
-def _command(r: dict[str, Any], folder: Path) -> list[str]:
-    out = folder / r["kind"] / f"{r['run']}.csv.gz"
-    cmd = [sys.executable, "-m", "h2dlab.cli", *r["args"], "--out", str(out)]
-    opts = _options(r["args"][0])
-    if "--no-progress" in opts:
-        cmd.append("--no-progress")
-    started = out.exists() or Path(f"{out}.partial.csv").exists()
-    if "--resume" in opts and "--gpus" not in r["args"] and started:
-        cmd.append("--resume")  # the run's own resume continues its rows exactly
-    elif started and "--force" in opts:
-        cmd.append("--force")  # an unfinished run that cannot resume starts again (never unasked)
-    return cmd
-
-
-def _tail(log: Path, n: int = 3) -> str:
-    try:
-        lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()]
-    except OSError:
-        return ""
-    return " | ".join(lines[-n:])
-
-
-def _record(folder: Path, manifest: dict[str, Any]) -> int:
-    """Run every experiment of ``manifest`` not yet done; keep recording.json current."""
-    import h2dlab
-    from h2dlab.tableio import read_env
-
-    runs = manifest["experiments"]
-    todo = [r for r in runs if r["status"] != "done"]
-    kit = str(Path(h2dlab.__file__).resolve().parent.parent)  # the children import this very kit
-    base_env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [kit, os.environ.get("PYTHONPATH")])),
-    }
-    base_env.pop("PYTORCH_CUDA_ALLOC_CONF", None)  # the plan says where it applies; none inherited
-    log = folder / "record.log"
-    stop = _Stop()
-    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    bar = _Progress(sum(r["seconds"] for r in todo), len(todo))
-    t_all = time.time()
-    try:
-        for i, r in enumerate(todo, 1):
-            if stop.signum is not None:
-                break
-            out = folder / r["kind"] / f"{r['run']}.csv.gz"
-            out.parent.mkdir(parents=True, exist_ok=True)
-            bar.start(i, r)
-            t0 = time.time()
-            if finished(out):  # finished before the recorder could note it
-                rc = 0
-            else:
-                cmd = _command(r, folder)
-                with open(log, "a") as fh:
-                    fh.write(
-                        f"\n== {r['name']} {time.strftime('%Y-%m-%dT%H:%M:%S')}: {shlex.join(cmd[3:])}\n"
-                    )
-                    fh.flush()
-                    stop.proc = subprocess.Popen(
-                        cmd,
-                        stdout=fh,
-                        stderr=subprocess.STDOUT,
-                        env={**base_env, **r["env"]},
-                        start_new_session=True,
-                    )
-                    while stop.proc.poll() is None:
-                        time.sleep(0.25)
-                        bar.tick(time.time() - t0, r["seconds"])
-                    rc = stop.proc.returncode
-                    stop.proc = None
-            r["wall_s"], r["rc"] = round(time.time() - t0, 1), rc
-            if rc == 0 and finished(out):
-                r["status"] = "done"
-                if manifest.get("device") != "cpu":  # as torch names it (what live mode compares)
-                    manifest["gpu_name"] = (read_env(out) or {}).get("gpu_name") or manifest.get("gpu_name")
-            elif stop.signum is not None or rc in (EXIT_INTERRUPTED, -signal.SIGINT, -signal.SIGTERM):
-                r["status"] = "interrupted"
-                stop.signum = stop.signum or signal.SIGINT
-            else:
-                r["status"] = "failed"
-            manifest["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-            manifest["status"] = "complete" if all(x["status"] == "done" for x in runs) else "incomplete"
-            write_manifest(folder, manifest)
-            bar.end(
-                r,
-                f"done in {r['wall_s']:.0f} s"
-                if r["status"] == "done"
-                else f"{r['status'].upper()} (exit {rc}): {_tail(log)}",
-            )
-    finally:
-        bar.close()
-        for s, h in old.items():
-            signal.signal(s, h)
-    failed = [r["name"] for r in runs if r["status"] == "failed"]
-    done = sum(r["status"] == "done" for r in runs)
-    took = time.time() - t_all
-    if stop.signum is not None:
-        print(
-            f"h2dlab: interrupted: {done} of {len(runs)} experiments recorded in {folder}; "
-            f"finish with: h2dlab record --resume {shlex.quote(str(folder))}",
-            file=sys.stderr,
-        )
-        return EXIT_INTERRUPTED
-    print(f"recorded {done} of {len(runs)} experiments into {folder} in {took:.0f} s", file=sys.stderr)
-    if failed:
-        print(
-            f"h2dlab: error: failed: {', '.join(failed)} (see {log}); retry them with: "
-            f"h2dlab record --resume {shlex.quote(str(folder))}",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
-    return 0
+    return record(folder, manifest)

@@ -1,10 +1,11 @@
-"""The one recording plan: every experiment a recording holds, and its manifest.
+"""The one recording plan: every experiment a recording holds.
 
 ``PLAN`` is the table ``h2dlab record`` runs (and that the bundled H200 data was made
 by): one :class:`Experiment` per run, each the kit's own CLI in a fresh process.
 ``experiments(quick=..., gpus=...)`` picks the rows and arguments for one recording.
 A recording folder holds ``<kind>/<run>.csv.gz`` (+ its env.json) per experiment and
-``recording.json`` (:data:`MANIFEST`): the machine, the date, the plan it ran and which
+``recording.json`` (:data:`MANIFEST`; :mod:`h2dlab.record_folder` reads and writes it,
+and its names are re-exported here): the machine, the date, the plan it ran and which
 experiments finished. No torch here: the plan is read on machines without CUDA too.
 
 Estimated seconds come from the bundled H200 recordings themselves (each table's
@@ -15,13 +16,9 @@ the gap between consecutive recorded runs' dates beyond their ``t_s``).
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
-import platform
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from h2dlab.units import FORUM_SEQS, forum_nbytes
@@ -52,8 +49,6 @@ __all__ = [
 #: 2: the full plan's forum-grid sweeps thinned (sweep/forum-sizes every third forum size,
 #: the pin_then_copy allocator runs every other one) to fit 7.5 minutes on an H200.
 PLAN_VERSION = 2
-#: The file that makes a folder a recording.
-MANIFEST = "recording.json"
 #: What a recording may hold, in reading order; each kind is a sub-folder.
 KINDS = ("forum", "sweep", "allocator", "overlap", "concurrent", "d2h", "bidir", "batch")
 #: ``--quick`` caps the forum grid here: 73 of its 210 sizes, up to 135.4 MiB, which
@@ -271,25 +266,6 @@ def show_args(args: list[str] | tuple[str, ...]) -> str:
     return " ".join(out)
 
 
-def read_manifest(folder: str | Path) -> dict[str, Any] | None:
-    """The recording.json of ``folder``, or None if it has none (or an unreadable one)."""
-    p = Path(folder) / MANIFEST
-    try:
-        return json.loads(p.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def write_manifest(folder: str | Path, manifest: Mapping[str, Any]) -> Path:
-    """Write recording.json atomically (a reader never sees half a file)."""
-    from h2dlab.tableio import atomic_write
-
-    p = Path(folder) / MANIFEST
-    text = json.dumps(manifest, indent=2, default=str) + "\n"
-    atomic_write(p, lambda q: Path(q).write_text(text))
-    return p
-
-
 def plan_lines(runs: list[dict[str, Any]], gpus: int, device: str) -> list[str]:
     """``--dry-run``'s lines: each run (as stored in recording.json) with its estimate, then the total."""
     lines = []
@@ -305,54 +281,13 @@ def plan_lines(runs: list[dict[str, Any]], gpus: int, device: str) -> list[str]:
     return lines
 
 
-def default_folder(gpu_name: str | None, root: str | Path | None = None) -> Path:
-    """A new recording's folder: ``<root>/<host>-<gpu>-<date>`` (``-2``, ``-3`` ... when taken);
-    ``root`` defaults to ``datasets.runs_dir()``."""
-    from h2dlab.datasets import runs_dir
-
-    root = Path(root) if root is not None else runs_dir()
-    slug = re.sub(r"[^a-z0-9]+", "-", f"{platform.node()}-{gpu_name or 'cpu'}".lower()).strip("-")
-    base = root / f"{slug}-{_dt.date.today().isoformat()}"
-    folder, k = base, 1
-    while folder.exists():
-        k += 1
-        folder = base.with_name(f"{base.name}-{k}")
-    return folder
-
-
-def finished(table: str | Path) -> bool:
-    """Whether the table at ``table`` is a whole run: it exists and its env.json does not
-    say it was stopped early (``measured_rows`` < ``planned_rows``, as a stopped run keeps)."""
-    from h2dlab.tableio import read_env
-
-    p = Path(table)
-    if not p.exists():
-        return False
-    env = read_env(p) or {}
-    measured, planned = env.get("measured_rows"), env.get("planned_rows")
-    return measured is None or planned is None or int(measured) >= int(planned)
-
-
-def new_manifest(
-    runs: list[dict[str, Any]], *, quick: bool, device: str, gpus: int, gpu_name: str | None, command: str
-) -> dict[str, Any]:
-    """A new recording's recording.json: the machine, the date and every run to make
-    (each as :meth:`Experiment.to_dict` plus ``name`` and ``status``)."""
-    from h2dlab import __version__
-
-    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    return {
-        "format": 1,
-        "plan_version": PLAN_VERSION,
-        "quick": bool(quick),
-        "device": device,
-        "hostname": platform.node(),
-        "gpu_name": gpu_name,
-        "gpu_count": gpus,
-        "created": now,
-        "updated": now,
-        "h2dlab_version": __version__,
-        "command": command,
-        "status": "incomplete",
-        "experiments": runs,
-    }
+# The recording folder's functions live in h2dlab.record_folder; re-exported here, where
+# they were first (imported last: record_folder reads PLAN_VERSION from this module).
+from h2dlab.record_folder import (  # noqa: E402
+    MANIFEST,
+    default_folder,
+    finished,
+    new_manifest,
+    read_manifest,
+    write_manifest,
+)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from h2dlab import datasets, session
+from h2dlab import datasets, live, session
 from h2dlab.errors import UsageError
 from h2dlab.record_plan import MANIFEST, write_manifest
 
@@ -170,7 +170,7 @@ def live_box(tmp_path, monkeypatch):
     """Live mode on a pretend GPU machine 'box' (no CUDA needed): runs folder in tmp_path."""
     monkeypatch.setattr(session, "resolve_mode", lambda mode, env=None: "live")
     monkeypatch.setattr(session, "this_machine", lambda: {"hostname": "box", "gpu_name": "NVIDIA Synthetic"})
-    monkeypatch.setattr(session.subprocess, "Popen", _FakePopen)
+    monkeypatch.setattr(live.subprocess, "Popen", _FakePopen)  # the recorder runs from h2dlab.live
     monkeypatch.setenv("H2DLAB_RUNS", str(tmp_path / "runs"))
     _FakePopen.calls = []
     _FakePopen.template = _folder_recording(tmp_path / "t", status="incomplete")
