@@ -148,7 +148,8 @@ def fmt_bytes(n: float, *, compact: bool = False) -> str:
         Below 1 KiB, in bytes (``'512 B'``).
     """
     for unit, div in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= div:
+        # also where the next unit down would print 1024.00 (1023.995 MiB is 1.00 GiB)
+        if n >= div or (not compact and div > 1024 and float(f"{n / (div // 1024):.2f}") >= 1024):
             v = n / div
             if compact:
                 return f"{v:g} {unit}"

@@ -305,3 +305,58 @@ def test_host_alloc_growth_quotes_the_page_faults_where_measured():
     assert e.at[12, "evidence"].endswith(
         "so the host allocator called cudaHostAlloc; 524288 page faults came with it (1.00 per 4 KiB page of the block)"
     )
+
+
+# --- the episode search, on residuals given directly -------------------------------------
+
+LOG_125 = float(np.log(1.25))
+
+
+def episode_rows(residuals):
+    """explain() of a synthetic run whose detect() columns are given (every copy expected
+    to take 1 ms, took exp(residual) ms, none flagged), so only the episode search acts:
+    the rows it puts in an episode."""
+    r = np.asarray(residuals, float)
+    df = pin_run_without_counters([1024] * len(r), slow_at=[])
+    df = df.assign(wall_ms=np.exp(r), expected_ms=1.0, robust_z=0.0, is_outlier=False)
+    e = outliers.explain(df)
+    assert e["cause"].eq("").all()  # nothing flagged, nothing explained
+    return list(e.index[e["episode"] >= 0])
+
+
+@pytest.mark.parametrize(
+    "residuals,rows",
+    [
+        # 8 rows (twice the shortest episode) can hold one; a row below the threshold
+        # inside the stretch stays in it
+        ([0, 0, 0, 0, 2, 0.4, 2, 2], [4, 5, 6, 7]),
+        # 7 rows are too few to look in
+        ([0, 0, 0, 2, 2, 2, 2], []),
+        # 2 rows: too few for the change-point search, and no error
+        ([0, 2], []),
+        # a much faster copy inside a slow stretch does not split it (residuals are
+        # clipped at -10 noise scales before the change-point search)
+        ([0] * 4 + [0.5, 0.5, -3, 0.5, 0.5] + [0] * 8, [4, 5, 6, 7, 8]),
+        # noise scale 0.148 (MAD of +-0.1 and 0): rows 3.7 noise scales slow are slow
+        ([0, 0.1, 0, -0.1] * 8 + [0.55] * 12, list(range(32, 44))),
+        # in quiet data the floor is 1.25x: exactly 1.25x is not slow, a little more is
+        ([0] * 8 + [LOG_125] * 4, []),
+        ([0] * 8 + [LOG_125 * 1.001] * 4, [8, 9, 10, 11]),
+    ],
+)
+def test_episode_search_on_given_residuals(residuals, rows):
+    assert episode_rows(residuals) == rows
+
+
+def test_summary_counts_flagged_rows_per_run_strategy_and_cause():
+    df = growth_run(slow_at=[8, 12, 16, 17])
+    both = [df, df.assign(strategy="pinned_reuse"), df.assign(run_id="synthetic-pin-b")]
+    s = outliers.summary(outliers.explain(pd.concat(both, ignore_index=True)))
+    # pinned_reuse does not pin per copy: no block to grow, so its 4 slow rows are unexplained
+    assert s.to_dict("records") == [
+        {"run_id": "synthetic-pin", "strategy": "pin_memory", "cause": "host_alloc_growth", "rows": 1},
+        {"run_id": "synthetic-pin", "strategy": "pin_memory", "cause": "unexplained", "rows": 3},
+        {"run_id": "synthetic-pin", "strategy": "pinned_reuse", "cause": "unexplained", "rows": 4},
+        {"run_id": "synthetic-pin-b", "strategy": "pin_memory", "cause": "host_alloc_growth", "rows": 1},
+        {"run_id": "synthetic-pin-b", "strategy": "pin_memory", "cause": "unexplained", "rows": 3},
+    ]

@@ -4,6 +4,7 @@ import dataclasses
 import json
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -180,3 +181,80 @@ def test_fmt_bytes_examples():
     assert fmt_bytes(1536) == "1.50 KiB" and fmt_bytes(1536, compact=True) == "1.5 KiB"
     assert fmt_bytes(2**26) == "64 MiB" == fmt_bytes(2**26, compact=True)
     assert fmt_bytes(512) == "512 B" and fmt_bytes(3 * 2**30) == "3 GiB"
+    # two places that round up to the next unit print in it (was '1024.00 MiB'); bytes never round
+    assert fmt_bytes(1_073_736_582) == "1.00 GiB" and fmt_bytes(1_073_736_000) == "1023.99 MiB"
+    assert fmt_bytes(2**20 - 5) == "1.00 MiB" and fmt_bytes(1023) == "1023 B"
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"seqs": ()}, "seqs, when given, must name at least one seq"),
+        ({"seqs": (0,)}, "a seq must be at least 1, got 0"),
+        ({"seqs": (3, 5, 3)}, "seqs name a seq twice: each seq is measured once"),
+        ({"device": "cpu:0"}, "unknown device 'cpu:0': use cpu, cuda or cuda:N"),
+        ({"seed": 2**64}, "seed 18446744073709551616 does not fit in 64 bits"),
+    ],
+)
+def test_forum_spec_refuses_with_the_whole_message(kwargs, message):
+    with pytest.raises(UsageError) as info:
+        ForumSpec(**kwargs)
+    assert str(info.value).startswith(message)
+
+
+def test_forum_spec_keeps_seqs_as_a_tuple_and_the_device_as_text():
+    s = ForumSpec(seqs=[5, 2], device=torch.device("cuda", 1))
+    assert s.seqs == (5, 2) and type(s.seqs) is tuple
+    assert s.device == "cuda:1" and type(s.device) is str
+    assert s.to_dict() == {
+        "kind": "forum",
+        "order": "ascending",
+        "seed": 0,
+        "seqs": [5, 2],
+        "device": "cuda:1",
+    }
+    assert s.resolved(torch.device("cuda", 0)) == ForumSpec(seqs=(5, 2), device="cuda:0")
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"size_bytes": 0}, "size_bytes must be at least 1, got 0"),
+        ({"size_bytes": 2.0}, "size_bytes must be a whole number, not 2.0"),
+        ({"reps": 0}, "reps must be at least 1, got 0"),
+        ({"reps": 100_001}, "reps must be at most 100000, got 100001"),
+        ({"device": "tpu"}, "unknown device 'tpu'"),
+    ],
+)
+def test_overlap_spec_refuses_with_the_whole_message(kwargs, message):
+    with pytest.raises(UsageError) as info:
+        OverlapSpec(**kwargs)
+    assert str(info.value).startswith(message)
+
+
+def test_overlap_spec_takes_its_bounds_and_keeps_the_device_as_text():
+    low = OverlapSpec(size_bytes=1, reps=1, device=torch.device("cuda", 0))
+    assert (low.size_bytes, low.reps, low.device) == (1, 1, "cuda:0") and type(low.device) is str
+    assert OverlapSpec(reps=100_000).reps == 100_000
+
+
+@pytest.mark.parametrize("d,shown", [({"kind": "timeline"}, "'timeline'"), ({}, "None")])
+def test_spec_from_dict_names_the_kind_it_does_not_know(d, shown):
+    with pytest.raises(UsageError) as info:
+        spec_from_dict(d)
+    assert str(info.value) == f"not a run spec of a known kind: {shown}"
+
+
+def test_planned_rows_and_estimated_hours():
+    """Copies per size: warm-ups plus reps (reps_large from 1 GiB on); every copy at
+    FLOOR_GBPS = 1 GB/s plus 10 us."""
+    s = SweepSpec(("pageable", "staged"), (2**30 - 64, 2**30), device="cpu", reps=10, warmup=1, reps_large=2)
+    assert s.planned_rows() == 2 * (11 + 3)
+    assert s.planned_rows(5) == 5 * (11 + 3)
+    one = 11 * ((2**30 - 64) / 1e9 + 1e-5) + 3 * (2**30 / 1e9 + 1e-5)
+    assert s.estimated_hours() == pytest.approx(2 * one / 3600, rel=1e-12)
+    assert s.estimated_hours(3) == pytest.approx(3 * one / 3600, rel=1e-12)
+    every = len(strategies.names())
+    assert SweepSpec(sizes=(1024,), device="cpu", reps=1, warmup=0).planned_rows() == every
+    unnamed = SweepSpec(sizes=(10**9,), device="cpu", reps=1, warmup=0)
+    assert unnamed.estimated_hours() == pytest.approx(every * (1.0 + 1e-5) / 3600, rel=1e-12)
