@@ -62,6 +62,7 @@ ADDED_V3: dict[str, str] = {
     "nvcsw": "float",  # voluntary context switches: the thread slept (a lock, I/O, a wait)
     "cpu_moved": "float",  # 1.0 if the thread ended the copy on another CPU than it began it on
     "proc_cpu_ms": "float",  # CPU time of every thread of the process (workers, CUDA's threads)
+    "proc_faults": "float",  # page faults (minor + major) of every thread of the process
     "issue_ms": "float",  # host time until the timed call returned, before the final sync
 }
 #: Every stored column and its kind, in the order tables are written.

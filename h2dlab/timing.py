@@ -190,7 +190,9 @@ class Timer:
     ``nvcsw`` (involuntary and voluntary context switches, of the scope
     :data:`RUSAGE_SCOPE`), ``cpu_moved`` (1.0 when the thread ended the copy on another
     CPU than it began it on), ``proc_cpu_ms`` (CPU time of every thread of this process:
-    staging or worker threads, CUDA's and PyTorch's own) and ``issue_ms`` (host time
+    staging or worker threads, CUDA's and PyTorch's own), ``proc_faults`` (minor plus
+    major page faults of every thread of this process: PyTorch's parallel copy into a
+    pinned block faults in its worker threads, which ``minflt`` does not see) and ``issue_ms`` (host time
     from the start until the timed call returned, before the final synchronisation: the
     rest of ``wall_ms`` is the wait for the GPU to finish; the one clock read this adds
     inside the timed region costs well under a microsecond).
@@ -215,7 +217,7 @@ class Timer:
         """Run ``fn`` once; return its result and ``wall_ms``, ``event_ms``, ``host_allocs``,
         ``device_allocs``, ``minflt``, ``majflt``, ``cpu_ms``, ``gc_count``,
         ``sm_clock_mhz``, ``gpu_procs``, ``run_delay_ms``, ``nivcsw``, ``nvcsw``,
-        ``cpu_moved``, ``proc_cpu_ms`` and ``issue_ms``."""
+        ``cpu_moved``, ``proc_cpu_ms``, ``proc_faults`` and ``issue_ms``."""
         cuda = self.cuda
         # Before CUDA starts (the forum's first copy) there is nothing to wait for, and
         # synchronising would start the context outside the timed region.
@@ -224,6 +226,7 @@ class Timer:
             torch.cuda.synchronize(self.dev)
         h0 = host_alloc_count() if live else (0.0 if cuda else np.nan)
         d0 = device_segment_count(self.dev) if live else (0.0 if cuda else np.nan)
+        q0 = resource.getrusage(resource.RUSAGE_SELF) if _WHO is not None else None
         f0 = resource.getrusage(_WHO) if _WHO is not None else None
         g0 = _GC_STARTS[0]
         s0 = sched_state()
@@ -244,6 +247,7 @@ class Timer:
         s1 = sched_state()
         g1 = _GC_STARTS[0]
         f1 = resource.getrusage(_WHO) if f0 is not None else None
+        q1 = resource.getrusage(resource.RUSAGE_SELF) if q0 is not None else None
         rec = {
             "wall_ms": (t1 - t0) * 1e3,
             "event_ms": self.start.elapsed_time(self.end) if cuda else np.nan,
@@ -260,6 +264,9 @@ class Timer:
             "nvcsw": float(f1.ru_nvcsw - f0.ru_nvcsw) if f0 is not None else np.nan,
             "cpu_moved": float(s1[1] != s0[1]) if s0[1] == s0[1] and s1[1] == s1[1] else np.nan,
             "proc_cpu_ms": (p1 - p0) * 1e3,
+            "proc_faults": (
+                float(q1.ru_minflt + q1.ru_majflt - q0.ru_minflt - q0.ru_majflt) if q0 is not None else np.nan
+            ),
             "issue_ms": (i1 - i0) * 1e3,
         }
         return out, rec

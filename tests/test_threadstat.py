@@ -1,7 +1,7 @@
 """The scheduler evidence of schema 3 on the CPU: the /proc parsers (property tests), and
-the Timer's run_delay_ms, nivcsw, nvcsw, cpu_moved, proc_cpu_ms and issue_ms on events
-this test makes happen (a CPU shared with a busy process, a sleep, a forced move to
-another CPU, a busy worker thread)."""
+the Timer's run_delay_ms, nivcsw, nvcsw, cpu_moved, proc_cpu_ms, proc_faults and issue_ms
+on events this test makes happen (a CPU shared with a busy process, a sleep, a forced
+move to another CPU, a busy worker thread, a worker thread touching new memory)."""
 
 import math
 import os
@@ -22,7 +22,7 @@ from h2dlab.threadstat import parse_cpu, parse_run_delay_ns, sched_state
 from h2dlab.timing import RUSAGE_SCOPE, Timer
 
 CPU = torch.device("cpu")
-SCHED = ("run_delay_ms", "nivcsw", "nvcsw", "cpu_moved", "proc_cpu_ms", "issue_ms")
+SCHED = ("run_delay_ms", "nivcsw", "nvcsw", "cpu_moved", "proc_cpu_ms", "proc_faults", "issue_ms")
 HAS_SCHEDSTAT = not math.isnan(sched_state()[0])
 HAS_AFFINITY = hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2
 needs_schedstat = pytest.mark.skipif(
@@ -170,6 +170,24 @@ def test_proc_cpu_ms_counts_other_threads_of_the_process():
 
     _, rec = Timer(CPU)(with_worker)
     assert rec["cpu_ms"] < 10 and rec["proc_cpu_ms"] >= rec["cpu_ms"] + 5, rec
+
+
+@pytest.mark.skipif(RUSAGE_SCOPE != "thread", reason="needs per-thread getrusage")
+def test_proc_faults_counts_faults_in_other_threads():
+    """A worker touches fresh memory: the timing thread's minflt misses it, proc_faults not."""
+
+    def touch():
+        a = np.empty(32 * 2**20, dtype=np.uint8)  # fresh mmap: first touch faults
+        a[::4096] = 1
+
+    def with_worker():
+        t = threading.Thread(target=touch)
+        t.start()
+        t.join()
+
+    _, rec = Timer(CPU)(with_worker)
+    # 8 192 pages of 4 KiB; with transparent huge pages as few as 16 faults
+    assert rec["proc_faults"] >= 16 and rec["proc_faults"] >= rec["minflt"] + 16, rec
 
 
 def test_issue_ms_reads_the_real_clock_and_leaves_a_fake_wall_clock_alone():

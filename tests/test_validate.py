@@ -71,6 +71,7 @@ def test_v2_and_v3_columns_and_defaults():
         "nvcsw",
         "cpu_moved",
         "proc_cpu_ms",
+        "proc_faults",
         "issue_ms",
     ]
     assert list(schema.COLUMNS) == [*schema.REQUIRED, *schema.ADDED_V2, *schema.ADDED_V3]

@@ -73,6 +73,8 @@ def test_scheduler_columns_on_cuda_rows(tmp_path):
         assert df["run_delay_ms"].isna().all() and df["cpu_moved"].isna().all()
     if RUSAGE_SCOPE:
         assert df["nivcsw"].ge(0).all() and df["nvcsw"].ge(0).all()
+        # every thread's faults, read over a wider window, include the timing thread's
+        assert (df["proc_faults"] >= df["minflt"] + df["majflt"]).all()
     # every thread of the process includes the timing thread, read over a wider window
     assert (df["proc_cpu_ms"] >= df["cpu_ms"] - 0.01).all()
     assert df["issue_ms"].gt(0).all() and (df["issue_ms"] <= df["wall_ms"]).all()
