@@ -193,3 +193,29 @@ def test_folder_env_without_one_is_written_on_resume(tmp_path):
         write_folder_env(tmp_path, command="h2dlab record", quick=False, device="tpu")
     (tmp_path / "env.json").write_text("[1, 2]")  # not an object: as if absent
     assert read_folder_env(tmp_path) is None
+
+
+def test_a_cuda_recording_starts_its_env_json_without_a_cuda_context(tmp_path, monkeypatch):
+    """The CUDA path's folder env.json on a CPU machine: a pretend GPU machine whose NVML is
+    missing, experiments not run. The GPU's name comes from nvidia-smi's (here: given) and no
+    torch call that starts a context is made (they would raise)."""
+    import torch
+
+    from h2dlab import cli_record
+
+    monkeypatch.setattr(cli_record, "_gpus", lambda device: (1, "NVIDIA Synthetic"))
+    monkeypatch.setattr(cli_record, "record", lambda folder, manifest: 0)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for name in ("current_device", "get_device_properties", "init", "set_device"):
+        monkeypatch.setattr(torch.cuda, name, lambda *a, **k: pytest.fail("a CUDA context was started"))
+    monkeypatch.setenv("H2DLAB_GIT_COMMIT", COMMIT)
+    folder = tmp_path / "gpu-rec"
+    argv = ["record", "--quick", "--only", "overlap", "--out", str(folder)]
+    assert cli.main(argv) == 0
+    env = json.loads((folder / "env.json").read_text())
+    assert env["command"] == f"h2dlab record --quick --only overlap --out {folder}"
+    assert (env["device"], env["quick"], env["cuda_available"], env["gpu_count"]) == ("cuda", True, True, 1)
+    assert env["gpu_name"] == "NVIDIA Synthetic" and env["git_commit"] == COMMIT
+    assert read_manifest(folder)["command"] == env["command"]
