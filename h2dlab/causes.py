@@ -3,11 +3,12 @@ row, each giving a cause from ``CAUSES`` and an evidence sentence that quotes th
 
 Rules with direct evidence come first, in this order: ``context_init``,
 ``host_alloc_growth``, ``device_alloc`` (allocator counters), then the per-copy evidence
-of table schema 2 — ``page_faults``, ``host_preempted``, ``gc_pause``, ``gpu_shared``,
-``gpu_clock_low``. A column a table does not have (older tables) or a NaN in it (not
-measured) makes its rule unavailable, never a guess. Every rule compares the row with its
-neighbours (same run and strategy, or same run for the GPU's state), so a condition that
-holds for every copy of a run does not explain one slow copy.
+of table schemas 2 and 3 (``h2dlab.causes_evidence``) — ``page_faults``,
+``host_preempted``, ``host_blocked``, ``gc_pause``, ``gpu_shared``, ``gpu_clock_low``. A
+column a table does not have (older tables) or a NaN in it (not measured) makes its rule
+unavailable, never a guess. Every rule compares the row with its neighbours (same run
+and strategy, or same run for the GPU's state), so a condition that holds for every copy
+of a run does not explain one slow copy.
 """
 
 from __future__ import annotations
@@ -15,10 +16,25 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from h2dlab.causes_evidence import (
+    CLOCK_LOW,
+    EXPLAINED_SHARE,
+    FAULT_SHARE,
+    HOST_BOUND_SHARE,
+    MIN_EXTRA_FAULTS,
+    PAGE_BYTES,
+    PREEMPTED_SHARE,
+    evidence_cause,
+    finite,
+    ruled_out,
+    slow_text,
+)
+
 __all__ = [
     "CAUSES",
     "CLOCK_LOW",
     "CONTEXT_INIT_MS",
+    "EXPLAINED_SHARE",
     "FAULT_SHARE",
     "HOST_BOUND_SHARE",
     "MIN_EXTRA_FAULTS",
@@ -37,7 +53,11 @@ CAUSES: dict[str, str] = {
     "host_alloc_growth": "the pinned request outgrew every cached block, so cudaHostAlloc ran",
     "device_alloc": "the copy waited on new device segments (cudaMalloc), e.g. after empty_cache()",
     "page_faults": "the kernel was mapping host memory: many more page faults than its neighbours",
-    "host_preempted": "the timing thread was off the CPU: wall time far above its CPU time",
+    "host_preempted": (
+        "the timing thread waited to run while another task had its CPU (its run-queue wait; in "
+        "tables without it, wall time far above its CPU time)"
+    ),
+    "host_blocked": "the timing thread slept during the copy (a lock, the kernel, another thread)",
     "gc_pause": "Python's garbage collector ran during the copy",
     "gpu_shared": "other processes used the GPU during the copy, more than during its neighbours",
     "gpu_clock_low": "the GPU's SM clock was well below the run's median",
@@ -48,19 +68,6 @@ CAUSES: dict[str, str] = {
 #: A first operation this slow (ms) is context start-up, not an ordinary spike.
 CONTEXT_INIT_MS = 50.0
 PINNING_STRATEGIES = ("pin_memory", "pin_then_copy")
-#: Page-fault granularity: one minor fault maps one 4 KiB page.
-PAGE_BYTES = 4096
-#: page_faults: at least this many faults above the neighbours' rate ...
-MIN_EXTRA_FAULTS = 8
-#: ... and at least this share of the payload's pages.
-FAULT_SHARE = 0.05
-#: host_preempted applies to host-bound copies: the strategy's copies usually spend at
-#: least this share of their wall time on the CPU ...
-HOST_BOUND_SHARE = 0.5
-#: ... and this copy spent at most this share of the usual one on the CPU (wall >= 2x CPU).
-PREEMPTED_SHARE = 0.5
-#: gpu_clock_low: the SM clock at most this share of the run's median.
-CLOCK_LOW = 0.8
 
 
 def group_columns(df: pd.DataFrame) -> list[str]:
@@ -79,10 +86,14 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     Returns a frame on ``df``'s index: ``first_order`` (the run's first ``order``),
     ``bucket`` (log2 of the pinned block a request rounds up to) and ``new_bucket`` (no
     earlier row of its group needed that block), ``dev_typ`` (median new device segments
-    of its group: same ``group_columns``), ``faults`` (minor + major), ``fault_typ``
-    (median faults per 4 KiB page of the payload), ``cpu_share`` (cpu_ms / wall_ms) and
-    ``cpu_typ`` (its median), ``gc_typ``, and per run ``clock_med`` and ``procs_med``.
-    Medians are over timed rows (no warm-up, no error); NaN where unmeasured.
+    of its group: same ``group_columns``), ``faults`` (minor + major: of every thread of
+    the process where the table has ``proc_faults``, else of the timing thread),
+    ``fault_typ`` (median faults per 4 KiB page of the payload), ``cpu_share`` (cpu_ms /
+    wall_ms) and ``cpu_typ`` (its median), ``gc_typ``, per run ``clock_med`` and
+    ``procs_med``, and from schema 3 the medians of ``rd_typ`` (run_delay_ms / wall_ms),
+    ``blocked_typ`` (time asleep, wall - CPU - run delay, / wall_ms) and ``issue_typ``
+    (issue_ms / wall_ms). Medians are over timed rows (no warm-up, no error); NaN where
+    unmeasured.
     """
     ctx = pd.DataFrame(index=df.index)
     ctx["first_order"] = df.groupby("run_id", sort=False)["order"].transform("min")
@@ -98,11 +109,18 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     minflt, majflt = _col(df, "minflt"), _col(df, "majflt")
     ctx["faults"] = minflt.fillna(0) + majflt.fillna(0)
     ctx.loc[minflt.isna() & majflt.isna(), "faults"] = np.nan
+    proc_faults = _col(df, "proc_faults")
+    ctx["faults"] = proc_faults.where(proc_faults.notna(), ctx["faults"])
     pages = np.maximum(df["size_bytes"].astype(float) / PAGE_BYTES, 1.0)
     ctx["fault_typ"] = (ctx["faults"] / pages).where(timed).groupby(by, sort=False).transform("median")
     ctx["cpu_share"] = _col(df, "cpu_ms") / df["wall_ms"].astype(float)
     ctx["cpu_typ"] = ctx["cpu_share"].where(timed).groupby(by, sort=False).transform("median")
     ctx["gc_typ"] = _col(df, "gc_count").where(timed).groupby(by, sort=False).transform("median")
+    wall = df["wall_ms"].astype(float)
+    rd = _col(df, "run_delay_ms")
+    asleep = np.maximum(wall - _col(df, "cpu_ms") - rd, 0.0)  # NaN stays NaN
+    for name, part in (("rd_typ", rd), ("blocked_typ", asleep), ("issue_typ", _col(df, "issue_ms"))):
+        ctx[name] = (part / wall).where(timed).groupby(by, sort=False).transform("median")
     run = df["run_id"]
     ctx["clock_med"] = _col(df, "sm_clock_mhz").where(timed).groupby(run, sort=False).transform("median")
     ctx["procs_med"] = _col(df, "gpu_procs").where(timed).groupby(run, sort=False).transform("median")
@@ -112,15 +130,6 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
 def _mib(n: float) -> str:
     v = n / 2**20
     return f"{v:.2f} MiB" if v < 1024 else f"{v / 1024:.2f} GiB"
-
-
-def _slow(row: pd.Series, val: float) -> str:
-    exp = row["expected_ms"]
-    return f"{val:.2f} ms where {exp:.2f} ms was expected ({val / exp:.1f}x)"
-
-
-def _fin(x: float) -> bool:
-    return x is not None and np.isfinite(x)
 
 
 def specific_cause(row: pd.Series, ctx: pd.Series, val: float) -> tuple[str, str] | None:
@@ -141,7 +150,7 @@ def specific_cause(row: pd.Series, ctx: pd.Series, val: float) -> tuple[str, str
         ``(cause, evidence)``.
     """
     exp = row["expected_ms"]
-    slow = _slow(row, val)
+    slow = slow_text(row, val)
     wall, event = row["wall_ms"], row["event_ms"]
     if row["order"] == ctx["first_order"] and wall >= CONTEXT_INIT_MS:
         if np.isfinite(event):
@@ -161,7 +170,7 @@ def specific_cause(row: pd.Series, ctx: pd.Series, val: float) -> tuple[str, str
         with_faults = (
             f"; {int(faults)} page faults came with it ({faults / (block / PAGE_BYTES):.2f} per 4 KiB page "
             f"of the block)"
-            if _fin(faults)
+            if finite(faults)
             else ""
         )
         if np.isfinite(allocs) and allocs > 0:
@@ -184,95 +193,24 @@ def specific_cause(row: pd.Series, ctx: pd.Series, val: float) -> tuple[str, str
             f"{slow}; {pre}the copy waited on {int(dallocs)} new cudaMalloc segment(s), where its neighbours "
             f"needed {0 if not np.isfinite(dev_typ) else int(dev_typ)}"
         )
-    return _schema2_cause(row, ctx, val, slow)
-
-
-def _schema2_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
-    exp, wall = row["expected_ms"], row["wall_ms"]
-    pages = max(row["size_bytes"] / PAGE_BYTES, 1.0)
-    faults, ftyp = ctx["faults"], ctx["fault_typ"]
-    if _fin(faults) and _fin(ftyp):
-        extra = faults - ftyp * pages
-        if extra >= max(MIN_EXTRA_FAULTS, FAULT_SHARE * pages):
-            mib = faults * PAGE_BYTES / 2**20
-            return "page_faults", (
-                f"{slow}; {int(faults)} page faults during the copy ({faults / pages:.2f} per 4 KiB page of the "
-                f"payload, where its neighbours had {ftyp:.2f}): {mib:.1f} MiB of pages mapped, the extra "
-                f"{val - exp:.2f} ms is {(val - exp) / mib:.2f} ms per faulted MiB: the kernel was mapping "
-                f"host memory (first touch, or a new pinned block)"
-            )
-    share, typ = ctx["cpu_share"], ctx["cpu_typ"]
-    if _fin(share) and _fin(typ) and typ >= HOST_BOUND_SHARE and share <= PREEMPTED_SHARE * typ:
-        off = wall - row["cpu_ms"]
-        if off - (1 - typ) * exp >= 0.5 * (val - exp):
-            return "host_preempted", (
-                f"{slow}; the host clock ran {wall:.2f} ms but the timing thread was on the CPU for only "
-                f"{row['cpu_ms']:.2f} ms of it ({share:.0%}, where this strategy's copies use {typ:.0%}): the "
-                f"thread was descheduled for {off:.2f} ms"
-            )
-    gc, gtyp = row.get("gc_count", np.nan), ctx["gc_typ"]
-    if _fin(gc) and gc > 0 and (not _fin(gtyp) or gc > gtyp):
-        cpu = (
-            f"; CPU time {share:.0%} of wall, so the thread was busy, not descheduled" if _fin(share) else ""
-        )
-        return "gc_pause", (
-            f"{slow}; Python's garbage collector ran {int(gc)} time(s) during the copy (its neighbours: "
-            f"{0 if not _fin(gtyp) else gtyp:g}), pausing the thread that issues it{cpu}"
-        )
-    procs, pmed = row.get("gpu_procs", np.nan), ctx["procs_med"]
-    if _fin(procs) and procs > 0 and (not _fin(pmed) or procs > pmed):
-        return "gpu_shared", (
-            f"{slow}; {int(procs)} other process(es) used the GPU when the copy ended (NVML), where the run's "
-            f"copies usually saw {0 if not _fin(pmed) else pmed:g}: the copy shared the GPU"
-        )
-    clock, cmed = row.get("sm_clock_mhz", np.nan), ctx["clock_med"]
-    if _fin(clock) and _fin(cmed) and clock <= CLOCK_LOW * cmed:
-        return "gpu_clock_low", (
-            f"{slow}; the SM clock read {clock:.0f} MHz after the copy, {clock / cmed:.0%} of the run's median "
-            f"{cmed:.0f} MHz: the GPU was clocked down (power or thermal limit, or idling)"
-        )
-    return None
+    return evidence_cause(row, ctx, val, slow)
 
 
 def generic_cause(row: pd.Series, ctx: pd.Series, val: float, episode: int) -> tuple[str, str]:
     """``episode`` (when the row lies in one) or ``unexplained``, with evidence.
 
-    An unexplained row's evidence lists what the table lets us rule out: the allocator
-    counters and, where measured, page faults, CPU time, GC, the SM clock and other
-    processes on the GPU. Same parameters as ``specific_cause`` plus the row's episode
-    id (-1 for none).
+    An unexplained row's evidence lists what the table lets us rule out
+    (``causes_evidence.ruled_out``): the allocator counters and, where measured, page
+    faults, CPU time, the run-queue wait, context switches, GC, the SM clock, other
+    processes on the GPU and how the time split between the call and the wait for the
+    GPU. Same parameters as ``specific_cause`` plus the row's episode id (-1 for none).
     """
-    slow = _slow(row, val)
+    slow = slow_text(row, val)
     if episode >= 0:
         return "episode", (
             f"{slow}; one of a stretch of consecutive slow copies in time order (episode {episode}): a "
             f"time-correlated slowdown, not a property of this size"
         )
-    dallocs = row["device_allocs"]
-    why = []
-    if np.isfinite(row["host_allocs"]) and row["host_allocs"] == 0:
-        why.append("no new pinned block")
-    if np.isfinite(dallocs):
-        why.append(f"{int(dallocs)} new device segment(s), no more than its neighbours")
-    if row["empty_cache"] and not np.isfinite(dallocs):
-        why.append(
-            "empty_cache() ran before it, as before every copy of its kind, and the table has no "
-            "counters to tell more"
-        )
-    if _fin(ctx["faults"]):
-        f = ctx["faults"]
-        why.append("no page faults" if f == 0 else f"{int(f)} page faults, no more than its neighbours")
-    if _fin(ctx["cpu_share"]):
-        usual = f" (this strategy's copies: {ctx['cpu_typ']:.0%})" if _fin(ctx["cpu_typ"]) else ""
-        why.append(f"CPU time {ctx['cpu_share']:.0%} of wall{usual}")
-    if _fin(row.get("gc_count", np.nan)):
-        why.append("no GC" if row["gc_count"] == 0 else f"{int(row['gc_count'])} GC, as usual")
-    if _fin(row.get("sm_clock_mhz", np.nan)):
-        why.append(f"SM clock {row['sm_clock_mhz']:.0f} MHz (run median {ctx['clock_med']:.0f} MHz)")
-    if _fin(row.get("gpu_procs", np.nan)):
-        p = row["gpu_procs"]
-        why.append(
-            "no other process on the GPU" if p == 0 else f"{int(p)} other process(es) on the GPU, as usual"
-        )
-    tail = "; ".join(why) if why else "the table carries no counters for it"
+    why = ruled_out(row, ctx)
+    tail = "; ".join(why.values()) if why else "the table carries no counters for it"
     return "unexplained", f"{slow}; an isolated slow copy: {tail}"

@@ -18,9 +18,10 @@ explain() gives every flagged row one cause from ``CAUSES`` with an evidence sen
   ``num_host_alloc`` counter where the run has it, else from the sizes and their order;
 - ``device_alloc``: the copy made more new device segments (``cudaMalloc``) than its
   neighbours, after ``empty_cache()``;
-- ``page_faults``, ``host_preempted``, ``gc_pause``, ``gpu_shared``, ``gpu_clock_low``:
-  per-copy evidence of table schema 2 (page faults, CPU time beside wall time, Python
-  GC, other processes on the GPU, the SM clock), where the table has those columns;
+- ``page_faults``, ``host_preempted``, ``host_blocked``, ``gc_pause``, ``gpu_shared``,
+  ``gpu_clock_low``: per-copy evidence of table schemas 2 and 3 (page faults, CPU time
+  beside wall time, the scheduler's run-queue wait and context switches, Python GC,
+  other processes on the GPU, the SM clock), where the table has those columns;
 - ``episode``: part of a time-ordered stretch of slow rows, found with a change-point
   method (ruptures' kernel change-point search with a linear kernel: the l2 cost, PELT);
 - ``unexplained``: none of the above, said plainly, with what was ruled out.
@@ -34,6 +35,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from h2dlab import causes_evidence
 from h2dlab.causes import CAUSES, generic_cause, group_columns, neighbours, specific_cause
 from h2dlab.model import MODEL_COLUMNS, check_values, fit_line, value_ms
 
@@ -47,6 +49,7 @@ __all__ = [
     "explain",
     "pelt_l2",
     "robust_curve",
+    "ruled_out",
     "summary",
 ]
 
@@ -268,3 +271,40 @@ def summary(explained: pd.DataFrame) -> pd.DataFrame:
     """Flagged rows per (run, strategy) and cause."""
     f = explained[explained["is_outlier"]]
     return f.groupby(["run_id", "strategy", "cause"]).size().rename("rows").reset_index()
+
+
+def ruled_out(explained: pd.DataFrame) -> pd.DataFrame:
+    """What was ruled out for each copy ``explain()`` left ``unexplained``, check by check.
+
+    Parameters
+    ----------
+    explained
+        ``explain()``'s output.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per unexplained flagged copy (``explained``'s index): ``run_id``,
+        ``order``, ``strategy``, ``size_bytes``, ``ms`` (its timing), ``expected_ms``, then
+        one column per check in ``causes_evidence.CHECKS`` the table could make for some
+        copy, holding the sentence that quotes its numbers (empty where that copy's row
+        could not be checked). The same sentences make up each row's ``evidence``.
+
+    Raises
+    ------
+    ValueError
+        ``explained`` lacks the ``cause`` column (run ``explain()`` first).
+    """
+    if "cause" not in explained.columns:
+        raise ValueError("ruled_out() reads explain()'s output: run outliers.explain(table) first")
+    ctx = neighbours(explained)
+    u = explained.index[
+        explained["is_outlier"].to_numpy(bool) & (explained["cause"] == "unexplained").to_numpy()
+    ]
+    checks = {i: causes_evidence.ruled_out(explained.loc[i], ctx.loc[i]) for i in u}
+    cols = [c for c in causes_evidence.CHECKS if any(c in found for found in checks.values())]
+    head = explained.loc[u, ["run_id", "order", "strategy", "size_bytes"]].assign(
+        ms=value_ms(explained.loc[u]), expected_ms=explained.loc[u, "expected_ms"]
+    )
+    body = pd.DataFrame([[checks[i].get(c, "") for c in cols] for i in u], index=u, columns=cols)
+    return pd.concat([head, body], axis=1)

@@ -1,0 +1,273 @@
+"""The per-copy evidence rules of table schemas 2 and 3, and what an unexplained copy
+rules out.
+
+Schema 2 gives page faults, the timing thread's CPU time, Python GC, other processes on
+the GPU and the SM clock; schema 3 adds the scheduler's account of the timing thread
+(run-queue wait, context switches, a move to another CPU), every thread's CPU time and
+page faults, and ``issue_ms`` (when the timed call returned). ``evidence_cause`` tries,
+in order: ``page_faults``, ``host_preempted``, ``host_blocked``, ``gc_pause``,
+``gpu_shared``, ``gpu_clock_low``. A NaN or missing column makes its rule unavailable,
+never a guess; every rule compares the row with its neighbours (``causes.neighbours``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "CHECKS",
+    "CLOCK_LOW",
+    "EXPLAINED_SHARE",
+    "FAULT_SHARE",
+    "HOST_BOUND_SHARE",
+    "MIN_EXTRA_FAULTS",
+    "PAGE_BYTES",
+    "PREEMPTED_SHARE",
+    "evidence_cause",
+    "finite",
+    "ruled_out",
+    "slow_text",
+]
+
+#: Page-fault granularity: one minor fault maps one 4 KiB page.
+PAGE_BYTES = 4096
+#: page_faults: at least this many faults above the neighbours' rate ...
+MIN_EXTRA_FAULTS = 8
+#: ... and at least this share of the payload's pages.
+FAULT_SHARE = 0.05
+#: host_preempted without a run-queue wait (schema 2): the strategy's copies usually spend
+#: at least this share of their wall time on the CPU ...
+HOST_BOUND_SHARE = 0.5
+#: ... and this copy spent at most this share of the usual one on the CPU (wall >= 2x CPU).
+PREEMPTED_SHARE = 0.5
+#: gpu_clock_low: the SM clock at most this share of the run's median.
+CLOCK_LOW = 0.8
+#: The checks ``ruled_out`` can make, in the order the evidence lists them.
+CHECKS = (
+    "pinned block",
+    "device segments",
+    "empty_cache",
+    "page faults",
+    "CPU time",
+    "run-queue wait",
+    "context switches",
+    "GC",
+    "SM clock",
+    "GPU processes",
+    "time in the call",
+)
+#: host_preempted / host_blocked (schema 3): the time the thread waited to run, or slept,
+#: beyond its neighbours' must cover at least this share of the copy's extra time.
+EXPLAINED_SHARE = 0.5
+
+
+def finite(x: object) -> bool:
+    """Whether ``x`` is a finite number (not None, not NaN)."""
+    return x is not None and bool(np.isfinite(x))
+
+
+def slow_text(row: pd.Series, val: float) -> str:
+    """``"<val> ms where <expected> ms was expected (<ratio>x)"``, the start of every sentence."""
+    exp = row["expected_ms"]
+    return f"{val:.2f} ms where {exp:.2f} ms was expected ({val / exp:.1f}x)"
+
+
+def _get(row: pd.Series, name: str) -> float:
+    v = row.get(name, np.nan)
+    return np.nan if v is None else float(v)
+
+
+def _window(row: pd.Series, val: float) -> float:
+    """The part of the host's time that could stretch the analysed timing: with CUDA
+    events, only what happened before the timed call returned (after it, the GPU stamps
+    the end of the copy whatever the host does); else the whole wall time."""
+    issue, event = _get(row, "issue_ms"), _get(row, "event_ms")
+    return issue if finite(issue) and finite(event) and val == event else row["wall_ms"]
+
+
+def _switches(row: pd.Series) -> str:
+    iv, v, moved = _get(row, "nivcsw"), _get(row, "nvcsw"), _get(row, "cpu_moved")
+    parts = []
+    if finite(iv) and finite(v):
+        parts.append(f"{int(iv)} involuntary and {int(v)} voluntary context switch(es)")
+    if finite(moved):
+        parts.append("it moved to another CPU" if moved else "it stayed on one CPU")
+    return ", ".join(parts)
+
+
+def _others(row: pd.Series) -> str:
+    proc, cpu = _get(row, "proc_cpu_ms"), _get(row, "cpu_ms")
+    if finite(proc) and finite(cpu):
+        return f"; this process's other threads used {max(proc - cpu, 0.0):.2f} ms of CPU meanwhile"
+    return ""
+
+
+def _scheduler_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
+    """host_preempted from the run-queue wait, else host_blocked (schema 3)."""
+    exp, wall, cpu = row["expected_ms"], row["wall_ms"], _get(row, "cpu_ms")
+    need = EXPLAINED_SHARE * (val - exp)
+    window = _window(row, val)
+    rd = _get(row, "run_delay_ms")
+    rd_typ = ctx["rd_typ"] * exp if finite(ctx["rd_typ"]) else 0.0
+    switches = _switches(row)
+    inside = (
+        f"; the timed call returned after {window:.2f} ms, so the wait fell where it stretched the copy"
+        if window != wall
+        else ""
+    )
+    if min(rd - rd_typ, window) >= need:
+        return "host_preempted", (
+            f"{slow}; the timing thread was ready to run but waited {rd:.2f} ms on a run queue during the "
+            f"copy (its neighbours: {rd_typ:.2f} ms at this length){'; ' + switches if switches else ''}: "
+            f"another task had its CPU{inside}"
+        )
+    if not finite(cpu):
+        return None
+    asleep = max(wall - cpu - rd, 0.0)
+    typ = ctx["blocked_typ"] * exp if finite(ctx["blocked_typ"]) else 0.0
+    nv = _get(row, "nvcsw")
+    if min(asleep - typ, window) >= need and (not finite(nv) or nv >= 1):
+        return "host_blocked", (
+            f"{slow}; the timing thread was off the CPU without waiting to run for {asleep:.2f} ms (wall "
+            f"{wall:.2f} ms = {cpu:.2f} ms on the CPU + {rd:.2f} ms waiting to run + {asleep:.2f} ms asleep; "
+            f"its neighbours slept {typ:.2f} ms at this length){'; ' + switches if switches else ''}: it "
+            f"slept on a lock, in the kernel or on another thread{_others(row)}{inside}"
+        )
+    return None
+
+
+def evidence_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
+    """The schema-2/3 cause of one flagged row with its evidence sentence, or None.
+
+    Parameters
+    ----------
+    row
+        The row of ``outliers.detect()``'s output.
+    ctx
+        Its row of ``causes.neighbours()``.
+    val
+        Its timing in ms (``rows.value_ms``).
+    slow
+        ``slow_text(row, val)``.
+
+    Returns
+    -------
+    tuple of str or None
+        ``(cause, evidence)``.
+    """
+    exp, wall = row["expected_ms"], row["wall_ms"]
+    pages = max(row["size_bytes"] / PAGE_BYTES, 1.0)
+    faults, ftyp = ctx["faults"], ctx["fault_typ"]
+    if finite(faults) and finite(ftyp):
+        extra = faults - ftyp * pages
+        if extra >= max(MIN_EXTRA_FAULTS, FAULT_SHARE * pages):
+            mib = faults * PAGE_BYTES / 2**20
+            who = " (every thread of the process)" if finite(_get(row, "proc_faults")) else ""
+            return "page_faults", (
+                f"{slow}; {int(faults)} page faults during the copy{who} ({faults / pages:.2f} per 4 KiB page "
+                f"of the payload, where its neighbours had {ftyp:.2f}): {mib:.1f} MiB of pages mapped, the "
+                f"extra {val - exp:.2f} ms is {(val - exp) / mib:.2f} ms per faulted MiB: the kernel was "
+                f"mapping host memory (first touch, or a new pinned block)"
+            )
+    share, typ = ctx["cpu_share"], ctx["cpu_typ"]
+    if finite(_get(row, "run_delay_ms")):
+        found = _scheduler_cause(row, ctx, val, slow)
+        if found:
+            return found
+    elif finite(share) and finite(typ) and typ >= HOST_BOUND_SHARE and share <= PREEMPTED_SHARE * typ:
+        off = wall - row["cpu_ms"]
+        if off - (1 - typ) * exp >= 0.5 * (val - exp):
+            return "host_preempted", (
+                f"{slow}; the host clock ran {wall:.2f} ms but the timing thread was on the CPU for only "
+                f"{row['cpu_ms']:.2f} ms of it ({share:.0%}, where this strategy's copies use {typ:.0%}): the "
+                f"thread was descheduled for {off:.2f} ms"
+            )
+    gc, gtyp = _get(row, "gc_count"), ctx["gc_typ"]
+    if finite(gc) and gc > 0 and (not finite(gtyp) or gc > gtyp):
+        cpu = (
+            f"; CPU time {share:.0%} of wall, so the thread was busy, not descheduled"
+            if finite(share)
+            else ""
+        )
+        return "gc_pause", (
+            f"{slow}; Python's garbage collector ran {int(gc)} time(s) during the copy (its neighbours: "
+            f"{0 if not finite(gtyp) else gtyp:g}), pausing the thread that issues it{cpu}"
+        )
+    procs, pmed = _get(row, "gpu_procs"), ctx["procs_med"]
+    if finite(procs) and procs > 0 and (not finite(pmed) or procs > pmed):
+        return "gpu_shared", (
+            f"{slow}; {int(procs)} other process(es) used the GPU when the copy ended (NVML), where the run's "
+            f"copies usually saw {0 if not finite(pmed) else pmed:g}: the copy shared the GPU"
+        )
+    clock, cmed = _get(row, "sm_clock_mhz"), ctx["clock_med"]
+    if finite(clock) and finite(cmed) and clock <= CLOCK_LOW * cmed:
+        return "gpu_clock_low", (
+            f"{slow}; the SM clock read {clock:.0f} MHz after the copy, {clock / cmed:.0%} of the run's median "
+            f"{cmed:.0f} MHz: the GPU was clocked down (power or thermal limit, or idling)"
+        )
+    return None
+
+
+def ruled_out(row: pd.Series, ctx: pd.Series) -> dict[str, str]:
+    """What the table lets us rule out for one copy, check by check, in words that quote
+    the numbers (the ``unexplained`` evidence joins them). A check the table cannot make
+    (no column, or NaN) is left out.
+
+    Parameters
+    ----------
+    row
+        The row of ``outliers.detect()``'s output.
+    ctx
+        Its row of ``causes.neighbours()``.
+
+    Returns
+    -------
+    dict
+        Check name (one of :data:`CHECKS`, in that order) to sentence.
+    """
+    out: dict[str, str] = {}
+    dallocs = row["device_allocs"]
+    if np.isfinite(row["host_allocs"]) and row["host_allocs"] == 0:
+        out["pinned block"] = "no new pinned block"
+    if np.isfinite(dallocs):
+        out["device segments"] = f"{int(dallocs)} new device segment(s), no more than its neighbours"
+    if row["empty_cache"] and not np.isfinite(dallocs):
+        out["empty_cache"] = (
+            "empty_cache() ran before it, as before every copy of its kind, and the table has no "
+            "counters to tell more"
+        )
+    if finite(ctx["faults"]):
+        f = ctx["faults"]
+        out["page faults"] = (
+            "no page faults" if f == 0 else f"{int(f)} page faults, no more than its neighbours"
+        )
+    if finite(ctx["cpu_share"]):
+        usual = f" (this strategy's copies: {ctx['cpu_typ']:.0%})" if finite(ctx["cpu_typ"]) else ""
+        out["CPU time"] = f"CPU time {ctx['cpu_share']:.0%} of wall{usual}"
+    rd = _get(row, "run_delay_ms")
+    if finite(rd):
+        out["run-queue wait"] = "no wait to run" if rd == 0 else f"{rd:.3f} ms waiting to run"
+    switches = _switches(row)
+    if switches:
+        out["context switches"] = switches
+    gc = _get(row, "gc_count")
+    if finite(gc):
+        out["GC"] = "no GC" if gc == 0 else f"{int(gc)} GC, as usual"
+    clock = _get(row, "sm_clock_mhz")
+    if finite(clock):
+        out["SM clock"] = f"SM clock {clock:.0f} MHz (run median {ctx['clock_med']:.0f} MHz)"
+    procs = _get(row, "gpu_procs")
+    if finite(procs):
+        out["GPU processes"] = (
+            "no other process on the GPU"
+            if procs == 0
+            else f"{int(procs)} other process(es) on the GPU, as usual"
+        )
+    issue, wall = _get(row, "issue_ms"), row["wall_ms"]
+    if finite(issue) and finite(ctx["issue_typ"]):
+        out["time in the call"] = (
+            f"{issue:.2f} ms in the timed call (its neighbours: {ctx['issue_typ']:.0%} of their time), then "
+            f"{wall - issue:.2f} ms waiting for the GPU"
+        )
+    return out
