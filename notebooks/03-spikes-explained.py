@@ -21,7 +21,7 @@
 # | `context_init` | the first timed operation of the process: CUDA starting up |
 # | `host_alloc_growth` | a pinned request needed a new power-of-two block: `cudaHostAlloc` |
 # | `device_alloc` | the copy waited on more `cudaMalloc` than its neighbours (after `empty_cache()`) |
-# | `page_faults`, `host_preempted`, `gc_pause`, `gpu_shared`, `gpu_clock_low` | where the table records page faults, CPU time, garbage collections and the GPU's state |
+# | `page_faults`, `host_preempted`, `host_blocked`, `gc_pause`, `gpu_shared`, `gpu_clock_low` | where the table records page faults, CPU time, the scheduler's run-queue wait and context switches, garbage collections and the GPU's state |
 # | `episode` | part of a stretch of slow copies in time order, found by change-point detection |
 # | `unexplained` | none of the above; the evidence says what was ruled out |
 
@@ -123,7 +123,15 @@ display(forum_claims.episodes(explained["forum_a100"]), forum_claims.episodes(ex
 
 # %% tags=["hide-input"]
 display(*(Markdown(f"**{name}.** {factors.unexplained(e)}") for name, e in explained.items()))
-factors.unexplained(explained["sweep"]).table.head(10)
+
+# %% [markdown]
+# Check by check, for this recording's unexplained copies (`outliers.ruled_out`): one column
+# per piece of evidence the table records, each cell quoting that copy's numbers. A blank
+# cell is a check the table could not make for that copy; a recording without the scheduler
+# columns (run-queue wait, context switches, time in the call) has none of those columns.
+
+# %% tags=["hide-input"]
+pd.concat({name: outliers.ruled_out(explained[name]) for name in ("forum", "sweep", "allocator")}).round(2)
 
 # %% [markdown]
 # ## 7 · Look at one slow copy yourself

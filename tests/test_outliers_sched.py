@@ -303,3 +303,27 @@ def test_ruled_out_table_lists_each_check(explained_v3):
     for col in table.columns[6:]:
         if table.at[i, col]:
             assert table.at[i, col] in e.at[i, "evidence"], col
+
+
+@pytest.mark.parametrize("name", ["forum_a100", "data/h200/sweep", "data/h200/forum"])
+def test_ruled_out_on_recorded_tables_matches_each_evidence(name):
+    """On real recordings (old and new schema): one row per unexplained copy, and each
+    check's sentence is part of that copy's evidence, in the order of CHECKS."""
+    from h2dlab.causes_evidence import CHECKS
+
+    e = outliers.explain(datasets.load(name))
+    table = outliers.ruled_out(e)
+    u = e[e["is_outlier"] & (e["cause"] == "unexplained")]
+    assert list(table.index) == list(u.index)
+    checks = [c for c in table.columns if c in CHECKS]
+    assert checks == [c for c in CHECKS if c in checks] and len(checks) == len(table.columns) - 6
+    for i in table.index:
+        said = (
+            "; ".join(table.at[i, c] for c in checks if table.at[i, c])
+            or "the table carries no counters for it"
+        )
+        assert e.at[i, "evidence"].endswith("an isolated slow copy: " + said), i
+    if name == "forum_a100":  # schema 1: no counters beside empty_cache()
+        assert checks == ["empty_cache"]
+    with pytest.raises(ValueError, match="run outliers.explain"):
+        outliers.ruled_out(datasets.load(name))

@@ -219,3 +219,19 @@ def test_timer_keeps_using_the_module_reader(monkeypatch):
     )
     _, rec = Timer(CPU)(lambda: None)
     assert len(calls) == 2 and rec["run_delay_ms"] == 5.0 and rec["cpu_moved"] == 1.0
+
+
+def test_the_cuda_branch_fills_every_scheduler_column(monkeypatch):
+    """On a fake torch.cuda (synthetic: events that say 1 ms), the Timer's CUDA path
+    records the schema-3 columns the way the CPU path does."""
+    from tests.fake_cuda import install
+
+    install(monkeypatch)
+    monkeypatch.setattr(timing, "sm_clock_mhz", lambda dev: 1980.0)
+    monkeypatch.setattr(timing, "gpu_other_processes", lambda dev: 0.0)
+    _, rec = Timer(torch.device("cuda", 0))(lambda: time.sleep(0.005))
+    assert rec["event_ms"] == 1.0 and rec["sm_clock_mhz"] == 1980.0
+    assert rec["issue_ms"] >= 4 and rec["proc_cpu_ms"] >= rec["cpu_ms"]
+    assert all(
+        not math.isnan(rec[c]) for c in SCHED if c not in ("run_delay_ms", "cpu_moved") or HAS_SCHEDSTAT
+    )
