@@ -17,6 +17,7 @@ from h2dlab import stager_plan as stg  # noqa: E402
 __all__ = [
     "CFG_KEYS",
     "MARGIN",
+    "bound_figures",
     "NEVER_SLOWER",
     "NEVER_STAGE",
     "cfg_name",
@@ -35,7 +36,16 @@ MARGIN = 1.05  # staged must beat .to() by this much to take over: room for run-
 NEVER_SLOWER = 0.97
 NEVER_STAGE = 2**62  # min_bytes meaning 'never stage' (h2dlab.NEVER_STAGE)
 #: What a tuning row and to_device's settings share: Stager's keyword arguments.
-CFG_KEYS = ("threads", "chunk_bytes", "huge_pages", "engine", "slots", "min_step_bytes")
+CFG_KEYS = (
+    "threads",
+    "chunk_bytes",
+    "huge_pages",
+    "engine",
+    "slots",
+    "min_step_bytes",
+    "head_split",
+    "tail_split",
+)
 
 
 def cfg_of(row: dict) -> dict:
@@ -45,6 +55,8 @@ def cfg_of(row: dict) -> dict:
         "engine": "numpy",
         "slots": stg.SLOTS_PER_THREAD,
         "min_step_bytes": stg.MIN_STEP_BYTES,
+        "head_split": stg.TAIL_SPLIT,
+        "tail_split": stg.TAIL_SPLIT,
     }
     d.update({k: row[k] for k in CFG_KEYS if k in row})
     return d
@@ -53,7 +65,22 @@ def cfg_of(row: dict) -> dict:
 def cfg_name(c: dict) -> str:
     c = cfg_of(c)
     return (f"{c['engine']:5s} {c['threads']:2d} thr x {c['chunk_bytes'] // MiB:2d} MiB x {c['slots']} slots, "
-            f"min step {c['min_step_bytes'] // MiB} MiB{', huge pages' if c['huge_pages'] else ''}")  # fmt: skip
+            f"min step {c['min_step_bytes'] // MiB} MiB, split {c['head_split']}/{c['tail_split']}"
+            f"{', huge pages' if c['huge_pages'] else ''}")  # fmt: skip
+
+
+def bound_figures(g: dict[str, float]) -> dict:
+    """The bounds of a staged copy from its halves' median GB/s (``g``: host_alone,
+    dma_alone, host_under_dma, dma_under_host, to_device), as bench_staging.bounds keeps them.
+
+    Upper = min(host alone, DMA alone). Lower = min(host under DMA, DMA under host): a staged
+    copy carries every byte through both halves at one rate, each while the other runs, so
+    full overlap reaches the slower contended half (``lower_is`` names it)."""
+    up = min(g["host_alone"], g["dma_alone"])
+    lower_is = min(("host_under_dma", "dma_under_host"), key=lambda k: g[k])
+    lo = g[lower_is]
+    return {"upper_gbps": up, "lower_gbps": lo, "lower_is": lower_is, "to_device_gbps": g["to_device"],
+            "frac_of_upper": g["to_device"] / up, "frac_of_lower": g["to_device"] / lo}  # fmt: skip
 
 
 def pick(rows: list[dict]) -> dict:
@@ -98,7 +125,9 @@ def repeated_verdict(rows: list[dict], cfg: dict, td: str) -> list[str]:
         g = {r["method"]: r["gbps_median"] for r in rows if r["size_bytes"] == n}
         if "stager" not in g:
             continue
-        chunks = len(stg.chunk_plan(n, cfg["threads"], cfg["chunk_bytes"], cfg["min_step_bytes"])) - 1
+        c = cfg_of(cfg)
+        chunks = len(stg.chunk_plan(n, c["threads"], c["chunk_bytes"], c["min_step_bytes"],
+                                    head_split=c["head_split"], tail_split=c["tail_split"])) - 1  # fmt: skip
         for other in ("pin_then_to", "tensordict"):
             if other not in g:
                 continue
@@ -113,7 +142,11 @@ def repeated_verdict(rows: list[dict], cfg: dict, td: str) -> list[str]:
 
 
 def targets(res: dict) -> list[dict]:
-    """Issue 18's targets, each with its measured value: said, not hidden."""
+    """Issue 18's targets, each with its measured value: said, not hidden.
+
+    "Never below the lower bound" is judged against the bound ``bench_staging.bounds`` gives:
+    min(host copy under DMA, DMA under host copies), not the issue's "host copy while pinned DMA
+    streams" alone (benchmarks/README.md says why)."""
     out = []
     b = {r["size_bytes"]: r for r in res["bounds"]}
     for n, want in ((256 * MiB, 0.75), (GiB, 0.85), (4 * GiB, 0.85)):
@@ -129,7 +162,7 @@ def targets(res: dict) -> list[dict]:
             if n >= GiB:
                 out.append(
                     {
-                        "what": f"to_device / lower bound at {n // MiB} MiB",
+                        "what": f"to_device / lower bound (min of host under DMA, DMA under host) at {n // MiB} MiB",
                         "value": b[n]["frac_of_lower"],
                         "op": ">=",
                         "target": 1.0,
@@ -193,8 +226,10 @@ def report(res: dict) -> None:
               f"(range {ic['ratio_min']:.3f}-{ic['ratio_max']:.3f})")  # fmt: skip
     for b in res["bounds"]:
         print(f"{b['size_bytes'] // MiB:5d} MiB: to_device {b['to_device_gbps']:.1f} GB/s = {b['frac_of_upper']:.0%} of "
-              f"upper {b['upper_gbps']:.1f} (host {b['host_alone_gbps']:.1f}, DMA {b['dma_alone_gbps']:.1f}), "
-              f"{b['frac_of_lower']:.0%} of lower {b['lower_gbps']:.1f}, {b['frac_of_peak']:.0%} of peak")  # fmt: skip
+              f"upper {b['upper_gbps']:.1f} (alone: host {b['host_alone_gbps']:.1f}, DMA {b['dma_alone_gbps']:.1f}), "
+              f"{b['frac_of_lower']:.0%} of lower {b['lower_gbps']:.1f} (together: host under DMA "
+              f"{b['host_under_dma_gbps']:.1f}, DMA under host {b['dma_under_host_gbps']:.1f}), "
+              f"{b['frac_of_peak']:.0%} of peak")  # fmt: skip
     for r in res["repeated"]:
         print(f"repeated {r['size_bytes'] // MiB:5d} MiB/step {r['method']:12s} {r['gbps_median']:6.1f} GB/s "
               f"({r['ms_median']:.2f} ms, IQR {r['ms_q25']:.2f}-{r['ms_q75']:.2f})")  # fmt: skip

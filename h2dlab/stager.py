@@ -40,27 +40,19 @@ from h2dlab.stager_plan import (
     MIN_CHUNK_BYTES,
     MIN_STEP_BYTES,
     SLOTS_PER_THREAD,
+    SPLITS,
     TAIL_SPLIT,
     WAVES,
+    check_split,
     chunk_plan,
     default_threads,
 )
 
 __all__ = [  # the plan's names are re-exported: they imported from here before the split
-    "DEFAULT_CHUNK_BYTES",
-    "ENGINES",
-    "MAX_CHUNK_BYTES",
-    "MAX_SLOTS",
-    "MAX_THREADS",
-    "MIN_CHUNK_BYTES",
-    "MIN_STEP_BYTES",
-    "SLOTS_PER_THREAD",
-    "TAIL_SPLIT",
-    "WAVES",
-    "Stager",
-    "chunk_plan",
-    "default_threads",
-]
+    "DEFAULT_CHUNK_BYTES", "ENGINES", "MAX_CHUNK_BYTES", "MAX_SLOTS", "MAX_THREADS", "MIN_CHUNK_BYTES",
+    "MIN_STEP_BYTES", "SLOTS_PER_THREAD", "SPLITS", "TAIL_SPLIT", "WAVES", "Stager", "check_split",
+    "chunk_plan", "default_threads",
+]  # fmt: skip
 
 MiB = 1024**2
 
@@ -119,6 +111,9 @@ class Stager:
     min_step_bytes
         Smallest chunk a copy is cut into (see :func:`chunk_plan`), 4 KiB to 1 GiB
         (default 1 MiB).
+    head_split, tail_split
+        Pieces a copy's first chunk and last wave are cut into (:func:`chunk_plan`): 1, 2 or 4
+        (default 4).
 
     Raises
     ------
@@ -143,6 +138,8 @@ class Stager:
         engine: str = "numpy",
         slots: int = SLOTS_PER_THREAD,
         min_step_bytes: int = MIN_STEP_BYTES,
+        head_split: int = TAIL_SPLIT,
+        tail_split: int = TAIL_SPLIT,
     ) -> None:
         threads = default_threads() if threads is None else check_count("threads", threads, 1, MAX_THREADS)
         chunk = DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
@@ -151,6 +148,7 @@ class Stager:
             raise TypeError(f"huge_pages must be True or False, got {huge_pages!r}")
         slots = check_count("slots", slots, 2, MAX_SLOTS)
         min_step = check_count("min_step_bytes", min_step_bytes, MIN_CHUNK_BYTES, MAX_CHUNK_BYTES)
+        splits = check_split("head_split", head_split), check_split("tail_split", tail_split)
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         dev = cuda_device(device)
@@ -163,7 +161,7 @@ class Stager:
                 f"{dev} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)"
             )
         self.device, self.threads, self.chunk_bytes = dev, threads, chunk
-        self.slots, self.min_step_bytes = slots, min_step
+        self.slots, self.min_step_bytes, (self.head_split, self.tail_split) = slots, min_step, splits
         #: Set to a list to record one dict per copy with per-chunk host times and DMA events.
         self.timeline: list | None = None
         k = slots
@@ -215,7 +213,7 @@ class Stager:
         state = "closed" if self.closed else f"{self.nbytes / MiB:.0f} MiB pinned"
         return (
             f"Stager({str(self.device)!r}, threads={self.threads}, chunk_bytes={self.chunk_bytes}, "
-            f"engine={self.engine!r}, slots={self.slots}, {state})"
+            f"engine={self.engine!r}, slots={self.slots}, splits={self.head_split}/{self.tail_split}, {state})"
         )
 
     def to_device(self, tensor: torch.Tensor, *, non_blocking: bool = False) -> torch.Tensor:
@@ -253,7 +251,8 @@ class Stager:
 
     def _run(self, src_np: np.ndarray, dst: torch.Tensor | None, non_blocking: bool) -> None:
         nbytes = src_np.size
-        bounds = chunk_plan(nbytes, self.threads, self.chunk_bytes, self.min_step_bytes)
+        bounds = chunk_plan(nbytes, self.threads, self.chunk_bytes, self.min_step_bytes,
+                            head_split=self.head_split, tail_split=self.tail_split)  # fmt: skip
         n_chunks = len(bounds) - 1
         users = min(self.threads, n_chunks)
         with self._lock:

@@ -3,11 +3,15 @@ copy (:func:`chunk_plan`). No torch, no CUDA: :mod:`h2dlab.stager` runs the plan
 
 A copy is cut into about ``WAVES`` chunks per thread (at most a slot each): with one chunk per
 thread every thread copies at once and then every DMA runs at once, and nothing overlaps.
+How finely its first chunk and its last wave are cut (``head_split``, ``tail_split``: 1, 2 or 4)
+is a setting the benchmark tunes: pieces start the first DMA sooner and leave less DMA after the
+last host copy, but each piece's DMA pays a fixed cost, which loses where the DMA is the bottleneck.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -18,8 +22,10 @@ __all__ = [
     "MIN_CHUNK_BYTES",
     "MIN_STEP_BYTES",
     "SLOTS_PER_THREAD",
+    "SPLITS",
     "TAIL_SPLIT",
     "WAVES",
+    "check_split",
     "chunk_plan",
     "default_threads",
 ]
@@ -31,7 +37,8 @@ SLOTS_PER_THREAD = 2  # default: one being filled while the other's DMA runs
 MAX_SLOTS = 8  # slots per thread allowed
 WAVES = 4  # chunks per thread a copy is cut into, where slots allow (pipeline depth)
 MIN_STEP_BYTES = 1 * MiB  # default: no chunk smaller than this, below it per-chunk overhead dominates
-TAIL_SPLIT = 4  # the first chunk and the last wave's chunks are cut this much finer (chunk_plan)
+TAIL_SPLIT = 4  # default: the first chunk and the last wave's chunks are cut this much finer
+SPLITS = (1, 2, 4)  # allowed head_split / tail_split values (1: whole chunks)
 ENGINES = ("numpy", "torch")  # who copies a chunk on the host (see h2dlab.stager)
 _ALIGN = 4 * KiB
 
@@ -42,14 +49,39 @@ def default_threads() -> int:
     return max(1, min(12, cores or 1))
 
 
-def chunk_plan(nbytes: int, threads: int, chunk_bytes: int, min_step: int = MIN_STEP_BYTES) -> list[int]:
+def check_split(name: str, value: Any) -> int:
+    """``value`` as a split (one of ``SPLITS``); TypeError if not an integer, ValueError if
+    not 1, 2 or 4."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    if value not in SPLITS:
+        raise ValueError(f"{name} must be 1, 2 or 4, got {value}")
+    return value
+
+
+def _piece(step: int, split: int, min_step: int) -> int:
+    # A 1/split of the chunk in whole pages, or the whole chunk where that is below min_step.
+    piece = step // split // _ALIGN * _ALIGN
+    return step if split == 1 or piece < max(min_step, _ALIGN) else piece
+
+
+def chunk_plan(
+    nbytes: int,
+    threads: int,
+    chunk_bytes: int,
+    min_step: int = MIN_STEP_BYTES,
+    *,
+    head_split: int = TAIL_SPLIT,
+    tail_split: int = TAIL_SPLIT,
+) -> list[int]:
     """Chunk boundaries for one copy of ``nbytes``.
 
     About ``WAVES`` chunks per thread, each at least ``min_step`` (or the slot, if smaller),
     at most one slot, in multiples of 4 KiB; the last wave (a chunk per thread) is cut
-    ``TAIL_SPLIT`` times finer where its pieces stay >= ``min_step``, so that little DMA is
-    left after the last host copy and the threads finish together, and so is the first chunk,
-    so that the first DMA starts after a piece, not a whole chunk, has been copied.
+    ``tail_split`` times finer where its pieces stay >= ``min_step``, so that little DMA is
+    left after the last host copy and the threads finish together, and the first chunk
+    ``head_split`` times, so that the first DMA starts after a piece, not a whole chunk, has
+    been copied. Both 1: whole chunks only.
 
     Parameters
     ----------
@@ -62,22 +94,28 @@ def chunk_plan(nbytes: int, threads: int, chunk_bytes: int, min_step: int = MIN_
     min_step
         Smallest chunk wanted (default ``MIN_STEP_BYTES``): larger values mean fewer,
         larger chunks and DMAs, each with its fixed cost paid fewer times.
+    head_split, tail_split
+        Pieces the first chunk and each chunk of the last wave are cut into: 1, 2 or 4
+        (default ``TAIL_SPLIT``, 4; the cut is skipped where a piece would be below ``min_step``).
 
     Returns
     -------
     list of int
         ``[0, ..., nbytes]``, increasing: chunk ``i`` is ``[b[i], b[i + 1])``.
     """
+    splits = check_split("head_split", head_split), check_split("tail_split", tail_split)
     if nbytes <= 0:
         return [0]
     step = max(min_step, -(-nbytes // (threads * WAVES)))
     step = min(chunk_bytes, -(-step // _ALIGN) * _ALIGN)
-    piece = step // TAIL_SPLIT // _ALIGN * _ALIGN
     tail = threads * step
-    if piece < min_step or nbytes < 2 * tail:
+    if nbytes < 2 * tail:
         return [*range(0, nbytes, step), nbytes]
+    head_piece, tail_piece = (_piece(step, k, min_step) for k in splits)
     head = (nbytes - tail) // step * step  # whole chunks, then the pieces
     starts = [*range(0, head, step)]
-    if head >= 2 * step:  # the first chunk in pieces too
-        starts[:1] = range(0, step // piece * piece, piece)  # any remainder joins the last piece
-    return [*starts, *range(head, nbytes, piece), nbytes]
+    if head >= 2 * step and head_piece < step:  # the first chunk in pieces too
+        starts[:1] = range(
+            0, step // head_piece * head_piece, head_piece
+        )  # any remainder joins the last piece
+    return [*starts, *range(head, nbytes, tail_piece), nbytes]

@@ -15,6 +15,8 @@ read once, here (:func:`fastpath`). Without it: 32 MiB, :func:`default_threads`,
      "engine": "numpy" | "torch" (optional, default "numpy"; see h2dlab.stager),
      "slots": int (optional, slots per thread, default 2),
      "min_step_bytes": int (optional, smallest chunk, default 1 MiB; see h2dlab.stager_plan),
+     "head_split", "tail_split": 1 | 2 | 4 (optional, pieces of the first chunk and of the last
+       wave, default 4; see h2dlab.stager_plan.chunk_plan),
      "measured_on": {"gpu_name": ..., "cpu_affinity": ..., "date": ..., "command": ...},
      "evidence": {...}}
 """
@@ -42,6 +44,8 @@ from h2dlab.stager_plan import (
     MIN_CHUNK_BYTES,
     MIN_STEP_BYTES,
     SLOTS_PER_THREAD,
+    TAIL_SPLIT,
+    check_split,
     default_threads,
 )
 
@@ -78,9 +82,9 @@ def read_fastpath(source: str | Path | dict[str, Any]) -> dict[str, Any]:
     """Fast-path settings from a ``fastpath.json`` file (or its parsed dict), checked.
 
     Returns ``{"min_bytes", "threads", "chunk_bytes", "huge_pages", "engine", "slots",
-    "min_step_bytes", "source", "measured_on"}``, threads capped at this machine's usable
-    cores (``huge_pages`` may be absent: False; ``engine`` may be absent: ``"numpy"``;
-    ``slots``: 2; ``min_step_bytes``: 1 MiB).
+    "min_step_bytes", "head_split", "tail_split", "source", "measured_on"}``, threads capped at
+    this machine's usable cores (``huge_pages`` may be absent: False; ``engine`` may be absent:
+    ``"numpy"``; ``slots``: 2; ``min_step_bytes``: 1 MiB; ``head_split``, ``tail_split``: 4).
 
     Raises
     ------
@@ -105,12 +109,14 @@ def read_fastpath(source: str | Path | dict[str, Any]) -> dict[str, Any]:
             "min_step_bytes": check_count(
                 "min_step_bytes", d.get("min_step_bytes", MIN_STEP_BYTES), MIN_CHUNK_BYTES, MAX_CHUNK_BYTES
             ),
+            "head_split": check_split("head_split", d.get("head_split", TAIL_SPLIT)),
+            "tail_split": check_split("tail_split", d.get("tail_split", TAIL_SPLIT)),
             "source": where,
             "measured_on": d.get("measured_on", {}),
         }
     except KeyError as exc:
         raise ValueError(f"{where} has no {exc.args[0]!r}") from None
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from None
 
 
@@ -135,6 +141,8 @@ def _defaults() -> dict[str, Any]:
         "engine": "numpy",
         "slots": SLOTS_PER_THREAD,
         "min_step_bytes": MIN_STEP_BYTES,
+        "head_split": TAIL_SPLIT,
+        "tail_split": TAIL_SPLIT,
         "source": "defaults (no fastpath.json)",
         "measured_on": {},
     }
@@ -183,12 +191,9 @@ _STAGERS_LOCK = threading.Lock()
 def _stager(dev: torch.device, threads: int, chunk: int, fp: dict[str, Any]) -> Stager:
     with _STAGERS_LOCK:
         st = _STAGERS.get(dev.index)
-        want = (threads, chunk, fp["huge_pages"], fp["engine"], fp["slots"], fp["min_step_bytes"])
-        if (
-            st is None
-            or st.closed
-            or (st.threads, st.chunk_bytes, st.huge_pages, st.engine, st.slots, st.min_step_bytes) != want
-        ):
+        keys = ("huge_pages", "engine", "slots", "min_step_bytes", "head_split", "tail_split")
+        want = (threads, chunk, *(fp[k] for k in keys))
+        if st is None or st.closed or (st.threads, st.chunk_bytes, *(getattr(st, k) for k in keys)) != want:
             if st is not None:  # one ring per device at a time keeps the pinned memory bounded
                 st.close()
             st = _STAGERS[dev.index] = Stager(
@@ -199,6 +204,8 @@ def _stager(dev: torch.device, threads: int, chunk: int, fp: dict[str, Any]) -> 
                 engine=fp["engine"],
                 slots=fp["slots"],
                 min_step_bytes=fp["min_step_bytes"],
+                head_split=fp["head_split"],
+                tail_split=fp["tail_split"],
             )
         return st
 

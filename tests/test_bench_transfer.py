@@ -114,10 +114,9 @@ def test_dry_run_writes_every_section(bench, fake_cuda, monkeypatch, tmp_path): 
     assert all(r["reps"] >= 5 and r["ms_q25"] <= r["ms_median"] <= r["ms_q75"] for r in res["rows"])
     assert [b["size_bytes"] for b in res["bounds"]] == [256 * KiB, MiB]
     b = res["bounds"][0]
-    assert (
-        b["upper_gbps"] == min(b["host_alone_gbps"], b["dma_alone_gbps"])
-        and b["lower_gbps"] == b["host_under_dma_gbps"]
-    )
+    assert b["upper_gbps"] == min(b["host_alone_gbps"], b["dma_alone_gbps"])
+    assert b["lower_gbps"] == min(b["host_under_dma_gbps"], b["dma_under_host_gbps"])
+    assert b["lower_gbps"] == b[f"{b['lower_is']}_gbps"]
     assert {r["method"] for r in res["repeated"]} >= {"to", "to_device", "pin_then_to", "stager"}
     t = res["timeline_256MiB"]
     assert sum(c["bytes"] for c in t["chunks"]) == 256 * KiB
@@ -128,12 +127,27 @@ def test_dry_run_writes_every_section(bench, fake_cuda, monkeypatch, tmp_path): 
     assert settings["min_bytes"] == res["crossover"]["min_bytes"] == res["settings"]["min_bytes"]
     assert settings["measured_on"]["gpu_name"] == "none (CPU dry run)"
     assert {t["what"] for t in res["targets"]} >= {"to_device / .to() speed, whole grid (min)"}
-    # The tuning: 3 settings, the best again with 4 MiB smallest chunks, then on huge pages;
-    # what the fastpath file says is the picked row's setting, and the timeline ran it.
+    # The tuning: 3 settings, the best again with each other head/tail split, then with 4 MiB
+    # smallest chunks, then on huge pages; what the fastpath file says is the picked row's
+    # setting, and the timeline ran it.
     tuned = res["tuning"]
-    assert len(tuned) == 5 and tuned[3]["min_step_bytes"] == 4 * MiB and tuned[4]["huge_pages"]
+    n_split = len(staging.TUNE_SPLITS)
+    assert len(tuned) == 3 + n_split + 2
+    assert [(t["head_split"], t["tail_split"]) for t in tuned[3 : 3 + n_split]] == list(staging.TUNE_SPLITS)
+    assert all({k: t[k] for k in ("engine", "threads", "chunk_bytes", "slots")} ==
+               {k: tuned[3][k] for k in ("engine", "threads", "chunk_bytes", "slots")} for t in tuned[3 : 3 + n_split])  # fmt: skip
+    assert tuned[-2]["min_step_bytes"] == 4 * MiB and tuned[-1]["huge_pages"]
     assert all([r["size_bytes"] for r in t["by_size"]] == [128 * KiB, 256 * KiB, 512 * KiB] for t in tuned)
-    keys = ("threads", "chunk_bytes", "engine", "slots", "min_step_bytes", "huge_pages")
+    keys = (
+        "threads",
+        "chunk_bytes",
+        "engine",
+        "slots",
+        "min_step_bytes",
+        "huge_pages",
+        "head_split",
+        "tail_split",
+    )
     assert {k: settings[k] for k in keys} in [{k: t[k] for k in keys} for t in tuned]
     assert {k: res["timeline_256MiB"][k] for k in keys} == {k: settings[k] for k in keys}
     assert {k: res["bounds"][0][k] for k in keys} == {k: settings[k] for k in keys}
@@ -174,8 +188,14 @@ def test_cfg_of_fills_the_defaults_and_keeps_only_stager_arguments(ana):
         {"threads": 2, "chunk_bytes": 32 * MiB, "engine": "torch", "gbps_median": 40.0, "by_size": []}
     )
     assert c == {"threads": 2, "chunk_bytes": 32 * MiB, "engine": "torch", "huge_pages": False,
-                 "slots": stager.SLOTS_PER_THREAD, "min_step_bytes": stager.MIN_STEP_BYTES}  # fmt: skip
-    assert "32 MiB x 2 slots" in ana.cfg_name(c) and "torch" in ana.cfg_name(c)
+                 "slots": stager.SLOTS_PER_THREAD, "min_step_bytes": stager.MIN_STEP_BYTES,
+                 "head_split": 4, "tail_split": 4}  # fmt: skip
+    assert (
+        "32 MiB x 2 slots" in ana.cfg_name(c)
+        and "torch" in ana.cfg_name(c)
+        and "split 4/4" in ana.cfg_name(c)
+    )
+    assert "split 4/1" in ana.cfg_name({**c, "tail_split": 1})
 
 
 def test_paired_ratio_of_identical_timings_is_one_and_of_a_slower_call_below(ana):
@@ -238,7 +258,7 @@ def test_targets_pass_when_every_figure_meets_its_target(ana):
     ("kw", "what"),
     [
         ({"frac_1g": 0.84}, "to_device / upper bound at 1024 MiB"),
-        ({"lower_1g": 0.99}, "to_device / lower bound at 1024 MiB"),
+        ({"lower_1g": 0.99}, "to_device / lower bound (min of host under DMA, DMA under host) at 1024 MiB"),
         ({"big_ratio": 4.4}, "to_device / .to() speed, 256 MiB-4 GiB (min)"),
         ({"small_ratio": 0.96}, "to_device / .to() speed, whole grid (min)"),
         ({"added_us": 2.1}, "us added to .to() below the threshold (median)"),
@@ -256,3 +276,49 @@ def test_wall_timer_times_the_call_alone(bench):
     t = bench_staging.WallTimer(torch.device("cpu"))
     out, rec = t(lambda: time.sleep(0.02) or 7)
     assert out == 7 and set(rec) == {"wall_ms"} and 20 <= rec["wall_ms"] < 200
+
+
+# --- the bounds and the paired timing, on synthetic figures ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("g", "lower", "lower_is"),
+    [
+        # synthetic GB/s shaped like the 32-core host at 1 GiB: the host copy outruns the DMA
+        # even under DMA, so the DMA under host copies is the lower bound, not the host copy
+        ({"host_alone": 93.4, "dma_alone": 55.3, "host_under_dma": 78.8, "dma_under_host": 50.5}, 50.5,
+         "dma_under_host"),
+        # synthetic, shaped like the 16-core host: the host copy under DMA is the slower half
+        ({"host_alone": 42.6, "dma_alone": 55.4, "host_under_dma": 30.0, "dma_under_host": 50.7}, 30.0,
+         "host_under_dma"),
+    ],
+)  # fmt: skip
+def test_bound_figures_lower_is_the_slower_contended_half(ana, g, lower, lower_is):
+    f = ana.bound_figures({**g, "to_device": 45.0})
+    assert f["upper_gbps"] == min(g["host_alone"], g["dma_alone"])
+    assert (f["lower_gbps"], f["lower_is"]) == (lower, lower_is)
+    assert f["lower_gbps"] <= f["upper_gbps"]
+    assert f["frac_of_lower"] == pytest.approx(45.0 / lower) and f["frac_of_upper"] == pytest.approx(
+        45.0 / f["upper_gbps"]
+    )
+
+
+def test_timed_primes_each_call_with_itself(bench):
+    import bench_staging
+
+    calls = []
+
+    def timer(fn):
+        calls.append(("timed", fn()))
+        return None, {"wall_ms": 1.0}
+
+    fns = {"a": lambda: calls.append("a") or "a", "b": lambda: calls.append("b") or "b"}
+    out = bench_staging.timed(fns, 2, 1, timer, prime=True)
+    assert out == {"a": [1.0, 1.0], "b": [1.0, 1.0]}
+    timed_at = [i for i, c in enumerate(calls) if isinstance(c, tuple)]
+    assert len(timed_at) == 6
+    for i in timed_at:  # the call right before each timed call is the same fn, untimed
+        assert calls[i - 2] == calls[i][1] and calls[i - 1] == calls[i][1]
+    calls.clear()
+    bench_staging.timed(fns, 2, 1, timer)  # unprimed: only timed calls, alternating a b / b a
+    assert [c[1] for c in calls if isinstance(c, tuple)] == ["a", "b", "b", "a", "a", "b"]

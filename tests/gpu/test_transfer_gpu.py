@@ -117,12 +117,19 @@ TUNABLE = [  # settings the benchmark's tuning grid may write
     {"engine": "torch", "threads": 2, "chunk_bytes": 16 * MiB, "slots": 3, "min_step_bytes": MiB},
     {"engine": "torch", "threads": 1, "chunk_bytes": 64 * MiB, "slots": 2, "min_step_bytes": 8 * MiB},
     {"engine": "numpy", "threads": 4, "chunk_bytes": 16 * MiB, "slots": 3, "min_step_bytes": 8 * MiB},
-]
+    {"engine": "torch", "threads": 1, "chunk_bytes": 32 * MiB, "slots": 3, "min_step_bytes": MiB,
+     "head_split": 4, "tail_split": 1},
+    {"engine": "torch", "threads": 2, "chunk_bytes": 32 * MiB, "slots": 3, "min_step_bytes": MiB,
+     "head_split": 1, "tail_split": 2},
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "cfg", TUNABLE, ids=lambda c: f"{c['engine']}-{c['threads']}x{c['chunk_bytes'] // MiB}x{c['slots']}"
-)
+def _cfg_id(c):
+    return (f"{c['engine']}-{c['threads']}x{c['chunk_bytes'] // MiB}x{c['slots']}"
+            f"-split{c.get('head_split', 4)}{c.get('tail_split', 4)}")  # fmt: skip
+
+
+@pytest.mark.parametrize("cfg", TUNABLE, ids=_cfg_id)
 def test_settings_the_tuning_may_pick(cfg):
     with stager.Stager("cuda", **cfg) as st:
         assert st.nbytes == cfg["threads"] * cfg["slots"] * cfg["chunk_bytes"] and "slots=" in repr(st)
@@ -142,6 +149,31 @@ def test_settings_the_tuning_may_pick(cfg):
     finally:
         transfer.use_fastpath(prev)
         transfer.free_ring()
+
+
+@pytest.mark.parametrize("tail_split", stager.SPLITS)
+@pytest.mark.parametrize("head_split", stager.SPLITS)
+def test_to_device_bytes_equal_with_each_split(head_split, tail_split):
+    """to_device with each head/tail split the tuning may write (the shipped shape: torch
+    engine, 1 thread x 32 MiB x 3 slots): bytes equal to the source, and the chunks the ones
+    chunk_plan gives, around 256 MiB (where the splits cut) and at odd sizes."""
+    cfg = {"engine": "torch", "threads": 1, "chunk_bytes": 32 * MiB, "slots": 3, "min_step_bytes": MiB,
+           "head_split": head_split, "tail_split": tail_split}  # fmt: skip
+    prev = transfer.use_fastpath({"format": 1, "min_bytes": MiB, "measured_on": {}, **cfg})
+    try:
+        for i, n in enumerate((8 * MiB + 1, 64 * MiB + 3, 256 * MiB, 256 * MiB + 4097)):
+            x = _bytes_as(n, torch.float32 if n % 4 == 0 else torch.uint8, seed=i % 3)
+            assert same_bytes(transfer.to_device(x, "cuda"), x), n
+    finally:
+        transfer.use_fastpath(prev)
+        transfer.free_ring()
+    x = _bytes_as(256 * MiB + 4097, torch.uint8, seed=5)
+    with stager.Stager("cuda", **cfg) as st:
+        st.timeline = []
+        assert same_bytes(st(x, non_blocking=True), x)
+        (t,) = st.timeline
+    want = stager.chunk_plan(x.nbytes, 1, 32 * MiB, MiB, head_split=head_split, tail_split=tail_split)
+    assert sorted(c["offset"] for c in t["chunks"]) == want[:-1]
 
 
 def test_threshold_hand_over():
