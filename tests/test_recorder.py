@@ -10,7 +10,15 @@ from h2dlab import datasets
 from h2dlab.errors import UsageError
 from h2dlab.measure import sweep
 from h2dlab.plan import plan_sweep
-from h2dlab.recorder import Recording, StopFlag, check_resume, partial_path
+from h2dlab.recorder import (
+    Recording,
+    RowWriter,
+    StopFlag,
+    check_resume,
+    existing_rows,
+    partial_path,
+    progress_bar,
+)
 from h2dlab.spec import SweepSpec
 
 PLAN = plan_sweep(["pageable"], [1024, 2048], reps=2, warmup=1, seed=3)
@@ -118,3 +126,106 @@ def test_stop_flag_request_and_signal():
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signal.SIGTERM)  # a second signal: stop now
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_check_resume_names_every_changed_field_and_the_way_out():
+    a = SweepSpec(("pageable",), (1024,), device="cpu", reps=150).to_dict()
+    b = SweepSpec(("pageable",), (1024,), device="cpu", reps=9, seed=2).to_dict()
+    with pytest.raises(UsageError) as info:
+        check_resume(_done(PLAN[:1]), PLAN, a, b)
+    assert str(info.value) == (
+        "cannot resume: this run's spec differs from the first run's (reps was 150, now 9; seed was 0, now 2)"
+    )
+    rows = [dict(r) for r in PLAN[:3]]
+    rows[1]["rep"] = 5
+    with pytest.raises(UsageError) as info:
+        check_resume(_done(rows), PLAN)
+    want = PLAN[1]
+    assert str(info.value) == (
+        f"cannot resume: row 1 on disk is ('pageable', {want['size_bytes']}, 5, {want['warmup']}), not the "
+        f"planned ('pageable', {want['size_bytes']}, {want['rep']}, {want['warmup']}): "
+        "resume with the first run's spec"
+    )
+
+
+@pytest.mark.parametrize("recorded", [None, {}])
+def test_check_resume_without_a_recorded_spec_checks_the_rows_only(recorded):
+    """A table whose env.json has no spec (older versions) is resumed on its rows alone."""
+    now = SweepSpec(("pageable",), (1024,), device="cpu").to_dict()
+    check_resume(_done(PLAN[:2]), PLAN, recorded, now)
+    with pytest.raises(UsageError, match="holds 7 rows"):
+        check_resume(_done([*PLAN, PLAN[0]]), PLAN, recorded, now)
+
+
+def test_a_run_stopped_before_its_first_row_is_an_empty_table_of_the_schema(tmp_path):
+    out = tmp_path / "none.csv"
+    spec = SweepSpec(("pageable",), (1024,), device="cpu")
+    rec = Recording(out, spec.to_dict(), PLAN)
+    stop = StopFlag()
+    stop.request(signal.SIGTERM)
+    df = rec.finish(stop, gpu=False)
+    empty = datasets.empty_table()
+    assert len(df) == 0 and list(df.columns) == list(empty.columns)
+    assert df.dtypes.to_dict() == empty.dtypes.to_dict()  # not the dtypes a header-only CSV reads as
+    assert df.attrs["stopped"] is True and df.attrs["planned_rows"] == len(PLAN)
+    assert (
+        df.attrs["env"]["stopped_by_signal"] == signal.SIGTERM == datasets.read_env(out)["stopped_by_signal"]
+    )
+    assert df.attrs["env"]["measured_rows"] == 0 and df.attrs["env"]["planned_rows"] == len(PLAN)
+    assert rec.writer.fh.closed and not partial_path(out).exists()
+
+
+def test_a_stopped_sweep_records_the_signal_in_its_env(tmp_path):
+    spec = SweepSpec(("pageable",), (1024, 2048), device="cpu", reps=2, warmup=0, seed=1)
+    out, df = _interrupted(tmp_path, spec, after=1)
+    assert df.attrs["env"]["stopped_by_signal"] == signal.SIGTERM
+    assert datasets.read_env(out)["stopped_by_signal"] == signal.SIGTERM
+    done = sweep(spec, out=out, resume=True, progress=False)
+    assert done.attrs["env"]["stopped_by_signal"] is None and not done.attrs["stopped"]
+    # the resumed part continues the first part's clock: its rows come at least 1 s later
+    first, rest = done[done.order < len(df)], done[done.order >= len(df)]
+    assert rest["t_s"].min() >= first["t_s"].max() + 1.0
+
+
+def test_row_writer_alone_finishes_and_closes_once(tmp_path):
+    """A RowWriter without a Recording: no env.json beside its partial file to remove."""
+    out = tmp_path / "w.csv"
+    w = RowWriter(out)
+    assert not w.fh.closed
+    w.write({**PLAN[0], "run_id": "synthetic", "shape": "(1024,)", "dtype": "uint8", "t_s": 0.0, "wall_ms": 0.5,
+             "empty_cache": False, "error": ""})  # fmt: skip
+    df = w.finish({"note": "synthetic"})
+    assert len(df) == 1 and datasets.read(out)["wall_ms"].tolist() == [0.5]
+    assert w.fh.closed and not partial_path(out).exists()
+    w.close()  # idempotent
+    w2 = RowWriter(tmp_path / "c.csv")
+    w2.close()
+    assert w2.fh.closed
+
+
+def test_existing_rows_of_a_partial_file_killed_before_its_header(tmp_path):
+    out = tmp_path / "e.csv"
+    partial_path(out).write_bytes(b"")
+    df, env = existing_rows(out)
+    assert len(df) == 0 and list(df.columns) == list(datasets.COLUMNS) and env is None
+    assert existing_rows(tmp_path / "never.csv") == (None, None)
+
+
+def test_elapsed_counts_from_the_start_of_the_run():
+    rec = Recording(None, SweepSpec(("pageable",), (1024,), device="cpu").to_dict(), PLAN)
+    first = rec.elapsed()
+    assert 0.0 <= first < 60.0 and rec.elapsed() >= first
+
+
+def test_progress_bar_on_stderr_or_none(monkeypatch):
+    import sys
+
+    assert progress_bar(10, 3, "sweep", enabled=False) is None
+    bar = progress_bar(10, 3, "sweep", enabled=True)
+    try:
+        assert (bar.total, bar.n, bar.desc, bar.unit, bar.fp) == (10, 3, "sweep", "copy", sys.stderr)
+        assert bar.dynamic_ncols
+    finally:
+        bar.close()
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # tqdm not installed
+    assert progress_bar(10, 3, "sweep", enabled=True) is None

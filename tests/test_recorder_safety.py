@@ -227,3 +227,20 @@ def test_a_failed_write_names_the_users_path_not_the_temporary(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["r.csv"]
     with pytest.raises(OSError, match="cannot write .*nope/r.csv"):
         datasets.atomic_write(tmp_path / "nope" / "r.csv", lambda p: None)
+
+
+def test_resuming_a_killed_run_compares_the_spec_beside_its_partial_file(tmp_path):
+    """A killed run has no table yet: its spec is read from the env.json beside its
+    partial file, and a resume with another spec (same plan) is refused."""
+    out = tmp_path / "k.csv"
+    killed_run(out, 4)
+    assert not out.exists() and datasets.read_env(partial_path(out))["spec"] == SPEC.to_dict()
+    changed = SweepSpec(
+        ("pageable",), (1024, 2048, 4096), device="cpu", reps=3, warmup=1, seed=5, empty_cache=True
+    )
+    with pytest.raises(
+        UsageError, match=r"spec differs from the first run's \(empty_cache was False, now True\)"
+    ):
+        sweep(changed, out=out, resume=True, progress=False)
+    done = sweep(SPEC, out=out, resume=True, progress=False)
+    assert len(done) == len(PLAN) and done.attrs["env"]["spec"] == SPEC.to_dict()
