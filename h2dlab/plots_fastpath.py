@@ -98,5 +98,7 @@ def staged_timeline(tl: dict[str, Any], *, ax=None, env: dict | None = None):
         if "chunk_bytes" in tl
         else f"engine {engine}"
     )
+    if "tail_split" in tl:  # results from before the splits were tuned cut both ends in 4
+        extra += f", first chunk / last wave in {tl.get('head_split', 4)} / {tl['tail_split']} pieces"
     footnote(ax, None, text=" · ".join(s for s in ("bench_transfer timeline", gpu, date, extra) if s))
     return ax

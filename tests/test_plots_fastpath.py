@@ -58,6 +58,14 @@ def test_staged_timeline_draws_every_span_and_the_marks():
     assert "24 MiB" in ax.get_title() and "6 chunks" in ax.get_title()
     foot = [t.get_text() for t in ax.texts if getattr(t, "_h2dlab_footnote", False)]
     assert len(foot) == 1 and "GPU X" in foot[0] and "2026-01-02" in foot[0]
+    assert "pieces" not in foot[0]  # an older result: no split keys, none said
+    plt.close(ax.figure)
+
+
+def test_staged_timeline_says_the_splits_it_ran():
+    ax = plots.staged_timeline({**_synthetic_timeline(), "head_split": 4, "tail_split": 1})
+    (foot,) = [t.get_text() for t in ax.texts if getattr(t, "_h2dlab_footnote", False)]
+    assert "first chunk / last wave in 4 / 1 pieces" in foot
     plt.close(ax.figure)
 
 
