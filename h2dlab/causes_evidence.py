@@ -181,17 +181,16 @@ def evidence_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tup
             return "host_preempted", (
                 f"{slow}; the host clock ran {wall:.2f} ms but the timing thread was on the CPU for only "
                 f"{row['cpu_ms']:.2f} ms of it ({share:.0%}, where this strategy's copies use {typ:.0%}): the "
-                f"thread was descheduled for {off:.2f} ms"
+                f"thread was off the CPU for {off:.2f} ms (preempted or asleep: the table has no run-queue wait "
+                f"to tell which)"
             )
-    gc, gtyp = _get(row, "gc_count"), ctx["gc_typ"]
-    if finite(gc) and gc > 0 and (not finite(gtyp) or gc > gtyp):
-        cpu = (
-            f"; CPU time {share:.0%} of wall, so the thread was busy, not descheduled"
-            if finite(share)
-            else ""
-        )
+    gc, gtyp, gc_ms = _get(row, "gc_count"), ctx["gc_typ"], _get(row, "gc_ms")
+    long_enough = not finite(gc_ms) or gc_ms >= EXPLAINED_SHARE * (val - exp)
+    if finite(gc) and gc > 0 and (not finite(gtyp) or gc > gtyp) and long_enough:
+        took = f" and took {gc_ms:.2f} ms" if finite(gc_ms) else ""
+        cpu = f"; CPU time {share:.0%} of wall (this strategy's copies: {typ:.0%})" if finite(share) else ""
         return "gc_pause", (
-            f"{slow}; Python's garbage collector ran {int(gc)} time(s) during the copy (its neighbours: "
+            f"{slow}; Python's garbage collector ran {int(gc)} time(s) during the copy{took} (its neighbours: "
             f"{0 if not finite(gtyp) else gtyp:g}), pausing the thread that issues it{cpu}"
         )
     procs, pmed = _get(row, "gpu_procs"), ctx["procs_med"]

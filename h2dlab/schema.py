@@ -64,6 +64,7 @@ ADDED_V3: dict[str, str] = {
     "proc_cpu_ms": "float",  # CPU time of every thread of the process (workers, CUDA's threads)
     "proc_faults": "float",  # page faults (minor + major) of every thread of the process
     "issue_ms": "float",  # host time until the timed call returned, before the final sync
+    "gc_ms": "float",  # time in Python GC collections that ended during the copy (any thread)
 }
 #: Every stored column and its kind, in the order tables are written.
 COLUMNS: dict[str, str] = {**REQUIRED, **ADDED_V2, **ADDED_V3}

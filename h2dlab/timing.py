@@ -32,6 +32,7 @@ __all__ = [
     "CudaFault",
     "Timer",
     "gc_collections",
+    "gc_seconds",
     "gpu_other_processes",
     "page_faults",
     "sm_clock_mhz",
@@ -74,11 +75,16 @@ _WHO = None if resource is None else getattr(resource, "RUSAGE_THREAD", resource
 PROCS_MAX_AGE_S = 1.0
 
 _GC_STARTS = [0]
+_GC_TIME = [0.0, 0.0]  # seconds spent in collections so far; perf_counter at the running one's start
 
 
 def _count_gc(phase: str, info: dict) -> None:  # noqa: ARG001 - gc.callbacks' signature
     if phase == "start":
         _GC_STARTS[0] += 1
+        _GC_TIME[1] = time.perf_counter()
+    elif phase == "stop" and _GC_TIME[1]:
+        _GC_TIME[0] += time.perf_counter() - _GC_TIME[1]
+        _GC_TIME[1] = 0.0
 
 
 if not any(getattr(cb, "__name__", "") == "_count_gc" for cb in gc.callbacks):
@@ -88,6 +94,12 @@ if not any(getattr(cb, "__name__", "") == "_count_gc" for cb in gc.callbacks):
 def gc_collections() -> int:
     """Python garbage collections started since this module was imported (all threads)."""
     return _GC_STARTS[0]
+
+
+def gc_seconds() -> float:
+    """Seconds Python's garbage collector has spent in collections that ended since this
+    module was imported (all threads)."""
+    return _GC_TIME[0]
 
 
 def page_faults() -> tuple[float, float]:
@@ -195,7 +207,8 @@ class Timer:
     pinned block faults in its worker threads, which ``minflt`` does not see) and ``issue_ms`` (host time
     from the start until the timed call returned, before the final synchronisation: the
     rest of ``wall_ms`` is the wait for the GPU to finish; the one clock read this adds
-    inside the timed region costs well under a microsecond).
+    inside the timed region costs well under a microsecond) and ``gc_ms`` (time Python's
+    garbage collector spent in collections that ended during the copy, any thread).
 
     Parameters
     ----------
@@ -217,7 +230,7 @@ class Timer:
         """Run ``fn`` once; return its result and ``wall_ms``, ``event_ms``, ``host_allocs``,
         ``device_allocs``, ``minflt``, ``majflt``, ``cpu_ms``, ``gc_count``,
         ``sm_clock_mhz``, ``gpu_procs``, ``run_delay_ms``, ``nivcsw``, ``nvcsw``,
-        ``cpu_moved``, ``proc_cpu_ms``, ``proc_faults`` and ``issue_ms``."""
+        ``cpu_moved``, ``proc_cpu_ms``, ``proc_faults``, ``issue_ms`` and ``gc_ms``."""
         cuda = self.cuda
         # Before CUDA starts (the forum's first copy) there is nothing to wait for, and
         # synchronising would start the context outside the timed region.
@@ -228,9 +241,11 @@ class Timer:
         d0 = device_segment_count(self.dev) if live else (0.0 if cuda else np.nan)
         q0 = resource.getrusage(resource.RUSAGE_SELF) if _WHO is not None else None
         f0 = resource.getrusage(_WHO) if _WHO is not None else None
-        g0 = _GC_STARTS[0]
         s0 = sched_state()
         p0 = time.process_time()
+        # GC read last before the start and first after the stop: in between, outside fn,
+        # only floats are made, and they cannot start a collection.
+        g0, gt0 = _GC_STARTS[0], _GC_TIME[0]
         c0 = time.thread_time()
         t0 = self.clock()
         i0 = t0 if self.clock is time.perf_counter else time.perf_counter()
@@ -243,9 +258,9 @@ class Timer:
             torch.cuda.synchronize(self.dev)
         t1 = self.clock()
         c1 = time.thread_time()
+        g1, gt1 = _GC_STARTS[0], _GC_TIME[0]
         p1 = time.process_time()
         s1 = sched_state()
-        g1 = _GC_STARTS[0]
         f1 = resource.getrusage(_WHO) if f0 is not None else None
         q1 = resource.getrusage(resource.RUSAGE_SELF) if q0 is not None else None
         rec = {
@@ -268,6 +283,7 @@ class Timer:
                 float(q1.ru_minflt + q1.ru_majflt - q0.ru_minflt - q0.ru_majflt) if q0 is not None else np.nan
             ),
             "issue_ms": (i1 - i0) * 1e3,
+            "gc_ms": (gt1 - gt0) * 1e3,
         }
         return out, rec
 

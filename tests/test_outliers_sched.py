@@ -30,8 +30,9 @@ def synthetic_v3_run(seed: int, *, reps: int = 8, noise: float = 0.03):
     (x1.6-x8): ``host_preempted`` (80-100 % of the extra time waiting to run, inside the
     call), ``host_blocked`` (80-100 % of it asleep, 1-3 more voluntary switches),
     ``page_faults`` (worker threads' faults: in proc_faults, not in minflt), ``gc_pause``
-    (on the timing thread's CPU time) and ``none`` (a run-queue wait and a sleep of up to 30 % of the extra each, up to 5
-    extra faults; on pinned rows a run-queue wait as long as the extra but *after* the
+    (on the timing thread's CPU time, 80-100 % of the extra in gc_ms) and ``none`` (a
+    run-queue wait, a sleep and, on half of them, a collection of up to 30 % of the extra
+    each, up to 5 extra faults; on pinned rows a run-queue wait as long as the extra but *after* the
     call returned, where it cannot stretch the GPU's timing). Decoys: long run-queue
     waits after the call on pinned rows that are not slow. Returns the table and the
     injected kind per row."""
@@ -54,7 +55,7 @@ def synthetic_v3_run(seed: int, *, reps: int = 8, noise: float = 0.03):
     nivcsw = (rd > 0).astype(float)
     minflt = rng.poisson(2, n).astype(float)
     proc_faults = minflt + rng.poisson(1, n)  # other threads rarely fault
-    gc = np.zeros(n)
+    gc, gc_ms = np.zeros(n), np.zeros(n)
     kind = np.full(n, "", dtype=object)
     take = iter(rng.permutation(np.arange(1, n)))  # row 0 would be context start-up
     for k, count in EVENTS.items():
@@ -78,6 +79,7 @@ def synthetic_v3_run(seed: int, *, reps: int = 8, noise: float = 0.03):
                 issue[i] += extra
             elif k == "gc_pause":  # the collector runs on the timing thread: CPU time
                 gc[i] = rng.integers(1, 4)
+                gc_ms[i] = extra * rng.uniform(0.8, 1.0)
                 cpu[i] += extra
                 issue[i] += extra
             elif k == "none":
@@ -92,6 +94,8 @@ def synthetic_v3_run(seed: int, *, reps: int = 8, noise: float = 0.03):
                 nvcsw[i] += part_sleep > 0
                 cpu[i] = max(wall[i] - rd[i] - asleep[i] - part_sleep, 0)
                 proc_faults[i] += rng.integers(0, 6)
+                if rng.random() < 0.5:  # a short collection: far from the extra time
+                    gc[i], gc_ms[i] = 1, extra * rng.uniform(0, 0.3)
             if k in ("host_preempted", "host_blocked"):
                 cpu[i] = max(wall[i] - rd[i] - asleep[i] - (extra if k == "host_blocked" else 0), 0)
     quiet = np.flatnonzero((kind == "") & (strategy == "pinned"))
@@ -120,6 +124,7 @@ def synthetic_v3_run(seed: int, *, reps: int = 8, noise: float = 0.03):
             "majflt": 0.0,
             "cpu_ms": cpu,
             "gc_count": gc,
+            "gc_ms": gc_ms,
             "sm_clock_mhz": 1980.0,
             "gpu_procs": 0.0,
             "run_delay_ms": rd,
@@ -181,6 +186,11 @@ def test_schema3_evidence_quotes_numbers(explained_v3):
     assert (
         f"{row['cpu_ms']:.2f} ms on the CPU" in row["evidence"]
         and f"{int(row['nvcsw'])} voluntary" in row["evidence"]
+    )
+    row = e[e["cause"] == "gc_pause"].iloc[0]
+    assert (
+        f"ran {int(row['gc_count'])} time(s) during the copy and took {row['gc_ms']:.2f} ms"
+        in row["evidence"]
     )
     row = e[e["cause"] == "page_faults"].iloc[0]
     assert (

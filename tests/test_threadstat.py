@@ -22,7 +22,7 @@ from h2dlab.threadstat import parse_cpu, parse_run_delay_ns, sched_state
 from h2dlab.timing import RUSAGE_SCOPE, Timer
 
 CPU = torch.device("cpu")
-SCHED = ("run_delay_ms", "nivcsw", "nvcsw", "cpu_moved", "proc_cpu_ms", "proc_faults", "issue_ms")
+SCHED = ("run_delay_ms", "nivcsw", "nvcsw", "cpu_moved", "proc_cpu_ms", "proc_faults", "issue_ms", "gc_ms")
 HAS_SCHEDSTAT = not math.isnan(sched_state()[0])
 HAS_AFFINITY = hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2
 needs_schedstat = pytest.mark.skipif(

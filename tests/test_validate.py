@@ -73,6 +73,7 @@ def test_v2_and_v3_columns_and_defaults():
         "proc_cpu_ms",
         "proc_faults",
         "issue_ms",
+        "gc_ms",
     ]
     assert list(schema.COLUMNS) == [*schema.REQUIRED, *schema.ADDED_V2, *schema.ADDED_V3]
     assert datasets.COLUMNS is schema.COLUMNS and datasets.ADDED_V3 is schema.ADDED_V3

@@ -78,6 +78,8 @@ def test_scheduler_columns_on_cuda_rows(tmp_path):
     # every thread of the process includes the timing thread, read over a wider window
     assert (df["proc_cpu_ms"] >= df["cpu_ms"] - 0.01).all()
     assert df["issue_ms"].gt(0).all() and (df["issue_ms"] <= df["wall_ms"]).all()
+    assert df["gc_ms"].ge(0).all() and (df["gc_ms"] <= df["wall_ms"] + 0.5).all()
+    assert (df.loc[df["gc_count"] == 0, "gc_ms"] == 0).all()
     timed = df[~df.warmup & (df.size_bytes == 64 * MiB)].groupby("strategy")
     issue, wall = timed["issue_ms"].median(), timed["wall_ms"].median()
     # pinned_reuse is asynchronous: issued in microseconds, then ~1 ms of DMA to wait for
