@@ -3,6 +3,7 @@ first run's spec and plan must be refused, field by field and row by row."""
 
 import signal
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -164,9 +165,7 @@ def test_a_run_stopped_before_its_first_row_is_an_empty_table_of_the_schema(tmp_
     stop = StopFlag()
     stop.request(signal.SIGTERM)
     df = rec.finish(stop, gpu=False)
-    empty = datasets.empty_table()
-    assert len(df) == 0 and list(df.columns) == list(empty.columns)
-    assert df.dtypes.to_dict() == empty.dtypes.to_dict()  # not the dtypes a header-only CSV reads as
+    assert len(df) == 0 and list(df.columns) == list(datasets.COLUMNS)
     assert df.attrs["stopped"] is True and df.attrs["planned_rows"] == len(PLAN)
     assert (
         df.attrs["env"]["stopped_by_signal"] == signal.SIGTERM == datasets.read_env(out)["stopped_by_signal"]
@@ -229,3 +228,30 @@ def test_progress_bar_on_stderr_or_none(monkeypatch):
         bar.close()
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # tqdm not installed
     assert progress_bar(10, 3, "sweep", enabled=True) is None
+
+
+def _synthetic_row(order, direction):
+    return {"order": order, "strategy": "pageable", "direction": direction, "size_bytes": 1024, "rep": order,
+            "warmup": False, "shape": "(1024,)", "dtype": "uint8", "t_s": 0.0, "wall_ms": 0.5, "event_ms": np.nan,
+            "host_allocs": np.nan, "device_allocs": np.nan, "empty_cache": False, "error": ""}  # fmt: skip
+
+
+@pytest.mark.parametrize("to_file", [False, True])
+def test_finish_sorts_by_order_keeping_the_written_order_of_ties(tmp_path, to_file):
+    """Both directions of one planned copy share its order (bidir): the table is sorted by
+    order, and within an order the rows stay as written (a stable sort)."""
+    orders = np.random.default_rng(0).permutation(30)
+    rec = Recording(tmp_path / "b.csv" if to_file else None, {"kind": "synthetic"}, PLAN)
+    for k in orders:
+        for d in ("h2d", "d2h"):
+            rec.write(_synthetic_row(int(k), d))
+    df = rec.finish(StopFlag(), gpu=False)
+    assert df["order"].tolist() == [k for k in range(30) for _ in (0, 1)]
+    assert df["direction"].tolist() == ["h2d", "d2h"] * 30 and df.index.tolist() == list(range(60))
+
+
+def test_a_run_in_memory_stopped_before_its_first_row_is_an_empty_table_of_the_schema():
+    rec = Recording(None, {"kind": "synthetic"}, PLAN)
+    df = rec.finish(StopFlag(), gpu=False)
+    assert len(df) == 0 and list(df.columns) == list(datasets.COLUMNS)
+    assert df.attrs["stopped"] is False and df.attrs["env"]["measured_rows"] == 0
