@@ -90,7 +90,7 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     the process where the table has ``proc_faults``, else of the timing thread),
     ``fault_typ`` (median faults per 4 KiB page of the payload), ``cpu_share`` (cpu_ms /
     wall_ms) and ``cpu_typ`` (its median), ``gc_typ``, per run ``clock_med`` and
-    ``procs_med``, and from schema 3 the medians of ``rd_typ`` (run_delay_ms / wall_ms),
+    ``procs_med``, and from schema 3 the medians of ``rd_typ`` (the run-queue wait that fits in the copy, ``causes_evidence.run_delay_inside``, / wall_ms),
     ``blocked_typ`` (time asleep, wall - CPU - run delay, / wall_ms) and ``issue_typ``
     (issue_ms / wall_ms). Medians are over timed rows (no warm-up, no error); NaN where
     unmeasured.
@@ -117,8 +117,9 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     ctx["cpu_typ"] = ctx["cpu_share"].where(timed).groupby(by, sort=False).transform("median")
     ctx["gc_typ"] = _col(df, "gc_count").where(timed).groupby(by, sort=False).transform("median")
     wall = df["wall_ms"].astype(float)
-    rd = _col(df, "run_delay_ms")
-    asleep = np.maximum(wall - _col(df, "cpu_ms") - rd, 0.0)  # NaN stays NaN
+    cpu = _col(df, "cpu_ms")
+    rd = np.minimum(_col(df, "run_delay_ms"), np.maximum(wall - cpu, 0.0).where(cpu.notna(), np.inf))
+    asleep = np.maximum(wall - cpu - rd, 0.0)  # NaN stays NaN
     for name, part in (("rd_typ", rd), ("blocked_typ", asleep), ("issue_typ", _col(df, "issue_ms"))):
         ctx[name] = (part / wall).where(timed).groupby(by, sort=False).transform("median")
     run = df["run_id"]

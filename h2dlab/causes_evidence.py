@@ -27,6 +27,7 @@ __all__ = [
     "evidence_cause",
     "finite",
     "ruled_out",
+    "run_delay_inside",
     "slow_text",
 ]
 
@@ -78,6 +79,15 @@ def _get(row: pd.Series, name: str) -> float:
     return np.nan if v is None else float(v)
 
 
+def run_delay_inside(run_delay_ms: float, wall_ms: float, cpu_ms: float) -> float:
+    """The part of a run-queue wait that can lie inside the copy: the wait is read just
+    outside the timed window and the thread's CPU time just around it, so at most the
+    wall time the thread spent off the CPU (all of the wait where CPU time is unknown)."""
+    if not finite(cpu_ms):
+        return run_delay_ms
+    return min(run_delay_ms, max(wall_ms - cpu_ms, 0.0))
+
+
 def _window(row: pd.Series, val: float) -> float:
     """The part of the host's time that could stretch the analysed timing: with CUDA
     events, only what happened before the timed call returned (after it, the GPU stamps
@@ -108,7 +118,8 @@ def _scheduler_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> t
     exp, wall, cpu = row["expected_ms"], row["wall_ms"], _get(row, "cpu_ms")
     need = EXPLAINED_SHARE * (val - exp)
     window = _window(row, val)
-    rd = _get(row, "run_delay_ms")
+    rd_all = _get(row, "run_delay_ms")
+    rd = run_delay_inside(rd_all, wall, cpu)
     rd_typ = ctx["rd_typ"] * exp if finite(ctx["rd_typ"]) else 0.0
     switches = _switches(row)
     inside = (
@@ -117,9 +128,14 @@ def _scheduler_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> t
         else ""
     )
     if min(rd - rd_typ, window) >= need:
+        part = (
+            f" (read around the copy {rd_all:.2f} ms, of which at most wall {wall:.2f} - CPU {cpu:.2f} ms fits in it)"
+            if rd < rd_all
+            else ""
+        )
         return "host_preempted", (
             f"{slow}; the timing thread was ready to run but waited {rd:.2f} ms on a run queue during the "
-            f"copy (its neighbours: {rd_typ:.2f} ms at this length){'; ' + switches if switches else ''}: "
+            f"copy{part} (its neighbours: {rd_typ:.2f} ms at this length){'; ' + switches if switches else ''}: "
             f"another task had its CPU{inside}"
         )
     if not finite(cpu):
@@ -246,7 +262,13 @@ def ruled_out(row: pd.Series, ctx: pd.Series) -> dict[str, str]:
         out["CPU time"] = f"CPU time {ctx['cpu_share']:.0%} of wall{usual}"
     rd = _get(row, "run_delay_ms")
     if finite(rd):
-        out["run-queue wait"] = "no wait to run" if rd == 0 else f"{rd:.3f} ms waiting to run"
+        rd_in = run_delay_inside(rd, row["wall_ms"], _get(row, "cpu_ms"))
+        out["run-queue wait"] = (
+            "no wait to run"
+            if rd == 0
+            else f"{rd:.3f} ms waiting to run"
+            + (f" (at most {rd_in:.3f} ms inside the copy)" if rd_in < rd else "")
+        )
     switches = _switches(row)
     if switches:
         out["context switches"] = switches

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h2dlab import causes, datasets, outliers
-from h2dlab.causes_evidence import evidence_cause, slow_text
+from h2dlab.causes_evidence import evidence_cause, run_delay_inside, slow_text
 
 SCHED_CAUSES = ("host_preempted", "host_blocked", "page_faults", "gc_pause")
 #: Injected slow rows per kind in one synthetic run; "none" are near misses.
@@ -224,27 +224,30 @@ def _ctx(**kw) -> pd.Series:
     exp=st.floats(0.01, 1000),
     ratio=st.floats(1.5, 50),
     rd_part=st.floats(0, 1.5),
+    outside=st.floats(0, 1),
     in_call=st.booleans(),
     events=st.booleans(),
 )
 def test_preempted_exactly_when_the_wait_covers_half_the_extra_where_it_counts(
-    exp, ratio, rd_part, in_call, events
+    exp, ratio, rd_part, outside, in_call, events
 ):
-    """host_preempted iff the run-queue wait (beyond none usual) and the part of the host's
-    time that could stretch the timing (the call, with CUDA events; else all of it) both
-    cover half the extra time."""
+    """host_preempted iff the run-queue wait that fits in the copy (at most wall - CPU:
+    part of the wait may fall just outside the timed window, ``outside``) and the part of
+    the host's time that could stretch the timing (the call, with CUDA events; else all of
+    it) both cover half the extra time."""
     val = exp * ratio
     extra = val - exp
     rd = rd_part * extra
     wall = val + (0 if in_call else rd)
     issue = 0.05 * exp + (rd if in_call else 0.0)
+    cpu = wall - rd * (1 - outside)  # the rest of the wait happened around the copy
     row = pd.Series(
         {
             "expected_ms": exp,
             "wall_ms": wall,
             "event_ms": val if events else np.nan,
             "issue_ms": issue,
-            "cpu_ms": wall - rd,
+            "cpu_ms": cpu,
             "run_delay_ms": rd,
             "nivcsw": 1.0,
             "nvcsw": 0.0,
@@ -254,10 +257,12 @@ def test_preempted_exactly_when_the_wait_covers_half_the_extra_where_it_counts(
     )
     found = evidence_cause(row, _ctx(), val, slow_text(row, val))
     window = issue if events else wall
-    want = min(rd, window) >= 0.5 * extra
+    fits = run_delay_inside(rd, wall, cpu)
+    assert fits == pytest.approx(rd * (1 - outside), rel=1e-9, abs=1e-9)
+    want = min(fits, window) >= 0.5 * extra
     assert (found is not None and found[0] == "host_preempted") == want, (found, rd, window, extra)
     if want:
-        assert f"waited {rd:.2f} ms on a run queue" in found[1]
+        assert f"waited {fits:.2f} ms on a run queue" in found[1]
 
 
 @settings(max_examples=200, deadline=None)
