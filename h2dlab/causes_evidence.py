@@ -130,7 +130,7 @@ def _scheduler_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> t
     if min(rd - rd_typ, window) >= need:
         part = (
             f" (read around the copy {rd_all:.2f} ms, of which at most wall {wall:.2f} - CPU {cpu:.2f} ms fits in it)"
-            if rd < rd_all
+            if rd_all - rd > max(0.01, 0.01 * rd_all)
             else ""
         )
         return "host_preempted", (
@@ -267,7 +267,7 @@ def ruled_out(row: pd.Series, ctx: pd.Series) -> dict[str, str]:
             "no wait to run"
             if rd == 0
             else f"{rd:.3f} ms waiting to run"
-            + (f" (at most {rd_in:.3f} ms inside the copy)" if rd_in < rd else "")
+            + (f" (at most {rd_in:.3f} ms inside the copy)" if rd - rd_in > max(0.001, 0.01 * rd) else "")
         )
     switches = _switches(row)
     if switches:
