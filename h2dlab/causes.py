@@ -91,8 +91,9 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     ``fault_typ`` (median faults per 4 KiB page of the payload), ``cpu_share`` (cpu_ms /
     wall_ms) and ``cpu_typ`` (its median), ``gc_typ``, per run ``clock_med`` and
     ``procs_med``, and from schema 3 the medians of ``rd_typ`` (the run-queue wait that fits in the copy, ``causes_evidence.run_delay_inside``, / wall_ms),
-    ``blocked_typ`` (time asleep, wall - CPU - run delay, / wall_ms) and ``issue_typ``
-    (issue_ms / wall_ms). Medians are over timed rows (no warm-up, no error); NaN where
+    ``blocked_typ`` (time asleep, wall - CPU - run delay, / wall_ms), ``issue_typ``
+    (issue_ms / wall_ms) and ``others_typ`` (CPU time of the process's other threads,
+    proc_cpu_ms - cpu_ms, / wall_ms). Medians are over timed rows (no warm-up, no error); NaN where
     unmeasured.
     """
     ctx = pd.DataFrame(index=df.index)
@@ -120,7 +121,13 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     cpu = _col(df, "cpu_ms")
     rd = np.minimum(_col(df, "run_delay_ms"), np.maximum(wall - cpu, 0.0).where(cpu.notna(), np.inf))
     asleep = np.maximum(wall - cpu - rd, 0.0)  # NaN stays NaN
-    for name, part in (("rd_typ", rd), ("blocked_typ", asleep), ("issue_typ", _col(df, "issue_ms"))):
+    others = np.maximum(_col(df, "proc_cpu_ms") - cpu, 0.0)
+    for name, part in (
+        ("rd_typ", rd),
+        ("blocked_typ", asleep),
+        ("issue_typ", _col(df, "issue_ms")),
+        ("others_typ", others),
+    ):
         ctx[name] = (part / wall).where(timed).groupby(by, sort=False).transform("median")
     run = df["run_id"]
     ctx["clock_med"] = _col(df, "sm_clock_mhz").where(timed).groupby(run, sort=False).transform("median")

@@ -53,6 +53,7 @@ CHECKS = (
     "CPU time",
     "run-queue wait",
     "context switches",
+    "other threads",
     "GC",
     "SM clock",
     "GPU processes",
@@ -272,6 +273,16 @@ def ruled_out(row: pd.Series, ctx: pd.Series) -> dict[str, str]:
     switches = _switches(row)
     if switches:
         out["context switches"] = switches
+    proc, cpu = _get(row, "proc_cpu_ms"), _get(row, "cpu_ms")
+    if finite(proc) and finite(cpu):
+        usual = (
+            f" (its neighbours: {ctx['others_typ']:.0%} of their wall time)"
+            if finite(ctx["others_typ"])
+            else ""
+        )
+        out["other threads"] = (
+            f"other threads of the process used {max(proc - cpu, 0.0):.2f} ms of CPU{usual}"
+        )
     gc = _get(row, "gc_count")
     if finite(gc):
         out["GC"] = "no GC" if gc == 0 else f"{int(gc)} GC, as usual"

@@ -309,11 +309,20 @@ def test_ruled_out_table_lists_each_check(explained_v3):
     table = outliers.ruled_out(e)
     u = e[e["is_outlier"] & (e["cause"] == "unexplained")]
     assert list(table.index) == list(u.index) and len(table) >= 4
-    for col in ("page faults", "run-queue wait", "context switches", "GC", "time in the call"):
+    for col in (
+        "page faults",
+        "run-queue wait",
+        "context switches",
+        "other threads",
+        "GC",
+        "time in the call",
+    ):
         assert table[col].str.len().gt(0).all(), col
     i = table.index[0]
     assert table.at[i, "ms"] == pytest.approx(e.at[i, "event_ms"])
     assert f"{e.at[i, 'issue_ms']:.2f} ms in the timed call" in table.at[i, "time in the call"]
+    others = e.at[i, "proc_cpu_ms"] - e.at[i, "cpu_ms"]
+    assert f"other threads of the process used {others:.2f} ms of CPU" in table.at[i, "other threads"]
     # every check's sentence is part of the row's evidence
     for col in table.columns[6:]:
         if table.at[i, col]:
