@@ -48,7 +48,7 @@ def resolve_device(device: str | torch.device) -> torch.device:
     n = torch.cuda.device_count()
     idx = 0 if dev.index is None else dev.index
     if idx >= n:
-        raise Unavailable(f"there is no {dev.type}:{idx}: this machine has {n} CUDA device(s), 0..{n - 1}")
+        raise UsageError(f"there is no {dev.type}:{idx}: this machine has {n} CUDA device(s), 0..{n - 1}")
     return torch.device("cuda", idx)
 
 

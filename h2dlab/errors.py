@@ -21,5 +21,6 @@ class UsageError(ValueError):
 
 
 class Unavailable(UsageError):
-    """This machine lacks what the request needs (CUDA, a GPU of that index); the
-    message says what can be done here instead (e.g. replay the recorded data)."""
+    """This machine lacks what the request needs (CUDA); the
+    message says what can be done here instead (e.g. replay the recorded data). A GPU
+    index the machine does not have is a ``UsageError`` (exit 2), like ``--gpus``."""

@@ -253,3 +253,23 @@ def test_a_read_only_out_is_named_in_one_line(tmp_path, capsys):
     assert cli.main([*M, "--out", str(out), "--force"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(out) in err[0] and ".tmp-" not in err[0]
+
+
+def test_a_gpu_index_this_machine_lacks_is_a_usage_error(monkeypatch, capsys):
+    """cuda:N past the last GPU is a wrong input (exit 2, like --gpus), not a missing
+    capability (exit 1 is for no CUDA at all); checked with a pretend 1-GPU machine."""
+    from h2dlab import cli
+    from h2dlab.device import resolve_device
+    from h2dlab.errors import Unavailable, UsageError
+    from tests.fake_cuda import install
+
+    install(monkeypatch)
+    with pytest.raises(
+        UsageError, match=r"there is no cuda:1: this machine has 1 CUDA device\(s\), 0\.\.0"
+    ) as e:
+        resolve_device("cuda:1")
+    assert not isinstance(e.value, Unavailable)
+    assert resolve_device("cuda:0").index == 0
+    assert cli.main(["measure", "--device", "cuda:3", "--sizes", "1KiB", "--out", "x.csv"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["h2dlab: error: there is no cuda:3: this machine has 1 CUDA device(s), 0..0"]
