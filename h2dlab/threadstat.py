@@ -24,7 +24,7 @@ _NAN = float("nan")
 def _libc_getcpu():
     try:
         fn = ctypes.CDLL(None).sched_getcpu
-    except (OSError, AttributeError):  # not glibc (or no dynamic loading): read /proc instead
+    except (OSError, AttributeError, TypeError):  # not glibc, no dynamic loading (Windows)
         return None
     fn.restype, fn.argtypes = ctypes.c_int, []
     return fn if fn() >= 0 else None
