@@ -8,10 +8,10 @@ A recording folder holds ``<kind>/<run>.csv.gz`` (+ its env.json) per experiment
 and its names are re-exported here): the machine, the date, the plan it ran and which
 experiments finished. No torch here: the plan is read on machines without CUDA too.
 
-Estimated seconds come from the bundled H200 recordings themselves (each table's
-``t_s`` column is its run time; per (strategy, size) row times scaled to the
-repetitions below) plus ~6 s per process (Python, torch, CUDA context and env.json:
-the gap between consecutive recorded runs' dates beyond their ``t_s``).
+Estimated seconds are wall times measured on the 16-core H200 (each process's start-up
+included): the full plan's are ``wall_s`` in the bundled ``data/h200/recording.json``, the
+``--quick`` ones those of a quick recording made by ``h2dlab report --mode live`` (see
+:data:`PLAN`); only the concurrent run's, which needs two GPUs, are not measured.
 """
 
 from __future__ import annotations
@@ -195,32 +195,30 @@ RETIRED: dict[tuple[str, str], str] = {
 }
 
 #: The recording plan, in running order: (kind, run, full args, est. s, quick args, est. s).
-#: Full-plan estimates are the wall times measured on the H200 on 2026-11-30 (data/h200/
-#: recording.json; batch/mixed scaled to its smaller totals); --quick estimates are not measured yet.
-#: Plan 2 thinned four runs over the forum grid; their estimates are those wall times less the
-#: share of each table's measured time (its t_s column, per row) that went to the sizes now left
-#: out, nothing else changed: sweep/forum-sizes 90 - 84.0 s x 66.8 % = 34 (every third size);
-#: allocator pin-warm 47 - 39.9 x 49.5 % = 27, pin-emptied 76 - 70.7 x 49.8 % = 41,
-#: pin-register-emptied 57 - 52.0 x 49.9 % = 31 (every other size). Not yet measured as a plan.
+#: Estimates are measured wall times on the 16-core H200, one process each: full plan, the
+#: ``wall_s`` of each run in data/h200/recording.json (``h2dlab record --out /tmp/h200`` at commit
+#: 927e467, plan 2: 380 s in all); --quick, the ``wall_s`` of the quick recording that
+#: ``h2dlab report --mode live`` made at commit bde0182 (140 s; not bundled). The concurrent
+#: run (two GPUs) is an estimate: plan 2 was not recorded on the 2-GPU host.
 #: To add an experiment, add a row (its CLI must exist: a test parses every row).
 PLAN: tuple[Experiment, ...] = (
     *(
-        Experiment("forum", f"ascending-{i}", _a("forum"), 30, *((15, _a("forum --seqs {seqs_q}", **_Q)) if i == 1 else (0, _SKIP)), what="the forum protocol, sizes ascending")
+        Experiment("forum", f"ascending-{i}", _a("forum"), (27.3, 26.5)[i - 1], *((12.8, _a("forum --seqs {seqs_q}", **_Q)) if i == 1 else (0, _SKIP)), what="the forum protocol, sizes ascending")
         for i in (1, 2)
     ),
-    Experiment("forum", "shuffled-1", _a("forum --order shuffled --seed 1"), 32, 14, _a("forum --seqs {seqs_q} --order shuffled --seed 1", **_Q), what="the forum protocol, shuffled"),
-    Experiment("sweep", "pow2-interleaved", _a(f"{_POW2} --order interleaved --seed 1"), 38, 17, _a(f"{_POW2_Q} --order interleaved --seed 1"), fresh=False, what="the same, reps interleaved in shuffled rounds"),
-    Experiment("sweep", "forum-sizes", _a(f"{_FS} {{forum_3}} --reps 2 --warmup 0", **_F), 34, 13, _a(f"{_FS} {{forum_q}} --reps 3 --warmup 0", **_Q), fresh=False, what="pageable and pinned_reuse on every third of the forum's sizes"),
-    Experiment("allocator", "pin-warm", _a(f"{_PIN} {{forum_2}} --reps 1", **_F), 27, 12, _a(f"{_PIN} {{forum_q}} --reps 2", **_Q), what="pin_memory over every other forum size, host cache kept"),
-    Experiment("allocator", "pin-emptied", _a(f"{_PIN} {{forum_2}} --reps 1 --empty-host-cache", **_F), 41, 14, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), what="pin_memory, host cache emptied before each size"),
-    Experiment("allocator", "pin-register-emptied", _a(f"{_PIN} {{forum_2}} --reps 1 --empty-host-cache", **_F), 31, 13, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), env=_REG, what="pin-emptied under cudaHostRegister pinning"),
-    Experiment("allocator", "device-cache-kept", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3"), 11, 7, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2"), what="device cache kept between copies"),
-    Experiment("allocator", "device-empty-cache", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3 --empty-cache"), 12, 7, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2 --empty-cache"), what="torch.cuda.empty_cache() before every copy"),
-    Experiment("overlap", "overlap", _a("overlap --size 256MiB --reps 5"), 6, 7, _a("overlap --size 256MiB --reps 3"), fresh=False, what="timelines of a copy beside compute"),
-    Experiment("d2h", "d2h", _a(f"{_D2H} 1KiB,16KiB,256KiB,1MiB,4MiB,16MiB,64MiB,256MiB,1GiB --reps 10 --reps-large 3 --warmup 2"), 21, 10, _a(f"{_D2H} 64KiB,1MiB,16MiB,256MiB --reps 3 --warmup 1"), fresh=False, what="device to host, four ways, beside pinned_reuse and pageable to the GPU"),
-    Experiment("bidir", "duplex", _a("duplex --sizes 1MiB,4MiB,16MiB,64MiB,256MiB,1GiB --reps 10 --warmup 2"), 11, 7, _a("duplex --sizes 1MiB,256MiB --reps 3 --warmup 1"), fresh=False, what="both directions at once on two streams, beside each alone"),
-    Experiment("batch", "equal", _a("batch --layout equal --reps 5 --reps-large 3 --warmup 1 --seed 0"), 76, 10, _a(f"batch --layout equal {_BQ} --seed 0"), fresh=False, what="1-1024 equal tensors, 1 MiB-1 GiB in all, seven ways"),
-    Experiment("batch", "mixed", _a("batch --layout mixed --totals 1MiB,16MiB,256MiB --reps 5 --reps-large 3 --warmup 1 --seed 1"), 36, 0, _SKIP, fresh=False, what="the same with seeded mixed sizes"),
+    Experiment("forum", "shuffled-1", _a("forum --order shuffled --seed 1"), 27.1, 11.8, _a("forum --seqs {seqs_q} --order shuffled --seed 1", **_Q), what="the forum protocol, shuffled"),
+    Experiment("sweep", "pow2-interleaved", _a(f"{_POW2} --order interleaved --seed 1"), 35.6, 20.8, _a(f"{_POW2_Q} --order interleaved --seed 1"), fresh=False, what="the same, reps interleaved in shuffled rounds"),
+    Experiment("sweep", "forum-sizes", _a(f"{_FS} {{forum_3}} --reps 2 --warmup 0", **_F), 29.8, 16.0, _a(f"{_FS} {{forum_q}} --reps 3 --warmup 0", **_Q), fresh=False, what="pageable and pinned_reuse on every third of the forum's sizes"),
+    Experiment("allocator", "pin-warm", _a(f"{_PIN} {{forum_2}} --reps 1", **_F), 20.8, 9.8, _a(f"{_PIN} {{forum_q}} --reps 2", **_Q), what="pin_memory over every other forum size, host cache kept"),
+    Experiment("allocator", "pin-emptied", _a(f"{_PIN} {{forum_2}} --reps 1 --empty-host-cache", **_F), 33.8, 12.5, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), what="pin_memory, host cache emptied before each size"),
+    Experiment("allocator", "pin-register-emptied", _a(f"{_PIN} {{forum_2}} --reps 1 --empty-host-cache", **_F), 24.8, 11.3, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), env=_REG, what="pin-emptied under cudaHostRegister pinning"),
+    Experiment("allocator", "device-cache-kept", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3"), 10.1, 6.5, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2"), what="device cache kept between copies"),
+    Experiment("allocator", "device-empty-cache", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3 --empty-cache"), 10.5, 6.6, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2 --empty-cache"), what="torch.cuda.empty_cache() before every copy"),
+    Experiment("overlap", "overlap", _a("overlap --size 256MiB --reps 5"), 5.0, 5.0, _a("overlap --size 256MiB --reps 3"), fresh=False, what="timelines of a copy beside compute"),
+    Experiment("d2h", "d2h", _a(f"{_D2H} 1KiB,16KiB,256KiB,1MiB,4MiB,16MiB,64MiB,256MiB,1GiB --reps 10 --reps-large 3 --warmup 2"), 18.8, 6.5, _a(f"{_D2H} 64KiB,1MiB,16MiB,256MiB --reps 3 --warmup 1"), fresh=False, what="device to host, four ways, beside pinned_reuse and pageable to the GPU"),
+    Experiment("bidir", "duplex", _a("duplex --sizes 1MiB,4MiB,16MiB,64MiB,256MiB,1GiB --reps 10 --warmup 2"), 11.3, 5.3, _a("duplex --sizes 1MiB,256MiB --reps 3 --warmup 1"), fresh=False, what="both directions at once on two streams, beside each alone"),
+    Experiment("batch", "equal", _a("batch --layout equal --reps 5 --reps-large 3 --warmup 1 --seed 0"), 71.4, 14.8, _a(f"batch --layout equal {_BQ} --seed 0"), fresh=False, what="1-1024 equal tensors, 1 MiB-1 GiB in all, seven ways"),
+    Experiment("batch", "mixed", _a("batch --layout mixed --totals 1MiB,16MiB,256MiB --reps 5 --reps-large 3 --warmup 1 --seed 1"), 27.6, 0, _SKIP, fresh=False, what="the same with seeded mixed sizes"),
     Experiment("concurrent", "concurrent", _a(f"{_GPUS} --reps 5 --reps-large 3 --warmup 2"), 20, 15, _a(f"{_GPUS} --reps 3 --reps-large 2 --warmup 1"), min_gpus=2, what="1 then 2 GPUs copying at once"),
 )  # fmt: skip
 

@@ -64,6 +64,21 @@ def test_plan_reproduces_the_bundled_recording():
             assert dict(e.env).get("PYTORCH_CUDA_ALLOC_CONF") == conf, e.run
 
 
+def test_full_plan_estimates_are_the_bundled_recordings_wall_times():
+    # the estimates are documented as measured: each one-GPU run's is its wall time in
+    # data/h200/recording.json, recorded by this very plan (same arguments, same environment)
+    import json
+
+    manifest = json.loads((Path(__file__).resolve().parent.parent / "data/h200/recording.json").read_text())
+    assert manifest["status"] == "complete" and not manifest["quick"]
+    recorded = {r["name"]: r for r in manifest["experiments"]}
+    for e in experiments(gpus=1):
+        r = recorded[e.name]
+        assert r["args"] == e.argv() and r["env"] == dict(e.env), e.name
+        assert e.seconds == r["wall_s"], e.name
+    assert round(total_seconds(experiments(gpus=1))) == round(sum(r["wall_s"] for r in recorded.values()))
+
+
 def test_time_budget_on_an_h200():
     # one GPU: the full plan in 7.5 minutes (a 10-minute device call also holds CUDA start-up
     # and a benchmark), --quick in 2.5; two GPUs add the concurrent run, within issue 13's 10 and 3
@@ -143,6 +158,22 @@ def test_data_readme_states_the_plan_totals():
     assert f"**{full[0]} / {full[1]}**" in text and f"**{quick[0]} / {quick[1]}**" in text
     for e in PLAN:
         assert f"`{e.kind}/{e.run.split('-')[0]}" in text, e.name
+
+
+def test_data_readme_plan_table_states_each_runs_estimate():
+    # every row of data/README.md's plan table quotes the plan's own seconds (full, --quick)
+    text = (Path(__file__).resolve().parent.parent / "data" / "README.md").read_text()
+    rows = {ln.split(" | ")[0].strip("| `").split("`")[0]: ln.split(" | ") for ln in text.splitlines()}
+    for e in PLAN:
+        cells = rows[e.name]
+        est = " (est.)" if e.min_gpus > 1 else ""
+        full, quick = (
+            (f"{e.seconds:.1f}", f"{e.quick_seconds:.1f}")
+            if not est
+            else (f"{e.seconds:.0f}", f"{e.quick_seconds:.0f}")
+        )
+        assert cells[2] == full + est, (e.name, cells[2])
+        assert cells[4].rstrip(" |") == (quick + est if e.in_quick() else "–"), (e.name, cells[4])
 
 
 def test_quick_forum_runs_keep_the_forums_question_pair():
