@@ -474,13 +474,14 @@ def test_to_device_uses_one_stager_per_device(fake_cuda, monkeypatch):
     transfer.free_ring()
     x = torch.arange(5000.0)
     opts = {"min_bytes": 0, "num_threads": 2, "chunk_bytes": 4 * KiB}
+    slots = transfer.fastpath()["slots"]  # not an argument: the shipped fastpath.json's
     assert torch.equal(transfer.to_device(x, "cuda", **opts), x)
-    assert transfer.ring_bytes() == 2 * 2 * 4 * KiB
+    assert transfer.ring_bytes() == 2 * slots * 4 * KiB
     assert torch.equal(transfer.to_device(x, "cuda", **opts), x)
     assert len(made) == 1  # kept
     assert torch.equal(transfer.to_device(x, "cuda", **{**opts, "num_threads": 3}), x)
     assert len(made) == 2 and made[0].closed  # replaced, not piled up
-    assert transfer.free_ring() == 3 * 2 * 4 * KiB and transfer.ring_bytes() == 0
+    assert transfer.free_ring() == 3 * slots * 4 * KiB and transfer.ring_bytes() == 0
     assert made[1].closed
 
 
