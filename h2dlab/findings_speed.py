@@ -1,7 +1,7 @@
 """What a sweep says about speed: GB/s per strategy (``bandwidth``), pinned against
 pageable at one size (``memory_kind``), what the smallest copy costs whatever the
 strategy (``small_copy_floor``), and whether the host memcpy is a ceiling for the staged
-path (``host_copy_ceiling``, from a benchmark run). Each takes its table explicitly and
+path and what bounds it (``host_copy_ceiling``, ``staged_bounds``, from a benchmark run). Each takes its table explicitly and
 returns a :class:`h2dlab.finding.Finding`; :mod:`h2dlab.advice` re-exports them. No torch here.
 """
 
@@ -15,7 +15,7 @@ from h2dlab.finding import Finding, size_text
 from h2dlab.model import medians, timed, value_ms
 from h2dlab.units import fmt_bytes
 
-__all__ = ["bandwidth", "host_copy_ceiling", "memory_kind", "small_copy_floor"]
+__all__ = ["bandwidth", "host_copy_ceiling", "memory_kind", "small_copy_floor", "staged_bounds"]
 
 
 def _ms_text(ms: float) -> str:
@@ -184,14 +184,83 @@ def host_copy_ceiling(bench: dict[str, Any], *, method: str = "to_device") -> Fi
         if got > v:
             beaten.append(label)
     holds = not beaten
+    peak = bench["ceilings"].get("pinned_reuse_peak_gbps")
+    faster = [
+        f"{k.split('_')[2][:-3]} {k.split('_')[2][-3:]}"
+        for k, v in ceil.items()
+        if peak is not None and v > peak
+    ]
+    if not holds:
+        end = f"`{method}` beat it at {', '.join(beaten)}: a host copy measured once and alone is no ceiling."
+    elif peak is None:
+        end = "The staged path stayed below it (the run has no pinned DMA peak to say which of the two limits it)."
+    elif faster:
+        end = (
+            f"The staged path stayed below it, but the host copy alone outran the pinned DMA ({peak:.1f} GB/s, "
+            f"`pinned_reuse`'s peak) at {', '.join(faster)}: there the DMA, not the memory copy, is the nearer limit."
+        )
+    else:
+        end = f"The staged path stayed below it, and below the pinned DMA ({peak:.1f} GB/s): on this host the memory copy is the wall."
     verdict = (
         "The multithreaded host copy (pageable to pinned, all cores), measured in the same run: "
         + "; ".join(parts)
         + ". "
+        + end
+    )
+    values = {"ceilings": ceil, "best_gbps": float(m.max()), "beaten_at": beaten, "above_dma_at": faster}
+    return Finding(verdict, holds, values)
+
+
+def staged_bounds(bench: dict[str, Any], *, method: str = "to_device") -> Finding:
+    """What bounds a staged copy, measured in the same run as ``method`` (the benchmark's
+    ``bounds``): per size, the upper bound min(host copy alone, DMA alone) and the lower
+    bound min(host copy under DMA, DMA under host copies), and ``method`` as a fraction of
+    each. ``holds`` when ``method`` reached the lower bound at every size from 1 GiB up.
+
+    Parameters
+    ----------
+    bench
+        A benchmark result (``benchmarks/results/*.json``) with ``bounds``.
+    method
+        The name the sentence gives the staged copy.
+
+    Returns
+    -------
+    Finding
+        ``values``: ``by_size`` (size in bytes -> the bound's GB/s figures and fractions).
+
+    Raises
+    ------
+    ValueError
+        The benchmark has no ``bounds`` (results written before they were measured).
+    """
+    rows = bench.get("bounds") or []
+    if not rows:
+        raise ValueError("the benchmark has no bounds: re-run benchmarks/bench_transfer.py")
+    parts, by = [], {}
+    for r in rows:
+        up = "the DMA alone" if r["dma_alone_gbps"] <= r["host_alone_gbps"] else "the host copy alone"
+        low = "the DMA under host copies" if r["lower_is"] == "dma_under_host" else "the host copy under DMA"
+        parts.append(
+            f"at {fmt_bytes(r['size_bytes'], compact=True)} `{method}` {r['to_device_gbps']:.1f} GB/s, "
+            f"{r['frac_of_upper']:.0%} of the upper bound {r['upper_gbps']:.1f} ({up}) and "
+            f"{r['frac_of_lower']:.0%} of the lower bound {r['lower_gbps']:.1f} ({low})"
+        )
+        by[int(r["size_bytes"])] = {
+            k: r[k] for k in ("to_device_gbps", "upper_gbps", "lower_gbps", "frac_of_upper", "frac_of_lower")
+        }
+    under = [fmt_bytes(s, compact=True) for s, r in by.items() if s >= 2**30 and r["frac_of_lower"] < 1]
+    holds = not under
+    verdict = (
+        "Bounds measured in the same run (medians): "
+        + "; ".join(parts)
+        + ". "
         + (
-            "The staged path stayed below it: on this host the memory copy is the wall."
+            f"From 1 GiB up `{method}` reached the lower bound."
             if holds
-            else f"`{method}` beat it at {', '.join(beaten)}: a host copy measured once and alone is no ceiling."
+            else f"`{method}` stayed under the lower bound at {', '.join(under)}."
         )
     )
-    return Finding(verdict, holds, {"ceilings": ceil, "best_gbps": float(m.max()), "beaten_at": beaten})
+    return Finding(
+        verdict, holds, {"by_size": by}, pd.DataFrame(by).T.rename_axis("size_bytes").reset_index()
+    )

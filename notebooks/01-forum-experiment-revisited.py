@@ -97,8 +97,8 @@ display(Markdown(f"**A100 table.** {findings.host_alloc_growth(a100)}"))
 # ## 4 · `empty_cache()` inside the loop
 #
 # *What does releasing the device cache before every step cost?* Each pinned copy then needs a
-# fresh device allocation (`cudaMalloc`). The sweep's copies into a reused device buffer at the
-# same sizes are the baseline.
+# fresh device allocation (`cudaMalloc`). The sweep's copies into a reused device buffer, at the
+# sizes both runs measured, are the baseline.
 
 # %% tags=["hide-input"]
 plots.device_alloc_cost(forum, reuse);
@@ -109,8 +109,9 @@ display(findings.device_alloc_cost(forum, reuse), Markdown(findings.EMPTY_CACHE_
 # %% [markdown]
 # ## 5 · One shot per size
 #
-# *Can one measurement per size be trusted?* The sweep's `forum-sizes` run repeated the forum's
-# sizes; how far does the slowest repetition stray from its size's median?
+# *Can one measurement per size be trusted?* The sweep's `forum-sizes` run repeated part of the
+# forum's sizes (the recording plan thins the grid); how far does the slowest repetition stray
+# from its size's median?
 
 # %% tags=["hide-input"]
 display(forum_claims.single_shot_spread(reuse))

@@ -33,7 +33,7 @@ MODE = "replay"
 # %%
 from IPython.display import Markdown, display
 
-from h2dlab import advice, compare_machines, datasets, factors, findings_transfer, plots, session
+from h2dlab import advice, compare_machines, datasets, factors, findings_speed, findings_transfer, plots, session
 
 rec = session.recording(DATA, mode=MODE)
 sweep = rec.table("sweep", "pow2-interleaved")
@@ -82,14 +82,17 @@ display(advice.pin_first_pays(advice.advice(sweep, 2**26, cold=cold)), advice.re
 # `benchmarks/bench_transfer.py` timed `to_device` beside `x.to("cuda")`, pin-then-copy (also
 # with `pinned_use_cuda_host_register`), TensorDict's multithreaded pinning and reused pinned
 # buffers, in one process, with a multithreaded host `memcpy` from pageable into pinned memory
-# measured alone. Its result is bundled for the H200 only (the figure's footnote names it).
+# measured alone, and the bounds of a staged copy: the host copy and the pinned DMA, each alone
+# and each while the other runs. Two runs are bundled, both on H200 machines: the one of the
+# recording, shown here (the figure's footnote names it), and a host with twice its cores
+# (`h200x2`; `benchmarks/README.md` has both).
 
 # %% tags=["hide-input"]
 bench = datasets.load_benchmark("h200")
 plots.benchmark(bench);
 
 # %% tags=["hide-input"]
-display(advice.host_copy_ceiling(bench))
+display(advice.host_copy_ceiling(bench), findings_speed.staged_bounds(bench))
 
 # %% [markdown]
 # ## 5 · Where the time of one staged copy goes

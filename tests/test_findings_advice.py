@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from h2dlab import advice, datasets
+from h2dlab.units import fmt_bytes
 
 GiB, MiB, KiB = 2**30, 2**20, 2**10
 
@@ -188,13 +189,25 @@ def test_host_copy_ceiling():
             if td[int(label[:-3]) * units[label[-3:]]] > v:
                 expect.append(label)
     assert f["beaten_at"] == expect and f.holds == (not expect)
-    assert ("no ceiling" in f.verdict) == bool(expect) and ("wall" in f.verdict) == (not expect)
+    # the host copy is "the wall" only where it was also slower than the pinned DMA of the same run
+    peak = b["ceilings"]["pinned_reuse_peak_gbps"]
+    above = [k for k, v in b["ceilings"].items() if k.startswith("host_copy") and v > peak]
+    assert ("no ceiling" in f.verdict) == bool(expect)
+    assert ("wall" in f.verdict) == (not expect and not above) and len(f["above_dma_at"]) == len(above)
+    assert ("the DMA, not the memory copy" in f.verdict) == (not expect and bool(above))
     synthetic = {  # synthetic: to_device below the host copy, then above it
         "rows": [{"method": "to_device", "size_bytes": GiB, "gbps_median": 20.0}],
-        "ceilings": {"host_copy_1GiB_gbps": 25.0},
+        "ceilings": {"host_copy_1GiB_gbps": 25.0, "pinned_reuse_peak_gbps": 50.0},
     }
     g = advice.host_copy_ceiling(synthetic)
-    assert g.holds and "wall" in g.verdict
+    assert g.holds and "wall" in g.verdict and g["above_dma_at"] == []
+    synthetic["ceilings"]["pinned_reuse_peak_gbps"] = 22.0  # synthetic: the DMA slower than the host copy
+    g = advice.host_copy_ceiling(synthetic)
+    assert g.holds and "wall" not in g.verdict and g["above_dma_at"] == ["1 GiB"]
+    assert "outran the pinned DMA (22.0 GB/s" in g.verdict
+    del synthetic["ceilings"]["pinned_reuse_peak_gbps"]  # synthetic: no DMA figure, no claim either way
+    g = advice.host_copy_ceiling(synthetic)
+    assert g.holds and "wall" not in g.verdict and "no pinned DMA peak" in g.verdict
     synthetic["rows"][0]["gbps_median"] = 30.0
     g = advice.host_copy_ceiling(synthetic)
     assert not g.holds and g["beaten_at"] == ["1GiB"] and "no ceiling" in g.verdict
@@ -270,3 +283,38 @@ def test_advice_extra_case_without_its_plain_way_gives_no_rows(inter):
         inter, GiB, d2h=d2h[d2h.strategy != "d2h_pageable"], batch=batch[batch.strategy != "loop_to"]
     )
     assert set(t.case) == {"one tensor to the GPU"}
+
+
+def test_staged_bounds_quotes_the_file_and_judges_from_1_gib():
+    from h2dlab import findings_speed
+
+    for name in ("h200", "h200x2"):
+        b = datasets.load_benchmark(name)
+        f = findings_speed.staged_bounds(b)
+        for r in b["bounds"]:
+            size = fmt_bytes(r["size_bytes"], compact=True)
+            assert (
+                f"at {size} `to_device` {r['to_device_gbps']:.1f} GB/s, {r['frac_of_upper']:.0%} of the upper bound"
+                in f.verdict
+            )
+            assert f"{r['frac_of_lower']:.0%} of the lower bound {r['lower_gbps']:.1f}" in f.verdict
+        under = [r for r in b["bounds"] if r["size_bytes"] >= GiB and r["frac_of_lower"] < 1]
+        assert f.holds == (not under) and ("stayed under the lower bound" in f.verdict) == bool(under)
+    row = {  # synthetic: one size, the host copy the slower alone, the host copy under DMA the lower
+        "size_bytes": GiB,
+        "to_device_gbps": 30.0,
+        "upper_gbps": 40.0,
+        "lower_gbps": 25.0,
+        "lower_is": "host_under_dma",
+        "host_alone_gbps": 40.0,
+        "dma_alone_gbps": 55.0,
+        "frac_of_upper": 0.75,
+        "frac_of_lower": 1.2,
+    }
+    g = findings_speed.staged_bounds({"bounds": [row]})
+    assert g.holds and "(the host copy alone)" in g.verdict and "(the host copy under DMA)" in g.verdict
+    g = findings_speed.staged_bounds({"bounds": [dict(row, frac_of_lower=0.9, size_bytes=2 * GiB)]})
+    assert not g.holds and "stayed under the lower bound at 2 GiB" in g.verdict
+    assert findings_speed.staged_bounds({"bounds": [dict(row, frac_of_lower=0.5, size_bytes=GiB // 4)]}).holds
+    with pytest.raises(ValueError, match="no bounds"):
+        findings_speed.staged_bounds({"rows": []})
