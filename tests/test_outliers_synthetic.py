@@ -342,6 +342,28 @@ def episode_rows(residuals):
         # in quiet data the floor is 1.25x: exactly 1.25x is not slow, a little more is
         ([0] * 8 + [LOG_125] * 4, []),
         ([0] * 8 + [LOG_125 * 1.001] * 4, [8, 9, 10, 11]),
+        # a stretch from the very first row to the last; a quiet row inside stays in it
+        ([2.0, 0.1, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0], list(range(8))),
+        # a lone slow row two rows before a stretch does not join it
+        ([0, 0, 0, 0.5, 0, 0.5, 0.5, 0.5, 0.5, 0, 0, 0, 0, 0, 0], [5, 6, 7, 8]),
+        # nor one two rows after it
+        ([0, 0, 2, 2, 2, 2, 1, 2, 2, 2, 2, 0, 2, 0, 0, 0], list(range(2, 11))),
+        # two stretches: the first loses its leading quiet row (1.16x), the second is whole
+        ([0.15, 2, 2, 2, 2, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2] + [0] * 11, [1, 2, 3, 4, *range(10, 17)]),
+        # a trailing run at 1.16x (below 1.25x) is trimmed off the stretch it follows
+        ([0, 0, 2, 2, 2, 2, 2, 2, 2, 0, 0.15, 0.15, 0.15, 0.15, 0, 0, 0, 0], list(range(2, 9))),
+        # noisy data (+-0.1): a stretch with a quiet row near its start, grown to its end
+        ([0.1, -0.1] * 6 + [2, 2, 0.1] + [2] * 9 + [0, 0.1], list(range(12, 24))),
+        # two stretches one normal row apart stay two
+        ([0] * 13 + [1, 1, 1, 1, 2, 2, 0, 2, 2, 2, 2, 2, 2, 2] + [0] * 9, [*range(13, 19), *range(20, 27)]),
+        # one quiet row inside a stretch at two levels: one episode
+        ([0, 0, 0, 0.1, 2, 1, 1, 1, 0.1, 1, 1, 1, 1, 1, 0], list(range(4, 14))),
+        # one quiet row among eight slow ones near the end
+        ([0] * 27 + [0.5, 0.5, 0.5, 0.5, 0.1, 0.5, 0.5, 0.5] + [0] * 4, list(range(27, 35))),
+        # a much faster copy (-3) inside a short stretch in +-0.1 noise: clipped, the stretch holds
+        ([0, 0, 0.1, 2, 2, -3, 2, -0.1, -0.1, 0, 0.1, -0.2, 0, 0.1], [3, 4, 5, 6]),
+        # five rows at 1.65x early in noisy data: too small a change for the search, no episode
+        ([0, 0, 0.5, 0.5, 0.5, 0.5, 0.5] + [0.05, -0.05, 0, 0.1, -0.1] * 5, []),
     ],
 )
 def test_episode_search_on_given_residuals(residuals, rows):
