@@ -66,7 +66,8 @@ ci[["table", "strategy", "wall_ms", "event_ms", "expected_ms", "evidence"]].roun
 #
 # *Is a slow `pin_memory()` really a new pinned block?* Flagging a copy as `host_alloc_growth`
 # because the allocator's counter went up would be circular. The allocator runs time
-# `x.pin_memory().to("cuda")` over the forum's sizes with the host cache kept (`warm`) or
+# `x.pin_memory().to("cuda")` over the forum's grid (thinned by the recording plan), in
+# ascending order, with the host cache kept (`warm`) or
 # emptied before each size (`emptied`), and again with `pinned_use_cuda_host_register`, which
 # pins with `malloc` and `cudaHostRegister` instead of `cudaHostAlloc`. Three checks that do not
 # use the flag: the allocator's stated rule predicts each new block from the sizes alone; the
