@@ -153,16 +153,22 @@ class RowWriter:
 
 
 def existing_rows(out: str | Path) -> tuple[pd.DataFrame | None, dict[str, Any] | None]:
-    """Rows already measured for ``out`` (partial file first) and its env, for a resume."""
+    """Rows already measured for ``out`` (partial file first) and its env, for a resume.
+
+    Raises ``UsageError`` when a table or env.json there cannot be read (cut short, empty,
+    not h2dlab's): such a run cannot be continued, only replaced."""
     out = Path(out)
     partial = partial_path(out)
-    if partial.exists():
-        df = datasets.read(partial) if partial.stat().st_size else datasets.empty_table()
-        env = datasets.read_env(partial) or datasets.read_env(out)
-        return df, env
-    env = datasets.read_env(out)
-    if out.exists():
-        return datasets.read(out), env
+    try:
+        if partial.exists():
+            df = datasets.read(partial) if partial.stat().st_size else datasets.empty_table()
+            env = datasets.read_env(partial) or datasets.read_env(out)
+            return df, env
+        env = datasets.read_env(out)
+        if out.exists():
+            return datasets.read(out), env
+    except datasets.SchemaError as exc:
+        raise UsageError(f"cannot resume: {exc}; force a new run to replace it") from None
     return None, env
 
 

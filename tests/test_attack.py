@@ -110,3 +110,30 @@ def test_duplex_takes_force_and_names_it(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--force" in err[0] and "--resume" not in err[0]
     assert out.read_text() == "an earlier table\n"
+
+
+@pytest.mark.parametrize("damage", ["cut", "empty", "foreign", "bad-env"])
+def test_resume_on_a_damaged_table_is_one_line(tmp_path, capsys, damage):
+    """`measure --resume` on a table cut short (a truncated .csv.gz), emptied, not h2dlab's,
+    or with an unreadable env.json printed a SchemaError traceback (exit 1)."""
+    argv = ["measure", "--device", "cpu", "--no-progress", "--strategies", "pageable"]
+    argv += ["--sizes", "1KiB,2KiB", "--reps", "2", "--warmup", "0", "--out", str(tmp_path / "t.csv.gz")]
+    assert cli.main(argv) == 0
+    out = tmp_path / "t.csv.gz"
+    if damage == "cut":
+        out.write_bytes(out.read_bytes()[: out.stat().st_size // 2])
+    elif damage == "empty":
+        out.write_bytes(b"")
+    elif damage == "foreign":
+        out.unlink()
+        out = tmp_path / "t.csv"
+        out.write_text("x,y\n1,2\n")
+        argv[-1] = str(out)
+    else:
+        datasets.env_path(out).write_text("{not json")
+    kept = out.read_bytes()
+    capsys.readouterr()
+    line = refused_in_one_line(
+        [*argv, "--resume"], ["cannot resume", str(out.name), "force"], capsys, tmp_path
+    )
+    assert "Traceback" not in line and out.read_bytes() == kept
