@@ -141,3 +141,12 @@ def test_the_lines_follow_the_files(bench):
     assert ("lower bound" in fastpath_limit(bench)) == under
     changed["h200"]["bounds"] = [dict(r, frac_of_lower=1.1) for r in bench["h200"]["bounds"]]
     assert "lower bound" not in fastpath_limit(changed)
+
+
+def test_benchmarks_readme_says_which_half_is_the_lower_bound(bench):
+    # the sentence that names the DMA under host copies as the lower bound everywhere holds only
+    # when every bound row of both files says so
+    text = " ".join((ROOT / "benchmarks" / "README.md").read_text().split())
+    claim = "the DMA under host copies is the lower of the two at every size on both hosts"
+    everywhere = all(r["lower_is"] == "dma_under_host" for b in bench.values() for r in b["bounds"])
+    assert (claim in text) == everywhere
