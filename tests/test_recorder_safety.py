@@ -17,7 +17,7 @@ from h2dlab.errors import UsageError
 from h2dlab.measure import sweep
 from h2dlab.partial import OutputBusy, partial_path
 from h2dlab.plan import plan_spec
-from h2dlab.recorder import Recording
+from h2dlab.recorder import Recording, RowWriter, StopFlag
 from h2dlab.spec import SweepSpec
 from tests.conftest import ROOT
 
@@ -244,3 +244,67 @@ def test_resuming_a_killed_run_compares_the_spec_beside_its_partial_file(tmp_pat
         sweep(changed, out=out, resume=True, progress=False)
     done = sweep(SPEC, out=out, resume=True, progress=False)
     assert len(done) == len(PLAN) and done.attrs["env"]["spec"] == SPEC.to_dict()
+
+
+def test_a_new_run_starts_at_zero_with_a_fresh_run_id_and_records_its_command(tmp_path):
+    out = tmp_path / "n.csv"
+    rec = Recording(out, SPEC.to_dict(), PLAN, argv=["h2dlab", "measure", "--synthetic"])
+    assert rec.start_at == 0 and rec.t_offset == 0.0 and 0.0 <= rec.elapsed() < 1.0
+    assert len(rec.run_id) == 12 and int(rec.run_id, 16) >= 0
+    env = datasets.read_env(partial_path(out))
+    assert (env["run_id"], env["planned_rows"], env["command"]) == (
+        rec.run_id,
+        len(PLAN),
+        "h2dlab measure --synthetic",
+    )
+    rec.write(synthetic_row(PLAN[0], 0))
+    df = rec.finish(StopFlag(), gpu=False)
+    assert df["run_id"].tolist() == [rec.run_id] and datasets.read_env(out)["run_id"] == rec.run_id
+
+
+def test_an_existing_table_or_a_killed_runs_partial_needs_force(tmp_path):
+    out = tmp_path / "x.csv"
+    datasets.save(pd.DataFrame([synthetic_row(PLAN[0], 0)]).assign(run_id="synthetic"), out)
+    with pytest.raises(UsageError) as info:
+        Recording(out, SPEC.to_dict(), PLAN)
+    assert (
+        str(info.value)
+        == f"{out} exists and is kept: choose another output, or force a new run to replace it"
+    )
+    killed = tmp_path / "k.csv"
+    killed_run(killed, 2)
+    with pytest.raises(UsageError, match="unfinished run"):
+        RowWriter(killed)
+    with pytest.raises(UsageError) as info:
+        Recording(None, SPEC.to_dict(), PLAN, resume=True)
+    assert str(info.value) == "resuming needs the output file of the run to continue"
+
+
+def test_resuming_a_run_whose_rows_cover_the_plan_keeps_them_all(tmp_path):
+    out = tmp_path / "all.csv"
+    killed_run(out, len(PLAN))
+    done = sweep(SPEC, out=out, resume=True, progress=False)
+    assert len(done) == len(datasets.read(out)) == len(PLAN)
+    assert done["wall_ms"].tolist() == [0.5 + 0.001 * i for i in range(len(PLAN))]  # the killed run's rows
+
+
+def test_a_partial_file_with_todays_header_is_appended_to_not_rewritten(tmp_path, monkeypatch):
+    from h2dlab import recorder
+
+    calls = []
+    original = recorder.replace_locked
+    monkeypatch.setattr(recorder, "replace_locked", lambda *a: calls.append(1) or original(*a))
+    killed_run(tmp_path / "v2.csv", 4)
+    sweep(SPEC, out=tmp_path / "v2.csv", resume=True, progress=False)
+    assert calls == []
+    test_resume_rewrites_a_v1_partial_with_the_v2_header(tmp_path)  # an old header is rewritten
+    assert calls == [1]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc")
+def test_a_resumed_run_leaves_no_file_descriptor_open(tmp_path):
+    out = tmp_path / "fd.csv"
+    killed_run(out, 4)
+    before = len(os.listdir("/proc/self/fd"))
+    sweep(SPEC, out=out, resume=True, progress=False)
+    assert len(os.listdir("/proc/self/fd")) == before
