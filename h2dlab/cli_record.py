@@ -22,7 +22,7 @@ from typing import Any
 
 from h2dlab.errors import Unavailable, UsageError
 from h2dlab.record_env import note_resume, write_folder_env
-from h2dlab.record_folder import MANIFEST, default_folder, new_manifest, read_manifest, write_manifest
+from h2dlab.record_folder import default_folder, load_manifest, new_manifest, read_manifest, write_manifest
 from h2dlab.record_plan import Experiment, experiment_from_dict, experiments, plan_lines, select
 from h2dlab.record_run import EXIT_FAILED, EXIT_INTERRUPTED, record
 
@@ -95,19 +95,32 @@ def _print_plan(runs: list[dict[str, Any]], quick: bool, gpus: int, device: str,
     print("\n".join(plan_lines(runs, gpus, device)))
 
 
+def _check_new_folder(folder: Path) -> None:
+    """Refuse a new recording's folder that is a file or already holds something."""
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{folder} is a file: give --out a folder for the recording")
+    if folder.is_dir() and read_manifest(folder) is not None:
+        raise UsageError(
+            f"{folder} holds a recording: resume it with --resume {folder}, or choose another --out"
+        )
+    if folder.is_dir() and any(folder.iterdir()):
+        raise UsageError(f"{folder} is not empty and not a recording: choose another --out")
+
+
 def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Run ``h2dlab record``; returns the exit code (0; 1, also via Unavailable; 2 via UsageError; 130).
     ``argv``: the command line after ``h2dlab`` (recorded in env.json; default ``sys.argv``)."""
     if argv is None:
         argv = sys.argv[1:] if sys.argv[1:2] == ["record"] else ["record"]
     command = shlex.join(["h2dlab", *argv])
+    for flag, value in (("--out", args.out), ("--resume", args.resume)):
+        if value is not None and not str(value).strip():
+            raise UsageError(f"{flag} is empty: give a folder, or leave {flag} out")
     if args.resume:
         if args.out or args.quick or args.only or args.plan or args.device != "cuda":
             raise UsageError("--resume takes its plan from the folder: give no other option with it")
         folder = Path(args.resume)
-        manifest = read_manifest(folder)
-        if manifest is None:
-            raise UsageError(f"{folder} holds no {MANIFEST}: not a recording that `h2dlab record` started")
+        manifest = load_manifest(folder)
         if manifest.get("device", "cuda") != "cpu" and not args.dry_run:
             _gpus(manifest.get("device", "cuda"))  # refuses without CUDA
         if args.dry_run:
@@ -139,13 +152,12 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         raise UsageError(str(exc)) from None
     folder = Path(args.out) if args.out else default_folder(name)
     runs = _for_device(exps, device, args.quick)
+    _check_new_folder(folder)  # a dry run says so too
     if args.dry_run:
         _print_plan(runs, args.quick, gpus, device, folder)
         return 0
     if not runs:
         raise UsageError("no experiment left to record: check --only")
-    if folder.exists() and (read_manifest(folder) is not None or any(folder.iterdir())):
-        raise UsageError(f"{folder} is not empty: resume it with --resume {folder}, or choose another --out")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -15,7 +15,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MANIFEST", "default_folder", "finished", "new_manifest", "read_manifest", "write_manifest"]
+__all__ = [
+    "MANIFEST",
+    "default_folder",
+    "finished",
+    "load_manifest",
+    "new_manifest",
+    "read_manifest",
+    "write_manifest",
+]
 
 #: The file that makes a folder a recording.
 MANIFEST = "recording.json"
@@ -28,6 +36,63 @@ def read_manifest(folder: str | Path) -> dict[str, Any] | None:
         return json.loads(p.read_text())
     except (OSError, ValueError):
         return None
+
+
+def _problem(m: Any) -> str | None:
+    """What makes ``m`` unusable as a recording.json to resume, or None."""
+    from h2dlab.record_plan import PLAN, experiment_from_dict
+
+    if not isinstance(m, dict):
+        return f"a JSON object was expected, not {type(m).__name__}"
+    device, runs = m.get("device"), m.get("experiments")
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        return f"device {device!r} is not cpu, cuda or cuda:N"
+    if not isinstance(runs, list) or not runs:
+        return "no list of experiments"
+    commands = {e.args[0] for e in PLAN}  # what `h2dlab record` ever runs
+    for i, r in enumerate(runs):
+        try:
+            e = experiment_from_dict(r)
+            float(r.get("seconds", 0.0))
+            dict(r.get("env") or {})
+        except (ValueError, TypeError, AttributeError) as exc:
+            return f"experiment {i}: {exc}"
+        if not e.args or e.args[0] not in commands:
+            return f"experiment {i} runs {' '.join(e.args[:1]) or 'nothing'!r}, not one of {', '.join(sorted(commands))}"
+        if not isinstance(r.get("status"), str):
+            return f"experiment {i} has no status"
+    return None
+
+
+def load_manifest(folder: str | Path) -> dict[str, Any]:
+    """The recording.json of ``folder``, checked so that the recording can be resumed.
+
+    Raises
+    ------
+    UsageError
+        When ``folder`` is not a folder, holds no recording.json, or one that is not valid
+        JSON or lacks what a resume needs (the device, each experiment's kind, run, command
+        and status); the message names the file and the problem.
+    """
+    from h2dlab.errors import UsageError
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        what = "is a file, not a recording folder" if folder.exists() else "does not exist"
+        raise UsageError(f"{folder} {what}: give the folder that `h2dlab record` wrote")
+    p = folder / MANIFEST
+    if not p.exists():
+        raise UsageError(f"{folder} holds no {MANIFEST}: not a recording that `h2dlab record` started")
+    try:
+        m = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"{p} cannot be read ({exc}): it cannot be resumed; record into a new folder"
+        ) from None
+    problem = _problem(m)
+    if problem:
+        raise UsageError(f"{p} is damaged ({problem}): it cannot be resumed; record into a new folder")
+    return m
 
 
 def write_manifest(folder: str | Path, manifest: Mapping[str, Any]) -> Path:
@@ -57,13 +122,18 @@ def default_folder(gpu_name: str | None, root: str | Path | None = None) -> Path
 
 def finished(table: str | Path) -> bool:
     """Whether the table at ``table`` is a whole run: it exists and its env.json does not
-    say it was stopped early (``measured_rows`` < ``planned_rows``, as a stopped run keeps)."""
+    say it was stopped early (``measured_rows`` < ``planned_rows``, as a stopped run keeps).
+    An env.json that cannot be read vouches for nothing: False."""
+    from h2dlab.schema import SchemaError
     from h2dlab.tableio import read_env
 
     p = Path(table)
     if not p.exists():
         return False
-    env = read_env(p) or {}
+    try:
+        env = read_env(p) or {}
+    except SchemaError:
+        return False
     measured, planned = env.get("measured_rows"), env.get("planned_rows")
     return measured is None or planned is None or int(measured) >= int(planned)
 

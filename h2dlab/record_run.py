@@ -125,6 +125,8 @@ def _tail(log: Path, n: int = 3) -> str:
         lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()]
     except OSError:
         return ""
+    starts = [i for i, x in enumerate(lines) if x.startswith("== ")]  # this attempt's lines only
+    lines = lines[starts[-1] + 1 :] if starts else lines
     return " | ".join(lines[-n:])
 
 

@@ -137,3 +137,99 @@ def test_resume_on_a_damaged_table_is_one_line(tmp_path, capsys, damage):
         [*argv, "--resume"], ["cannot resume", str(out.name), "force"], capsys, tmp_path
     )
     assert "Traceback" not in line and out.read_bytes() == kept
+
+
+def _recording(folder, **change):
+    """A SYNTHETIC recording folder as `h2dlab record --device cpu` starts it (one tiny sweep)."""
+    from h2dlab.record_folder import new_manifest, write_manifest
+
+    run = {"kind": "sweep", "run": "tiny", "args": ["measure", "--sizes", "1KiB", "--reps", "1", "--warmup", "0",
+           "--strategies", "pageable", "--device", "cpu"], "env": {}, "seconds": 2, "fresh": False,
+           "name": "sweep/tiny", "status": "pending"}  # fmt: skip
+    m = new_manifest([run], quick=False, device="cpu", gpus=0, gpu_name=None, command="h2dlab record")
+    m.update(change)
+    folder.mkdir()
+    write_manifest(folder, m)
+    return folder
+
+
+RECORDING_CASES = [
+    ("not json", ["recording.json", "cannot be read"]),
+    ("[1, 2]", ["recording.json", "damaged", "list"]),
+    ({"experiments": None}, ["damaged", "experiments"]),
+    ({"experiments": "x"}, ["damaged", "experiments"]),
+    ({"device": None}, ["damaged", "device"]),
+    ({"device": 5}, ["damaged", "device"]),
+    ({"experiments": [{"kind": "sweep", "run": "x", "status": "pending"}]}, ["damaged", "experiment 0"]),
+    (
+        {"experiments": [{"kind": "../..", "run": "x", "args": ["measure"], "status": "x"}]},
+        ["damaged", "../.."],
+    ),
+    ({"experiments": [{"kind": "sweep", "run": "x", "args": ["measure"]}]}, ["damaged", "no status"]),
+    (
+        {"experiments": [{"kind": "sweep", "run": "x", "args": ["record"], "status": "x"}]},
+        ["damaged", "'record'"],
+    ),
+]
+
+
+@pytest.mark.parametrize("dry", [False, True])
+@pytest.mark.parametrize("damage,needles", RECORDING_CASES, ids=[str(c[0])[:30] for c in RECORDING_CASES])
+def test_resume_of_a_damaged_recording_is_one_line(tmp_path, capsys, damage, needles, dry):
+    """`record --resume` on a recording.json that is not JSON said "holds no recording.json";
+    one without experiments, device, an experiment's args or status gave a traceback."""
+    folder = tmp_path / "rec"
+    if isinstance(damage, dict):
+        _recording(folder, **damage)
+    else:
+        _recording(folder)
+        (folder / "recording.json").write_text(damage)
+    manifest = (folder / "recording.json").read_text()
+    argv = ["record", "--resume", str(folder), *(["--dry-run"] if dry else [])]
+    refused_in_one_line(argv, needles, capsys, folder)
+    assert (folder / "recording.json").read_text() == manifest
+
+
+@pytest.mark.parametrize("dry", [False, True])
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        (["--out", ""], ["--out is empty"]),  # was: the default folder, and a recording started there
+        (["--out", " "], ["--out is empty"]),
+        (["--resume", ""], ["--resume is empty"]),  # was: a new recording (exit 1, "no CUDA GPU")
+        (["--out", "{d}/file"], ["is a file", "folder"]),  # was: exit 1 "Not a directory"; dry run: 0
+        (["--out", "{d}/stuff"], ["not empty", "not a recording"]),  # said: resume it with --resume
+        (["--out", "{d}/rec"], ["holds a recording", "--resume"]),  # the dry run printed a plan
+        (["--resume", "{d}/file"], ["is a file"]),
+        (["--resume", "{d}/none"], ["does not exist"]),
+    ],
+)
+def test_record_folder_mistakes_are_one_line(tmp_path, capsys, monkeypatch, args, needles, dry):
+    monkeypatch.chdir(tmp_path)  # before the fix, '--out " "' recorded into ./" "
+    monkeypatch.setenv("H2DLAB_RUNS", str(tmp_path / "runs"))  # and '--out ""' into the runs folder
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "stuff").mkdir()
+    (tmp_path / "stuff" / "a.txt").write_text("x")
+    _recording(tmp_path / "rec")
+    argv = ["record", *[a.replace("{d}", str(tmp_path)) for a in args]]
+    argv += [] if "--resume" in args else ["--device", "cpu"]
+    refused_in_one_line([*argv, *(["--dry-run"] if dry else [])], needles, capsys, tmp_path)
+
+
+def test_a_recording_whose_table_env_is_damaged_fails_with_its_own_reason(tmp_path, capsys):
+    """A run table whose env.json is unreadable: record --resume gave a SchemaError
+    traceback (finished() read it); the FAILED line then quoted the previous attempt's log."""
+    from h2dlab.record_folder import finished
+
+    folder = _recording(tmp_path / "rec")
+    table = folder / "sweep" / "tiny.csv.gz"
+    table.parent.mkdir()
+    datasets.save(datasets.load("forum_a100").head(3), table)
+    datasets.env_path(table).write_text("{bad")
+    (folder / "record.log").write_text("== sweep/tiny earlier\nh2dlab: interrupted: 1 of 2 rows kept\n")
+    assert finished(table) is False  # an unreadable env.json vouches for nothing
+    assert cli.main(["record", "--resume", str(folder)]) == 1  # the experiment failed
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    failed = [ln for ln in out.splitlines() if "FAILED" in ln]
+    assert len(failed) == 1 and "cannot resume" in failed[0] and "interrupted" not in failed[0], out
