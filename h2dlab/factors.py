@@ -195,7 +195,9 @@ def overlap(tl: pd.DataFrame) -> Finding:
 def concurrency(df: pd.DataFrame, size_bytes: int = 2**30) -> Finding:
     """Several GPUs copying at once (a ``--gpus`` run) at ``size_bytes``: per strategy the
     aggregate GB/s of the most GPUs and its scaling over one GPU. ``holds`` when pinned
-    copies scale by over 1.9x per doubling-free host (no shared bottleneck for DMA)."""
+    copies scale by over 1.9x per doubling-free host (no shared bottleneck for DMA). The
+    verdict names the strategies that scaled less and places their shortfall on the host
+    side without naming a resource: the table has no per-copy CPU or memory counters."""
     c = concurrency_table(df)
     c = c[(c.size_bytes == size_bytes) & (c.world == c.world.max())].set_index("strategy")
     if c.empty:
@@ -207,9 +209,20 @@ def concurrency(df: pd.DataFrame, size_bytes: int = 2**30) -> Finding:
     )
     pinned = float(c.scaling.get("pinned_reuse", np.nan))
     holds = bool(pinned > 0.95 * n)
+    short = [f"`{s}` ({r.scaling:.2f}x)" for s, r in c.iterrows() if r.scaling <= 0.95 * n]
+    host = [
+        f"`{s}` {r.scaling:.2f}x" for s, r in c.iterrows() if s != "pinned_reuse" and r.scaling > 0.95 * n
+    ]
+    tail = (
+        f" {', '.join(short)} scaled less: the DMA did not run short, so the shortfall lies in the host-side "
+        "work the path adds, which the processes share"
+        + (f"; yet a path the driver stages on the host did scale ({', '.join(host)})" if host else "")
+        + "; this table records no per-copy CPU or memory counters to say which host resource ran short."
+        if short
+        else ""
+    )
     verdict = f"{n} GPUs copying {fmt_bytes(size_bytes)} at once: {parts}. " + (
-        "Pinned DMA found no shared bottleneck on this host; a path that copies on the host first shares the "
-        "host's memory bandwidth."
+        "Pinned DMA found no shared bottleneck on this host." + tail
         if holds
         else "Even pinned copies shared a bottleneck (the host's PCIe switch or memory)."
     )

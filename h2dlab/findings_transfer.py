@@ -5,6 +5,7 @@ Like :mod:`h2dlab.findings`: each function takes its data explicitly and returns
 (1e9 bytes per second). No torch here.
 
 - :func:`direction_bandwidth`: GB/s per direction and strategy (sweeps of h2d and d2h).
+- :func:`pageable_back`: what ``.cpu()`` into fresh pageable memory costs, with its page faults.
 - :func:`duplex_summary`: both directions at once against each alone (kind ``bidir``).
 - :func:`batch_overhead` and :func:`best_batch_method`: what each extra tensor costs, and
   the fastest way per batch shape (kind ``batch``).
@@ -19,7 +20,7 @@ from h2dlab.findings import Finding
 from h2dlab.model import timed, value_ms
 from h2dlab.units import fmt_bytes
 
-__all__ = ["batch_overhead", "best_batch_method", "direction_bandwidth", "duplex_summary"]
+__all__ = ["batch_overhead", "best_batch_method", "direction_bandwidth", "duplex_summary", "pageable_back"]
 
 ARROW = {"h2d": "host→device", "d2h": "device→host"}
 
@@ -79,6 +80,72 @@ def direction_bandwidth(df: pd.DataFrame) -> Finding:
         f"{best['h2d'].strategy}: {best['h2d'].gbps:.1f} GB/s; medians)."
     )
     return Finding(verdict, True, values, table)
+
+
+def pageable_back(df: pd.DataFrame, *, strategy: str = "d2h_pageable", faulting: float = 0.9) -> Finding:
+    """``y.cpu()`` (``strategy``: device→host into a new pageable tensor) per size, with the
+    per-copy evidence the table records: minor page faults per 4 KiB page of the output.
+
+    ``holds`` when the largest size moves under half the best GB/s of the sizes below the
+    first faulting one (a size whose every copy took ``faulting`` or more faults per page).
+    The verdict says from which size on the copies faulted and what the smaller ones did;
+    it names no cause beyond the counted faults.
+
+    Returns
+    -------
+    Finding
+        ``table``: size_bytes, gbps (median), faults_per_page (median), n. ``values``:
+        ``from_bytes`` (first faulting size, or None), ``gbps_before``, ``gbps_largest``.
+    """
+    t = _rows(df)
+    t = t[(t.direction == "d2h") & (t.strategy == strategy)]
+    if t.empty:
+        return Finding(f"The table has no `{strategy}` copies back to the host.", False)
+    t = t.assign(gbps=t.size_bytes / t.ms / 1e6, fpp=_col(t, "minflt", np.nan) / (t.size_bytes / 4096))
+    g = t.groupby("size_bytes")
+    table = pd.DataFrame(
+        {"gbps": g.gbps.median(), "faults_per_page": g.fpp.median(), "n": g.size(), "_low": g.fpp.min()}
+    ).reset_index()
+    largest = table.iloc[-1]
+    size = fmt_bytes(int(largest.size_bytes), compact=True)
+    head = f"`y.cpu()` ({strategy}) moved {largest.gbps:.1f} GB/s at {size}"
+    h2d = _rows(df)
+    h2d = h2d[
+        (h2d.direction == "h2d") & (h2d.strategy == "pageable") & (h2d.size_bytes == largest.size_bytes)
+    ]
+    if len(h2d):
+        there = float((h2d.size_bytes / h2d.ms / 1e6).median())
+        head += f", {largest.gbps / there:.2f}x `x.to('cuda')` from pageable memory ({there:.1f} GB/s)"
+    faulting_rows = table[table._low >= faulting]
+    values = {"from_bytes": None, "gbps_before": np.nan, "gbps_largest": float(largest.gbps)}
+    if table.faults_per_page.isna().all():
+        return Finding(head + "; the table has no page-fault counts (`minflt`) to say more.", False, values,
+                       table.drop(columns="_low"))  # fmt: skip
+    if faulting_rows.empty:
+        return Finding(
+            head + "; no size faulted its output in page by page.", False, values, table.drop(columns="_low")
+        )
+    start = int(faulting_rows.size_bytes.min())
+    before = table[table.size_bytes < start]
+    after = table[table.size_bytes >= start]
+    values.update(from_bytes=start, gbps_before=float(before.gbps.max()) if len(before) else np.nan)
+    holds = bool(len(before) and largest.gbps < 0.5 * values["gbps_before"])
+    start_text = fmt_bytes(start, compact=True)
+    lo, hi = f"{after.faults_per_page.min():.2f}", f"{after.faults_per_page.max():.2f}"
+    few = float(before.faults_per_page.max()) if len(before) else np.nan
+    verdict = (
+        f"{head}. Each call makes a new pageable output: from {start_text} on, every copy took at least "
+        f"{faulting} minor page faults per 4 KiB page of it ({lo if lo == hi else f'{lo}–{hi}'}, median per size), "
+        "the kernel mapping the output page by page during the copy"
+        + (
+            f"; below {start_text}, {'none' if few == 0 else f'at most {few:.2f} per page'}, and up to "
+            f"{values['gbps_before']:.1f} GB/s. The drop comes with the faults: copy results back into a "
+            "reused buffer (pinned for full speed)."
+            if holds
+            else "."
+        )
+    )
+    return Finding(verdict, holds, values, table.drop(columns="_low"))
 
 
 def duplex_summary(df: pd.DataFrame) -> Finding:

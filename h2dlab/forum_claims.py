@@ -200,9 +200,12 @@ def link_estimate(
 
 def single_shot_spread(df: pd.DataFrame, *, top: float = 1.5, min_reps: int = 2) -> Finding:
     """How far one shot strays from its cell: per (strategy, size) with ``min_reps`` or
-    more timed repetitions, slowest and fastest repetition over the median; per strategy
-    the median, 90th percentile and maximum of those. ``holds`` (one shot can mislead)
-    when some strategy's slowest rep is over ``top`` x its median."""
+    more timed repetitions, slowest and fastest repetition over the median, and slowest over
+    fastest; per strategy the median, 90th percentile and maximum of those. With two
+    repetitions the median is their midpoint, so slowest over median halves the gap between
+    two shots; slowest over fastest says how far apart two shots of one size came.
+    ``holds`` (one shot can mislead) when some strategy's slowest rep is over ``top`` x its
+    median or ``top`` x its fastest."""
     t = timed(df)
     t = t.assign(_v=value_ms(t))
     cell = t.groupby(["strategy", "size_bytes"])["_v"].agg(["median", "min", "max", "size"])
@@ -214,22 +217,34 @@ def single_shot_spread(df: pd.DataFrame, *, top: float = 1.5, min_reps: int = 2)
     reps = int(cell["size"].median())
     cell["max_over_median"] = cell["max"] / cell["median"]
     cell["min_over_median"] = cell["min"] / cell["median"]
+    cell["max_over_min"] = cell["max"] / cell["min"]
     by = cell.groupby("strategy").agg(
         typical_max=("max_over_median", "median"),
         p90_max=("max_over_median", lambda v: v.quantile(0.9)),
         worst_max=("max_over_median", "max"),
         lowest_min=("min_over_median", "min"),
+        worst_max_over_min=("max_over_min", "max"),
         cells=("max_over_median", "size"),
     )
     worst = by.worst_max.idxmax()
-    holds = bool(by.worst_max.max() > top)
+    apart = by.worst_max_over_min.idxmax()
+    holds = bool(by.worst_max.max() > top or by.worst_max_over_min.max() > top)
     parts = ", ".join(
         f"`{s}` typically {r.typical_max:.2f}x, up to {r.worst_max:.1f}x" for s, r in by.iterrows()
     )
-    verdict = f"The slowest of a size's repetitions ({reps} per size, median) over its median: {parts}. " + (
-        f"A single shot can be {by.worst_max.max():.1f}x the typical copy (`{worst}`): repeat, and report medians "
-        "with their spread."
-        if holds
-        else f"No repetition strayed beyond {top}x its median: here one shot would not have misled."
+    gaps = ", ".join(f"`{s}` up to {r.worst_max_over_min:.1f}x" for s, r in by.iterrows())
+    verdict = (
+        f"The slowest of a size's repetitions ({reps} per size, median) over its median: {parts}; "
+        f"over the fastest of the same size: {gaps}. "
+        + (
+            f"A single shot can be {by.worst_max.max():.1f}x the typical copy (`{worst}`): repeat, and report "
+            "medians with their spread."
+            if by.worst_max.max() > top
+            else f"Two shots of one size came {by.worst_max_over_min.max():.1f}x apart (`{apart}`): one shot "
+            "could have misled; repeat, and report medians with their spread."
+            if holds
+            else f"No repetition strayed beyond {top}x its median or its fastest: here one shot would not "
+            "have misled."
+        )
     )
     return Finding(verdict, holds, {"by_strategy": by.to_dict("index")}, by.reset_index())

@@ -111,7 +111,8 @@ display(findings.device_alloc_cost(forum, reuse), Markdown(findings.EMPTY_CACHE_
 #
 # *Can one measurement per size be trusted?* The sweep's `forum-sizes` run repeated part of the
 # forum's sizes (the recording plan thins the grid); how far does the slowest repetition stray
-# from its size's median?
+# from its size's median, and from the fastest? With two repetitions the median is their
+# midpoint, so the gap between the two shots is the fairer measure.
 
 # %% tags=["hide-input"]
 display(forum_claims.single_shot_spread(reuse))

@@ -13,7 +13,8 @@
 # # 02 · What is the fastest way to move a tensor to the GPU?
 #
 # Six ways to move a host tensor to the GPU, timed one copy at a time with CUDA events, every
-# power of two from a kibibyte to several gibibytes, repeated, warm-ups kept and labelled. The
+# power of two from a kibibyte into the gibibytes (the figure's axis ends at the largest size
+# recorded), repeated, warm-ups kept and labelled. The
 # sizes run in *interleaved* order: each repetition visits every size and every strategy in
 # turn, so a slow moment of the machine cannot pose as a property of one strategy or size.
 #
@@ -138,15 +139,18 @@ display(*(advice.best_way(adv, case=case) for case in adv.case.unique()[1:]))
 #
 # *Does the way back cost the same?* Results, logits and checkpoints return with `.cpu()` (into
 # pageable memory) or into a pinned buffer. Four ways back, timed in one run beside two ways there;
-# solid lines host → device, dashed device → host:
+# solid lines host → device, dashed device → host. A common guess is that the way back mirrors the
+# way there; the second sentence below checks it for `.cpu()`, which makes a new pageable tensor
+# at every call:
 
 # %% tags=["hide-input"]
 if rec.has("d2h"):
     plots.directions(rec.table("d2h"))
 
 # %% tags=["hide-input"]
-display(findings_transfer.direction_bandwidth(rec.table("d2h")) if rec.has("d2h") else
-        Markdown("This recording has no device-to-host copies, so this notebook cannot compare the two directions."))
+display(*(findings_transfer.direction_bandwidth(rec.table("d2h")), findings_transfer.pageable_back(rec.table("d2h")))
+        if rec.has("d2h") else
+        (Markdown("This recording has no device-to-host copies, so this notebook cannot compare the two directions."),))
 
 # %% [markdown]
 # ## 8 · Both directions at once: is the link full duplex?
@@ -184,8 +188,9 @@ display(*(findings_transfer.batch_overhead(batch), findings_transfer.best_batch_
 # %% [markdown]
 # ## 10 · Several GPUs at once
 #
-# *Do several GPUs fed from one host slow each other down?* Feeding several GPUs from one host, the copies compete for host memory bandwidth and, if the
-# GPUs share a switch, for PCIe lanes. `h2dlab measure --gpus 1..2` runs one process per GPU,
+# *Do several GPUs fed from one host slow each other down?* Copies fed from one host
+# may compete for its cores and memory bandwidth and, if the GPUs share a switch, for PCIe lanes;
+# whether they do is what the run measures. `h2dlab measure --gpus 1..2` runs one process per GPU,
 # starting every size together behind a barrier.
 
 # %% tags=["hide-input"]

@@ -142,3 +142,14 @@ def test_unexplained_synthetic_none_flips():
                       "expected_ms": [1.0, 1.0], "evidence": ["first", ""]})  # fmt: skip
     f = factors.unexplained(e)
     assert f.holds and f["unexplained"] == 0 and f.verdict.startswith("0 of 1")
+
+
+def test_concurrency_names_no_host_resource_it_did_not_measure():
+    # the bundled 2-GPU table: pinned and pageable scale, staged does not; the table has no
+    # per-copy host counters, so the verdict must not blame memory bandwidth
+    f = factors.concurrency(datasets.load("h200x2_concurrent"))
+    by = f["by_strategy"]
+    assert by["pageable"]["scaling"] > 1.9 and by["staged"]["scaling"] < 1.9
+    assert "memory bandwidth" not in f.verdict
+    assert f"`staged` ({by['staged']['scaling']:.2f}x) scaled less" in f.verdict
+    assert f"did scale (`pageable` {by['pageable']['scaling']:.2f}x)" in f.verdict

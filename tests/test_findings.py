@@ -315,3 +315,17 @@ def test_host_alloc_growth_one_rep_emptied_uses_the_warm_run_as_baseline():
     per = [(30.0 - 6.0) / 32, (30.0 - 8.0) / 32]  # both requests get a 32 MiB block
     assert f["ms_per_mib"]["median"] == pytest.approx(np.median(per))
     assert f.table.cached_ms.tolist() == [6.0, 8.0]
+
+
+def test_single_shot_spread_two_reps_far_apart_is_not_called_safe():
+    # synthetic: two shots of one size 1.6x apart; slowest over their midpoint is only 1.23x
+    rows = [
+        {"strategy": "pinned_reuse", "size_bytes": 2**20, "wall_ms": v, "rep": i}
+        for i, v in enumerate((1.0, 1.6))
+    ]
+    f = forum_claims.single_shot_spread(synthetic(rows))
+    assert f["by_strategy"]["pinned_reuse"]["worst_max"] == pytest.approx(1.6 / 1.3)
+    assert f["by_strategy"]["pinned_reuse"]["worst_max_over_min"] == pytest.approx(1.6)
+    assert f.holds
+    assert "would not have misled" not in f.verdict
+    assert "came 1.6x apart (`pinned_reuse`)" in f.verdict

@@ -168,3 +168,48 @@ def test_batch_overhead_figure():
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     lines = [ln for ln in ax.get_lines() if len(ln.get_xdata()) == 3]
     assert len(lines) == 3 and all(list(ln.get_xdata()) == [1, 16, 256] for ln in lines)
+
+
+def synthetic_pageable_back(fault_from=64 * MiB):
+    """Synthetic `.cpu()` rows: 12 GB/s and no faults below `fault_from`, 1.5 GB/s and one
+    minor fault per 4 KiB page from it on; plus pageable h2d rows at 8 GB/s."""
+    rows = []
+    for size in (MiB, 16 * MiB, 64 * MiB, 256 * MiB):
+        faults = size >= fault_from
+        for rep in range(3):
+            rows.append(dict(direction="d2h", strategy="d2h_pageable", size_bytes=size, rep=rep,
+                             event_ms=_ms(size, 1.5 if faults else 12.0), minflt=size / 4096 if faults else 0.0))  # fmt: skip
+            rows.append(dict(direction="h2d", strategy="pageable", size_bytes=size, rep=rep,
+                             event_ms=_ms(size, 8.0), minflt=0.0))  # fmt: skip
+    return synthetic(rows)
+
+
+def test_pageable_back_names_the_faulting_sizes():
+    f = ft.pageable_back(synthetic_pageable_back())
+    assert f.holds and f["from_bytes"] == 64 * MiB
+    assert f["gbps_before"] == pytest.approx(12.0) and f["gbps_largest"] == pytest.approx(1.5)
+    assert "moved 1.5 GB/s at 256 MiB, 0.19x `x.to('cuda')` from pageable memory (8.0 GB/s)" in f.verdict
+    assert "from 64 MiB on, every copy took at least 0.9 minor page faults per 4 KiB page" in f.verdict
+    assert "(1.00, median per size)" in f.verdict and "below 64 MiB, none, and up to 12.0 GB/s" in f.verdict
+
+
+def test_pageable_back_without_faults_or_counts_names_no_cause():
+    df = synthetic_pageable_back(fault_from=10**12)  # synthetic: no size faults, the same speed throughout
+    f = ft.pageable_back(df)
+    assert not f.holds and f["from_bytes"] is None and "no size faulted" in f.verdict
+    g = ft.pageable_back(df.drop(columns="minflt"))
+    assert not g.holds and "no page-fault counts" in g.verdict
+    assert "no `d2h_pageable` copies" in ft.pageable_back(df[df.direction == "h2d"]).verdict
+
+
+def test_pageable_back_on_the_bundled_d2h_run():
+    from h2dlab import session
+
+    d = session.recording("h200").table("d2h")
+    f = ft.pageable_back(d)
+    t = d[~d.warmup & (d.strategy == "d2h_pageable")]
+    fpp = (t.minflt / (t.size_bytes / 4096)).groupby(t.size_bytes).min()
+    assert f["from_bytes"] == int(fpp[fpp >= 0.9].index.min()) == 64 * MiB
+    big = t[t.size_bytes == t.size_bytes.max()]
+    assert f["gbps_largest"] == pytest.approx((big.size_bytes / big.event_ms / 1e6).median())
+    assert f.holds
