@@ -119,7 +119,9 @@ def host_alloc_growth(
     repetition of every size). ``observed`` is ``host_allocs > 0`` where the table has the
     counter. ``extra_ms`` is a growth row's time minus the median of the rows that reused
     a block of the same class; ``ms_per_mib`` that extra per MiB of new block, over blocks
-    of ``min_block_bytes`` or more. ``holds`` when every observed growth is predicted and
+    of ``min_block_bytes`` or more; ``faults_per_page`` the page faults of the whole process
+    (``proc_faults``, where recorded; else the timing thread's ``minflt``) per 4 KiB page of
+    the new block. ``holds`` when every observed growth is predicted and
     every predicted growth observed (without counters: when the predicted rows are the
     slow ones, i.e. their median extra is positive). Where ``df`` has no such rows (one
     repetition, cache emptied before each size), ``reuse`` (e.g. the warm run of the same
@@ -148,8 +150,12 @@ def host_alloc_growth(
     g = g.join(smallest, on=["run_id", "strategy", "block_bytes"])
     g["smallest_of_class"] = g.size_bytes == g._min
     g["ms_per_mib"] = g.extra_ms / g.block_mib
-    # Independent evidence where the table has it (schema v2): page faults per 4 KiB page of the new block.
-    g["faults_per_page"] = g.minflt / (g.block_bytes / 4096) if "minflt" in g else np.nan
+    # Independent evidence where the table has it (schema v2): page faults per 4 KiB page of the new
+    # block, of every thread where recorded (cudaHostRegister's worker threads fault the pages, not
+    # the timing thread that minflt counts), else of the timing thread.
+    whole = "proc_faults" in g and bool(g.proc_faults.notna().any())
+    faults = g.proc_faults if whole else g.minflt if "minflt" in g else np.nan
+    g["faults_per_page"] = faults / (g.block_bytes / 4096)
     cols = ["run", "strategy", "order", "rep", "size_mib", "block_mib", "ms", "cached_ms", "extra_ms"]
     table = g[
         cols + ["ms_per_mib", "faults_per_page", "predicted", "observed", "smallest_of_class"]
@@ -205,7 +211,9 @@ def host_alloc_growth(
         )
     if values["faults_per_page"]["n"]:
         tail += (
-            f"; {values['faults_per_page']['median']:.2f} minor page faults per 4 KiB page of the new block"
+            f"; {values['faults_per_page']['median']:.2f} "
+            + ("page faults of the whole process" if whole else "minor page faults")
+            + " per 4 KiB page of the new block"
         )
     return Finding(head + tail + ".", holds, values, table)
 

@@ -329,3 +329,19 @@ def test_single_shot_spread_two_reps_far_apart_is_not_called_safe():
     assert f.holds
     assert "would not have misled" not in f.verdict
     assert "came 1.6x apart (`pinned_reuse`)" in f.verdict
+
+
+def test_host_alloc_growth_counts_the_faults_of_every_thread():
+    # synthetic: a cudaHostRegister-style new block whose pages fault in worker threads, so the
+    # timing thread's minflt reads 0 while the process-wide proc_faults reads one per page
+    rows = [
+        {"strategy": "pin_memory", "size_bytes": 3 * 2**20, "wall_ms": 5.0, "host_allocs": 1,
+         "minflt": 0.0, "proc_faults": 1024.0},
+        {"strategy": "pin_memory", "size_bytes": 3 * 2**20, "wall_ms": 1.0, "host_allocs": 0,
+         "minflt": 0.0, "proc_faults": 0.0},
+    ]  # fmt: skip
+    f = findings.host_alloc_growth(synthetic(rows))
+    assert f["faults_per_page"]["median"] == pytest.approx(1.0)
+    assert "1.00 page faults of the whole process per 4 KiB page of the new block" in f.verdict
+    g = findings.host_alloc_growth(synthetic(rows).drop(columns="proc_faults"))
+    assert g["faults_per_page"]["median"] == 0 and "0.00 minor page faults per 4 KiB page" in g.verdict

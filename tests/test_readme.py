@@ -72,7 +72,7 @@ def expected():
     }
     if growth["faults_per_page"]["n"]:  # schema 2: page faults, the independent evidence of a new block
         rows["the forum's `pin_memory()` spikes"].append(
-            f"{growth['faults_per_page']['median']:.2f} minor page faults per 4 KiB page of the new block"
+            f"{growth['faults_per_page']['median']:.2f} page faults of the whole process per 4 KiB page of the new block"
         )
     # Issue 16's kinds: a row each exactly when the recording has the data.
     if rec.has("d2h", "d2h"):  # the way back, timed beside two ways there in one run
