@@ -267,6 +267,11 @@ def _cmd_report(a, argv) -> int:
     unknown = [n for n in only or [] if n not in report.NOTEBOOKS]
     if unknown:
         raise UsageError(f"unknown notebook {unknown[0]!r}: choose from {', '.join(report.NOTEBOOKS)}")
+    for flag, value in (("--outdir", a.outdir), ("--data", a.data)):
+        if value is not None and not value.strip():
+            raise UsageError(f"{flag} is empty: give a folder, or leave {flag} out")
+    if Path(a.outdir).exists() and not Path(a.outdir).is_dir():
+        raise UsageError(f"--outdir {a.outdir} is a file: give a folder for the HTML pages")
     return report.build(outdir=a.outdir, mode=a.mode, notebooks=only, inplace=a.inplace, data=a.data)
 
 

@@ -4,6 +4,7 @@ writes the tables behind them to one Excel file."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -112,7 +113,8 @@ def build(
                 resources={"metadata": {"path": str(ROOT / "notebooks")}},
             ).execute(env=kernel_env, cleanup_kc=True)  # shut the kernel down here, not at exit
         except CellExecutionError as exc:
-            failed = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(exc)).strip()  # the kernel's colours
+            failed = text.splitlines()[-1] if text else type(exc).__name__
         timing["notebooks"][name] = round(time.time() - t0, 1)
         if inplace:  # the metadata JupyterLab writes, so that opening a notebook changes nothing
             nb.metadata["jupytext"] = {  # no jupytext version in the .py: Lab would rewrite it

@@ -41,6 +41,11 @@ CASES = [
     (["report", "--only", " , "], ["names no notebook"]),
     (["record", "--device", "cpu", "--dry-run", "--only", ""], ["no experiment given"]),
     (["record", "--device", "cpu", "--only", ",", "--out", "{d}/new-rec"], ["no experiment given"]),
+    # report: an empty --data reported the current folder, an empty --outdir wrote into it;
+    # an --outdir that is a file failed late with exit 1 ("File exists")
+    (["report", "--data", ""], ["--data is empty"]),
+    (["report", "--outdir", " "], ["--outdir is empty"]),
+    (["report", "--outdir", "{d}/allfailed.csv"], ["is a file"]),
     # --resume and --force together: one of them was silently chosen
     (["measure", "--device", "cpu", "--out", "{d}/allfailed.csv", "--resume", "--force"], ["give one"]),
     (["batch", "--device", "cpu", "--out", "{d}/allfailed.csv", "--resume", "--force"], ["give one"]),
@@ -233,3 +238,20 @@ def test_a_recording_whose_table_env_is_damaged_fails_with_its_own_reason(tmp_pa
     assert "Traceback" not in out + err
     failed = [ln for ln in out.splitlines() if "FAILED" in ln]
     assert len(failed) == 1 and "cannot resume" in failed[0] and "interrupted" not in failed[0], out
+
+
+def test_a_failed_notebook_is_named_without_terminal_colours(tmp_path, capsys, monkeypatch):
+    """The failure line quoted the kernel's coloured traceback: '\\x1b[31mValueError\\x1b[39m'."""
+    import nbclient
+    from nbclient.exceptions import CellExecutionError
+
+    from h2dlab import report
+
+    def fail(self, **kw):
+        tb = "Cell In[3], line 1\n\x1b[31mValueError\x1b[39m: synthetic failure"  # as nbclient words it
+        raise CellExecutionError(tb, "ValueError", "synthetic failure")
+
+    monkeypatch.setattr(nbclient.NotebookClient, "execute", fail)
+    assert report.build(outdir=tmp_path, notebooks=["05-explore"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "\x1b" not in err and "failed (ValueError: synthetic failure)" in err, err
