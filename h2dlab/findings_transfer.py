@@ -95,7 +95,10 @@ def pageable_back(df: pd.DataFrame, *, strategy: str = "d2h_pageable", faulting:
     -------
     Finding
         ``table``: size_bytes, gbps (median), faults_per_page (median), n. ``values``:
-        ``from_bytes`` (first faulting size, or None), ``gbps_before``, ``gbps_largest``.
+        ``size_bytes`` (the largest), ``from_bytes`` (first faulting size, or None),
+        ``gbps_before``, ``gbps_largest``, ``vs_pageable`` (over ``x.to('cuda')`` from
+        pageable memory at the largest size) and ``faults_per_page`` (median over the
+        faulting sizes).
     """
     t = _rows(df)
     t = t[(t.direction == "d2h") & (t.strategy == strategy)]
@@ -116,8 +119,12 @@ def pageable_back(df: pd.DataFrame, *, strategy: str = "d2h_pageable", faulting:
     if len(h2d):
         there = float((h2d.size_bytes / h2d.ms / 1e6).median())
         head += f", {largest.gbps / there:.2f}x `x.to('cuda')` from pageable memory ({there:.1f} GB/s)"
+        vs = largest.gbps / there
+    else:
+        vs = np.nan
     faulting_rows = table[table._low >= faulting]
-    values = {"from_bytes": None, "gbps_before": np.nan, "gbps_largest": float(largest.gbps)}
+    values = {"size_bytes": int(largest.size_bytes), "from_bytes": None, "gbps_before": np.nan,
+              "gbps_largest": float(largest.gbps), "vs_pageable": np.nan, "faults_per_page": np.nan}  # fmt: skip
     if table.faults_per_page.isna().all():
         return Finding(head + "; the table has no page-fault counts (`minflt`) to say more.", False, values,
                        table.drop(columns="_low"))  # fmt: skip
@@ -128,7 +135,8 @@ def pageable_back(df: pd.DataFrame, *, strategy: str = "d2h_pageable", faulting:
     start = int(faulting_rows.size_bytes.min())
     before = table[table.size_bytes < start]
     after = table[table.size_bytes >= start]
-    values.update(from_bytes=start, gbps_before=float(before.gbps.max()) if len(before) else np.nan)
+    values.update(from_bytes=start, gbps_before=float(before.gbps.max()) if len(before) else np.nan,
+                  vs_pageable=float(vs), faults_per_page=float(after.faults_per_page.median()))  # fmt: skip
     holds = bool(len(before) and largest.gbps < 0.5 * values["gbps_before"])
     start_text = fmt_bytes(start, compact=True)
     lo, hi = f"{after.faults_per_page.min():.2f}", f"{after.faults_per_page.max():.2f}"

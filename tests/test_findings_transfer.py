@@ -188,6 +188,8 @@ def test_pageable_back_names_the_faulting_sizes():
     f = ft.pageable_back(synthetic_pageable_back())
     assert f.holds and f["from_bytes"] == 64 * MiB
     assert f["gbps_before"] == pytest.approx(12.0) and f["gbps_largest"] == pytest.approx(1.5)
+    assert f["vs_pageable"] == pytest.approx(1.5 / 8.0) and f["faults_per_page"] == pytest.approx(1.0)
+    assert f["size_bytes"] == 256 * MiB
     assert "moved 1.5 GB/s at 256 MiB, 0.19x `x.to('cuda')` from pageable memory (8.0 GB/s)" in f.verdict
     assert "from 64 MiB on, every copy took at least 0.9 minor page faults per 4 KiB page" in f.verdict
     assert "(1.00, median per size)" in f.verdict and "below 64 MiB, none, and up to 12.0 GB/s" in f.verdict

@@ -81,6 +81,14 @@ def expected():
             f"{f['d2h_gbps']:.1f} GB/s (`{f['best_d2h']}`) at {fmt_bytes(f['size_bytes'], compact=True)}",
             f"{f['d2h_over_h2d']:.0%} of the fastest way there",
         ]
+        b = findings_transfer.pageable_back(rec.table("d2h", "d2h"))
+        if b.holds:  # `.cpu()` into new pageable memory, with its page faults
+            rows["`y.cpu()` into new pageable memory"] = [
+                f"{b['gbps_largest']:.1f} GB/s at {fmt_bytes(b['size_bytes'], compact=True)}",
+                f"{b['vs_pageable']:.2f}x",
+                f"from {fmt_bytes(b['from_bytes'], compact=True)} on",
+                f"{b['faults_per_page']:.2f} page faults per 4 KiB page of its output",
+            ]
     if rec.has("bidir"):
         f = findings_transfer.duplex_summary(rec.table("bidir"))
         rows["both directions at once"] = [
