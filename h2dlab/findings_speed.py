@@ -251,6 +251,11 @@ def staged_bounds(bench: dict[str, Any], *, method: str = "to_device") -> Findin
         }
     under = [fmt_bytes(s, compact=True) for s, r in by.items() if s >= 2**30 and r["frac_of_lower"] < 1]
     holds = not under
+    # The bounds phase times the method again: say what the comparison rows read at those sizes.
+    comp = {
+        int(r["size_bytes"]): r["gbps_median"] for r in bench.get("rows") or [] if r.get("method") == method
+    }
+    again = [f"{comp[s]:.1f}" for s in by if s in comp]
     verdict = (
         "Bounds measured in the same run (medians): "
         + "; ".join(parts)
@@ -259,6 +264,12 @@ def staged_bounds(bench: dict[str, Any], *, method: str = "to_device") -> Findin
             f"From 1 GiB up `{method}` reached the lower bound."
             if holds
             else f"`{method}` stayed under the lower bound at {', '.join(under)}."
+        )
+        + (
+            f" This phase timed `{method}` again, beside its bounds; the comparison's rows read "
+            f"{', '.join(again)} GB/s at {'these sizes' if len(again) == len(by) else 'the sizes both timed'}."
+            if again
+            else ""
         )
     )
     return Finding(

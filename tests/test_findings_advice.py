@@ -300,6 +300,10 @@ def test_staged_bounds_quotes_the_file_and_judges_from_1_gib():
             assert f"{r['frac_of_lower']:.0%} of the lower bound {r['lower_gbps']:.1f}" in f.verdict
         under = [r for r in b["bounds"] if r["size_bytes"] >= GiB and r["frac_of_lower"] < 1]
         assert f.holds == (not under) and ("stayed under the lower bound" in f.verdict) == bool(under)
+        # the bounds phase timed to_device again: the comparison rows' figures are named beside them
+        comp = {r["size_bytes"]: r["gbps_median"] for r in b["rows"] if r["method"] == "to_device"}
+        again = ", ".join(f"{comp[r['size_bytes']]:.1f}" for r in b["bounds"] if r["size_bytes"] in comp)
+        assert f"the comparison's rows read {again} GB/s at these sizes." in f.verdict
     row = {  # synthetic: one size, the host copy the slower alone, the host copy under DMA the lower
         "size_bytes": GiB,
         "to_device_gbps": 30.0,
