@@ -69,7 +69,9 @@ def slow_stretch(
     """Over the rows of the episodes in the ``device`` columns, the median time over
     expected per column. ``holds`` when the host-only column stays normal (below
     ``slow``) while every device column is slow together: a slowdown of the device side
-    (allocation or the link) at that moment, not of the host and not of a size."""
+    (allocation or the link), not of the host. Where the stretch's sizes ascend with time
+    (``values['ascending']``) the verdict says the run cannot tell a moment from a band of
+    sizes; where they came in no order, it calls it a moment."""
     _need(explained, ("episode", "expected_ms"), "slow_stretch()")
     d = explained[explained.strategy.isin((host_only, *device))]
     ep = d[(d.episode >= 0) & d.strategy.isin(device)]
@@ -89,13 +91,23 @@ def slow_stretch(
     dev_r = {s: float(ratio.get(s, np.nan)) for s in device}
     holds = bool(host_r < slow and all(v > slow for v in dev_r.values()))
     devs = " and ".join(f"`{s}` {v:.1f}x" for s, v in dev_r.items())
+    # In one run whose sizes ascend with time a moment and a band of sizes look alike.
+    ascending = all(
+        g.sort_values("order").size_bytes.is_monotonic_increasing for _, g in w.groupby("strategy")
+    )
     verdict = f"Rows {lo}–{hi}: {devs} their expected time (median), `{host_only}` {host_r:.2f}x. " + (
-        "The host-only column stayed normal while both device-allocating columns slowed together: a moment "
-        "when the device side was slow, not a property of these sizes."
+        "The host-only column stayed normal while both device-allocating columns slowed together: the device "
+        "side was slow there, not the host. "
+        + (
+            "With sizes ascending in time, this run alone cannot tell a moment from a band of sizes; a "
+            "re-run in shuffled order can."
+            if ascending
+            else "The sizes in the stretch came in no order: a moment, not a property of these sizes."
+        )
         if holds
         else "The columns did not split that way: the data does not single out the device side."
     )
-    values = {"rows": (lo, hi), "host_ratio": host_r, "device_ratio": dev_r}
+    values = {"rows": (lo, hi), "host_ratio": host_r, "device_ratio": dev_r, "ascending": ascending}
     return Finding(verdict, holds, values, ratio.rename("median_ratio").reset_index())
 
 

@@ -345,3 +345,18 @@ def test_host_alloc_growth_counts_the_faults_of_every_thread():
     assert "1.00 page faults of the whole process per 4 KiB page of the new block" in f.verdict
     g = findings.host_alloc_growth(synthetic(rows).drop(columns="proc_faults"))
     assert g["faults_per_page"]["median"] == 0 and "0.00 minor page faults per 4 KiB page" in g.verdict
+
+
+def test_slow_stretch_in_ascending_order_does_not_rule_out_the_sizes(ea):
+    # the A100 table's sizes ascend with time: a moment and a band of sizes look alike there
+    f = forum_claims.slow_stretch(ea)
+    assert f.holds and f["ascending"]
+    assert "not a property of these sizes" not in f.verdict
+    assert "cannot tell a moment from a band of sizes" in f.verdict
+    e = ea.copy()  # synthetic: the same rows with the stretch's sizes reversed (no longer ascending)
+    m = e.order.between(179, 202)
+    for s in e.loc[m, "strategy"].unique():
+        k = m & (e.strategy == s)
+        e.loc[k, "size_bytes"] = e.loc[k, "size_bytes"].to_numpy()[::-1]
+    g = forum_claims.slow_stretch(e)
+    assert not g["ascending"] and "a moment, not a property of these sizes" in g.verdict
