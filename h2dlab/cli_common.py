@@ -18,6 +18,7 @@ __all__ = [
     "EXIT_USAGE",
     "Parser",
     "failure",
+    "one_line_warnings",
     "sizes_arg",
     "whole_arg",
 ]
@@ -33,7 +34,7 @@ EXIT_CODES = """exit codes:
        a missing or unreadable table (one line)
   130  interrupted (Ctrl-C or SIGTERM); a measurement keeps its rows: rerun with --resume
 GPU: forum, overlap, duplex, batch, record, measure --gpus and measure on cuda need a CUDA GPU
-(measure and record take --device cpu for host copies); env, datasets, strategies, explain,
+(measure, batch and record take --device cpu for host copies); env, datasets, strategies, explain,
 compare and report (replay) run anywhere. H2DLAB_DEBUG=1 shows tracebacks."""
 
 
@@ -75,6 +76,26 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # one line, exit 2, no usage dump
         self.exit(EXIT_USAGE, f"h2dlab: error: {message} (see {self.prog} --help)\n")
+
+
+def one_line_warnings() -> None:
+    """Show h2dlab's own warnings in one line each (``h2dlab: warning: ...``, without the
+    source line Python quotes), each text once per run; other packages' as Python does."""
+    import warnings
+
+    default, seen = warnings.showwarning, set()
+    default = getattr(default, "shown_by_default", default)  # installed by an earlier call: replaced
+    pkg = str(Path(__file__).resolve().parent)
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not str(filename).startswith(pkg):
+            return default(message, category, filename, lineno, file, line)
+        if str(message) not in seen:  # the same warning at every env.json written: once
+            seen.add(str(message))
+            print(f"h2dlab: warning: {message}", file=sys.stderr)
+
+    show.shown_by_default = default
+    warnings.showwarning = show
 
 
 def _one_line(exc: BaseException) -> str:

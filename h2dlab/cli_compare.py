@@ -169,6 +169,10 @@ def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
         raise UsageError(
             "--baseline is empty: name a strategy (e.g. pinned_reuse), or leave it out for pageable"
         )
+    if a.strategies is not None and not a.strategies.replace(",", "").strip():
+        raise UsageError(
+            "--strategies is empty: name strategies (e.g. pageable,pinned_reuse), or leave it out"
+        )
     keep = None if a.strategies is None else [s.strip() for s in a.strategies.split(",") if s.strip()]
     tables = []
     for label, df in load_runs(a.runs):

@@ -100,7 +100,7 @@ def parse_sizes(spec: str) -> list[int]:
     ----------
     spec
         ``'1KiB,64MiB,1GiB'``, ``'1KiB..1GiB'`` (every power of two between, inclusive,
-        plus the ends), ``'forum'`` (the forum's 210 sizes), or a comma list mixing them.
+        plus the lower end: ``'3..7'`` is 3 and 4), ``'forum'`` (the forum's 210 sizes), or a comma list mixing them.
 
     Returns
     -------

@@ -46,6 +46,14 @@ CASES = [
     (["report", "--data", ""], ["--data is empty"]),
     (["report", "--outdir", " "], ["--outdir is empty"]),
     (["report", "--outdir", "{d}/allfailed.csv"], ["is a file"]),
+    # an option the subcommand lacks: the line sent the user to `h2dlab --help`
+    (
+        ["duplex", "--out", "{d}/d.csv", "--resume"],
+        ["unrecognized arguments: --resume", "h2dlab duplex --help"],
+    ),
+    (["explain", "forum_a100", "extra"], ["unrecognized arguments: extra", "h2dlab explain --help"]),
+    # an empty --strategies blamed the filters ("no timed rows match")
+    (["compare", "{d}/rec/sweep", "--strategies", " , "], ["--strategies is empty"]),
     # --resume and --force together: one of them was silently chosen
     (["measure", "--device", "cpu", "--out", "{d}/allfailed.csv", "--resume", "--force"], ["give one"]),
     (["batch", "--device", "cpu", "--out", "{d}/allfailed.csv", "--resume", "--force"], ["give one"]),
@@ -255,3 +263,18 @@ def test_a_failed_notebook_is_named_without_terminal_colours(tmp_path, capsys, m
     assert report.build(outdir=tmp_path, notebooks=["05-explore"]) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "\x1b" not in err and "failed (ValueError: synthetic failure)" in err, err
+
+
+def test_a_bad_commit_variable_is_one_warning_line_once(tmp_path, capsys, monkeypatch):
+    """H2DLAB_GIT_COMMIT=garbage printed Python's two-line warning (file:line and the source
+    line) twice per measure: once per env.json written."""
+    monkeypatch.setenv("H2DLAB_GIT_COMMIT", "garbage")
+    argv = ["measure", "--device", "cpu", "--no-progress", "--strategies", "pageable", "--sizes", "1KiB"]
+    for _ in range(2):  # a second command in the same process warns again, once
+        out = tmp_path / f"m{_}.csv"
+        assert cli.main([*argv, "--reps", "1", "--out", str(out)]) == 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert [ln for ln in err if "garbage" in ln] == [
+            "h2dlab: warning: H2DLAB_GIT_COMMIT='garbage' is not a commit (7 to 40 hex digits): ignored, asking git"
+        ], err
+        assert len(err) == 2 and err[1].startswith("wrote "), err
