@@ -28,6 +28,7 @@ __all__ = [
     "best_way",
     "host_copy_ceiling",
     "memory_kind",
+    "pin_cached_pays",
     "pin_first_pays",
     "registering_cost",
     "size_text",
@@ -221,6 +222,49 @@ def best_way(table: pd.DataFrame, copies: int = 1, *, case: str = "one tensor to
         f"For {what}: {b.what} (`{b.code}`), {b.total_ms:.1f} ms in all, {page / b.total_ms:.1f}x {base}."
     )
     return Finding(verdict, bool(b.way != plain), {"way": b.way, "total_ms": float(b.total_ms)}, t)
+
+
+def pin_cached_pays(sweep: pd.DataFrame) -> Finding:
+    """From which size does ``x.pin_memory().to('cuda')`` with its pinned block cached beat
+    ``x.to('cuda')``? Per size of ``sweep``: the median ``pin_then_copy`` copy that made no
+    new block (``host_allocs == 0``) over the median ``pageable`` copy. ``from_bytes`` is the
+    smallest size from which every larger size has the ratio below 1. ``holds`` when some
+    size has the cached pin slower (the size matters, not only the cache)."""
+    pin = timed(sweep[(sweep.strategy == "pin_then_copy") & (sweep.host_allocs == 0)])
+    page = _strategy(sweep, "pageable")
+    a = pin.assign(_v=value_ms(pin)).groupby("size_bytes")["_v"].median()
+    b = page.assign(_v=value_ms(page)).groupby("size_bytes")["_v"].median()
+    ratio = (a / b).dropna().sort_index()
+    if ratio.empty:
+        raise ValueError("pin_cached_pays needs pin_then_copy rows with a cached block and pageable rows")
+    slower = ratio[ratio >= 1]
+    start = int(ratio.index[-1]) if ratio.iloc[-1] >= 1 else None
+    if start is None:
+        tail = ratio[::-1].lt(1).cummin()[::-1]  # True from the last size at or above 1 onwards
+        start = int(tail[tail].index.min())
+    above = ratio[ratio.index >= start]
+    holds = bool(len(slower))
+    head = "With its pinned block cached, `x.pin_memory().to('cuda')`"
+    if ratio.iloc[-1] >= 1:
+        verdict = f"{head} was slower than `x.to('cuda')` at the largest size, {size_text(start)}."
+    elif not holds:
+        verdict = (
+            f"{head} took {above.min():.2f}–{above.max():.2f}x the time of `x.to('cuda')` at every size "
+            f"measured ({size_text(ratio.index.min())} up)."
+        )
+    else:
+        verdict = (
+            f"{head} took {above.min():.2f}–{above.max():.2f}x the time of `x.to('cuda')` from "
+            f"{size_text(start)} up; below {size_text(start)} it was slower at {len(slower)} of "
+            f"{int((ratio.index < start).sum())} sizes, up to {slower.max():.1f}x: there pinning first does not "
+            "pay even with its block cached."
+        )
+    return Finding(
+        verdict,
+        holds,
+        {"from_bytes": start, "slower_sizes": [int(x) for x in slower.index]},
+        ratio.rename("ratio").reset_index(),
+    )
 
 
 def pin_first_pays(table: pd.DataFrame) -> Finding:

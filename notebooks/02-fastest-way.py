@@ -66,15 +66,17 @@ display(advice.small_copy_floor(sweep), advice.memory_kind(sweep, 2**16), advice
 # ## 3 · Does pinning first pay?
 #
 # PyTorch's pin_memory/non_blocking tutorial says `x.pin_memory().to("cuda")` can be slower than
-# `x.to("cuda")`. Whether it is depends on one thing: does the caching host allocator already
-# hold a free pinned block of the request's power-of-two class? The figure puts the first call
-# (a new block) beside calls whose block was cached, against plain pageable and pinned copies.
+# `x.to("cuda")`. Whether it is depends on two things: does the caching host allocator already
+# hold a free pinned block of the request's power-of-two class, and is the tensor large enough
+# for the faster DMA to repay the extra host copy? The figure puts the first call (a new block)
+# beside calls whose block was cached, against plain pageable and pinned copies.
 
 # %% tags=["hide-input"]
 plots.pin_cost(sweep, cold=cold, register=rec.table("allocator", "pin-register-emptied"));
 
 # %% tags=["hide-input"]
-display(advice.pin_first_pays(advice.advice(sweep, 2**26, cold=cold)), advice.registering_cost(sweep))
+display(advice.pin_first_pays(advice.advice(sweep, 2**26, cold=cold)), advice.pin_cached_pays(sweep),
+        advice.registering_cost(sweep))
 
 # %% [markdown]
 # ## 4 · The staged copy against PyTorch's own ways, in one run

@@ -322,3 +322,37 @@ def test_staged_bounds_quotes_the_file_and_judges_from_1_gib():
     assert findings_speed.staged_bounds({"bounds": [dict(row, frac_of_lower=0.5, size_bytes=GiB // 4)]}).holds
     with pytest.raises(ValueError, match="no bounds"):
         findings_speed.staged_bounds({"rows": []})
+
+
+def test_pin_cached_pays_from_a_size_on():
+    # synthetic: the cached pin is 2x pageable's time at 1 KiB and 64 KiB, 0.5x at 1 MiB and 16 MiB
+    KiB, MiB = 2**10, 2**20
+    f = advice.pin_cached_pays(
+        synthetic_sweep(
+            {
+                "pin_then_copy": {KiB: [0.2], 64 * KiB: [0.2, 0.4], MiB: [0.5], 16 * MiB: [2.0]},
+                "pageable": {KiB: [0.1], 64 * KiB: [0.15], MiB: [1.0], 16 * MiB: [4.0]},
+            }
+        )
+    )
+    assert f.holds and f["from_bytes"] == MiB and f["slower_sizes"] == [KiB, 64 * KiB]
+    assert "took 0.50–0.50x the time of `x.to('cuda')` from 1 MiB up" in f.verdict
+    assert "below 1 MiB it was slower at 2 of 2 sizes, up to 2.0x" in f.verdict
+    g = advice.pin_cached_pays(  # synthetic: faster everywhere
+        synthetic_sweep({"pin_then_copy": {KiB: [0.05], MiB: [0.5]}, "pageable": {KiB: [0.1], MiB: [1.0]}})
+    )
+    assert not g.holds and g["from_bytes"] == KiB and "at every size measured (1 KiB up)" in g.verdict
+
+
+def test_pin_cached_pays_on_the_bundled_sweep():
+    from h2dlab import session
+
+    s = session.recording("h200").table("sweep", "pow2-interleaved")
+    f = advice.pin_cached_pays(s)
+    t = s[~s.warmup & (s.error == "")]
+    pin = t[(t.strategy == "pin_then_copy") & (t.host_allocs == 0)].groupby("size_bytes").event_ms.median()
+    page = t[t.strategy == "pageable"].groupby("size_bytes").event_ms.median()
+    r = (pin / page).dropna()
+    assert f["slower_sizes"] == [int(x) for x in r[r >= 1].index]
+    assert (r[r.index >= f["from_bytes"]] < 1).all() and r[r.index < f["from_bytes"]].max() >= 1
+    assert f.holds
