@@ -295,7 +295,7 @@ def pin_first_pays(table: pd.DataFrame) -> Finding:
         f"At {size}, `x.pin_memory().to('cuda')` with its pinned block cached took {hot:.2f} ms, "
         f"{word(hot_pays)} `x.to('cuda')` ({page:.2f} ms); {first}"
         + (
-            "The tutorial's warning holds exactly when a new pinned block is made."
+            f"At {size}, the tutorial's warning holds exactly when a new pinned block is made."
             if hot_pays and not cold_pays and not np.isnan(cold)
             else "With its block cached, pinning first pays."
             if hot_pays and np.isnan(cold)

@@ -98,7 +98,7 @@ def test_pin_first_pays_says_when_the_first_call_is_scaled(inter, cold):
 def test_pin_first_pays_cached_yes_cold_no(inter, cold):
     f = advice.pin_first_pays(advice.advice(inter, GiB, cold=cold))
     assert f.holds and not f["cold_pays"]
-    assert "holds exactly when a new pinned block is made" in f.verdict
+    assert "At 1 GiB, the tutorial's warning holds exactly when a new pinned block is made" in f.verdict
 
 
 def test_pin_first_pays_synthetic_never_flips():
