@@ -259,13 +259,15 @@ def batch_overhead(df: pd.DataFrame) -> Finding:
     return Finding(verdict, bool(per.notna().all()), per.to_dict(), m)
 
 
-def best_batch_method(df: pd.DataFrame, *, baseline: str = "loop_to") -> Finding:
-    """The fastest method per batch shape (total, N), and its speed-up over ``baseline``.
+def best_batch_method(df: pd.DataFrame, *, baseline: str = "loop_to", tie: float = 0.02) -> Finding:
+    """The fastest method per batch shape (total, N), and its speed-up over ``baseline``;
+    the verdict names the runner-up when its median is within ``tie`` (a fraction) of the best.
 
     Returns
     -------
     Finding
-        ``table``: size_bytes, n_tensors, best, best_ms, baseline_ms, speedup, runner_up.
+        ``table``: size_bytes, n_tensors, best, best_ms, baseline_ms, speedup, runner_up,
+        runner_up_ms.
         ``values``: the row of the largest total with the most tensors. ``holds``: some
         method beats the baseline at that shape.
     """
@@ -277,7 +279,8 @@ def best_batch_method(df: pd.DataFrame, *, baseline: str = "loop_to") -> Finding
         b = float(base.iloc[0]) if len(base) else np.nan
         rows.append({"size_bytes": int(size), "n_tensors": int(n), "best": g.strategy.iloc[0],
                      "best_ms": float(g.ms.iloc[0]), "baseline_ms": b, "speedup": b / float(g.ms.iloc[0]),
-                     "runner_up": g.strategy.iloc[1] if len(g) > 1 else ""})  # fmt: skip
+                     "runner_up": g.strategy.iloc[1] if len(g) > 1 else "",
+                     "runner_up_ms": float(g.ms.iloc[1]) if len(g) > 1 else np.nan})  # fmt: skip
     table = pd.DataFrame(rows)
     if table.empty:
         return Finding("No timed batch copies.", False, {}, table)
@@ -290,6 +293,12 @@ def best_batch_method(df: pd.DataFrame, *, baseline: str = "loop_to") -> Finding
             f", {last.speedup:.1f}× a loop of .to() ({last.baseline_ms:.2f} ms)."
             if np.isfinite(last.speedup)
             else "."
+        )
+        + (
+            f" {last.runner_up} came within {last.runner_up_ms / last.best_ms - 1:.1%} of it "
+            f"({last.runner_up_ms:.2f} ms): for practical purposes a tie."
+            if last.runner_up_ms <= last.best_ms * (1 + tie)
+            else ""
         )
     )
     return Finding(verdict, holds, last.to_dict(), table)

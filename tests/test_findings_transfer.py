@@ -215,3 +215,13 @@ def test_pageable_back_on_the_bundled_d2h_run():
     big = t[t.size_bytes == t.size_bytes.max()]
     assert f["gbps_largest"] == pytest.approx((big.size_bytes / big.event_ms / 1e6).median())
     assert f.holds
+
+
+def test_best_batch_method_names_a_runner_up_within_the_tie():
+    df = synthetic_batch()
+    near = df[df.strategy == "pinned_flat"].assign(strategy="foreach_copy")
+    near = near.assign(wall_ms=near.wall_ms * 1.01, event_ms=near.event_ms * 1.01)  # synthetic: 1 % slower
+    f = ft.best_batch_method(pd.concat([df, near], ignore_index=True))
+    assert f["best"] == "pinned_flat" and f["runner_up"] == "foreach_copy"
+    assert "foreach_copy came within 1.0% of it" in f.verdict and "a tie" in f.verdict
+    assert "came within" not in ft.best_batch_method(df).verdict  # the synthetic runner-up is 2x slower
