@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -73,6 +74,8 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("epilog", EXIT_CODES)
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
+        # '--sizes -1MiB' is a (bad) value, not an unknown option: "expected one argument" misled
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
 
     def error(self, message: str) -> None:  # one line, exit 2, no usage dump
         self.exit(EXIT_USAGE, f"h2dlab: error: {message} (see {self.prog} --help)\n")

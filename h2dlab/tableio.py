@@ -252,6 +252,8 @@ def read(path: str | Path) -> pd.DataFrame:
     except Exception as exc:  # noqa: BLE001 - any parser failure is a bad file, said in one line
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SchemaError(f"{path}: not a readable {suf} table ({first})") from None
+    if {"scenario", "op", "start_ms", "end_ms"} <= set(df.columns) and "strategy" not in df.columns:
+        raise SchemaError(f"{path} is an overlap timeline, not a measurement table: read it with timeline()")
     df = validate(df, source=str(path))
     env = read_env(path, run_ids=df["run_id"].unique())
     version = SCHEMA_VERSION if env is None else env.get("schema_version", SCHEMA_VERSION)

@@ -54,6 +54,9 @@ CASES = [
     (["explain", "forum_a100", "extra"], ["unrecognized arguments: extra", "h2dlab explain --help"]),
     # an empty --strategies blamed the filters ("no timed rows match")
     (["compare", "{d}/rec/sweep", "--strategies", " , "], ["--strategies is empty"]),
+    # a negative size after a space was taken for an option: "expected one argument"
+    (["measure", "--device", "cpu", "--sizes", "-1MiB", "--out", "{d}/m.csv"], ["'-1MiB' must be positive"]),
+    (["compare", "forum_a100", "--sizes", "-1KiB"], ["'-1KiB' must be positive"]),
     # --resume and --force together: one of them was silently chosen
     (["measure", "--device", "cpu", "--out", "{d}/allfailed.csv", "--resume", "--force"], ["give one"]),
     (["batch", "--device", "cpu", "--out", "{d}/allfailed.csv", "--resume", "--force"], ["give one"]),
@@ -278,3 +281,14 @@ def test_a_bad_commit_variable_is_one_warning_line_once(tmp_path, capsys, monkey
             "h2dlab: warning: H2DLAB_GIT_COMMIT='garbage' is not a commit (7 to 40 hex digits): ignored, asking git"
         ], err
         assert len(err) == 2 and err[1].startswith("wrote "), err
+
+
+@pytest.mark.parametrize("cmd", ["explain", "compare"])
+def test_a_timeline_given_as_a_table_is_named_a_timeline(tmp_path, capsys, cmd):
+    """A recording's overlap/ folder (a timeline) was refused with a list of 13 missing
+    columns, as if it were a broken table."""
+    rows = "scenario,rep,op,start_ms,end_ms,host_return_ms\npinned_1stream,0,copy,0.0,1.0,0.1\n"
+    (tmp_path / "overlap").mkdir()
+    (tmp_path / "overlap" / "synthetic.csv").write_text(rows)
+    line = refused_in_one_line([cmd, str(tmp_path / "overlap")], ["is an overlap timeline"], capsys, tmp_path)
+    assert "missing column" not in line
