@@ -15,7 +15,14 @@ from h2dlab.finding import Finding, size_text
 from h2dlab.model import medians, timed, value_ms
 from h2dlab.units import fmt_bytes
 
-__all__ = ["bandwidth", "host_copy_ceiling", "memory_kind", "small_copy_floor", "staged_bounds"]
+__all__ = [
+    "bandwidth",
+    "host_copy_ceiling",
+    "memory_kind",
+    "small_copy_floor",
+    "staged_bounds",
+    "staged_timeline",
+]
 
 
 def _ms_text(ms: float) -> str:
@@ -275,3 +282,55 @@ def staged_bounds(bench: dict[str, Any], *, method: str = "to_device") -> Findin
     return Finding(
         verdict, holds, {"by_size": by}, pd.DataFrame(by).T.rename_axis("size_bytes").reset_index()
     )
+
+
+def staged_timeline(
+    tl: dict[str, Any], bench: dict[str, Any] | None = None, *, busy_share: float = 0.85
+) -> Finding:
+    """Where the time of one staged copy went (a benchmark's ``timeline_<size>``): when the
+    first DMA started, the last host copy and the last DMA ended, how long the DMA engine sat
+    idle, and how long its chunks' DMAs were busy and at what rate, against one DMA of the
+    whole size alone (``bench``'s ``bounds`` at that size, where present).
+
+    ``holds`` when the DMAs were busy ``busy_share`` or more of the wall time and moved under
+    95 % of the DMA alone: then the chunks' own DMA rate, not waiting on host copies, is what
+    keeps the staged copy below its bound.
+    """
+    chunks = pd.DataFrame(tl.get("chunks") or [])
+    head = (
+        f"{tl['n_chunks']} chunks, {tl['threads']} staging thread(s), engine `{tl['engine']}`: the first DMA "
+        f"started at {tl['first_dma_start_ms']:.2f} ms, the last host copy ended at "
+        f"{tl['last_host_copy_end_ms']:.2f} ms and the last DMA at {tl['last_dma_end_ms']:.2f} ms "
+        f"(wall {tl['wall_ms']:.2f} ms); the DMA engine sat idle {tl['dma_idle_ms']:.2f} ms in between."
+    )
+    if chunks.empty:
+        return Finding(head, False, {})
+    dur = chunks.dma_end_ms - chunks.dma_start_ms
+    busy = float(dur.sum())
+    rate = float(chunks.bytes.sum() / busy / 1e6)
+    each = chunks.bytes / dur / 1e6
+    alone = next(
+        (
+            r["dma_alone_gbps"]
+            for r in (bench or {}).get("bounds") or []
+            if r["size_bytes"] == tl["size_bytes"]
+        ),
+        None,
+    )
+    values = {"busy_ms": busy, "dma_gbps": rate, "dma_alone_gbps": alone, "busy_share": busy / tl["wall_ms"]}
+    verdict = (
+        f"{head} Its chunks' DMAs were busy {busy:.2f} ms of the {tl['wall_ms']:.2f}, moving {rate:.1f} GB/s "
+        f"(per chunk {each.min():.1f}–{each.max():.1f}, median {each.median():.1f})"
+    )
+    holds = False
+    if alone is not None:
+        holds = bool(values["busy_share"] >= busy_share and rate < 0.95 * alone)
+        verdict += f" against {alone:.1f} GB/s for one DMA of all {size_text(tl['size_bytes'])} alone" + (
+            ": the DMA hardly waited on the host copies; its own rate on chunks is what keeps the staged "
+            "copy below its bound here."
+            if holds
+            else "."
+        )
+    else:
+        verdict += "."
+    return Finding(verdict, holds, values)

@@ -108,12 +108,7 @@ display(advice.host_copy_ceiling(bench), findings_speed.staged_bounds(bench))
 tl = bench.get("timeline_256MiB")
 if tl:
     plots.staged_timeline(tl, env=bench["env"])
-    display(Markdown(
-        f"{tl['n_chunks']} chunks, {tl['threads']} staging thread(s), engine `{tl['engine']}`: the first DMA "
-        f"started at {tl['first_dma_start_ms']:.2f} ms, the last host copy ended at "
-        f"{tl['last_host_copy_end_ms']:.2f} ms and the last DMA at {tl['last_dma_end_ms']:.2f} ms "
-        f"(wall {tl['wall_ms']:.2f} ms); the DMA engine sat idle {tl['dma_idle_ms']:.2f} ms in between."
-    ))
+    display(findings_speed.staged_timeline(tl, bench))
 else:
     display(Markdown("This benchmark result has no timeline of a staged copy."))
 

@@ -356,3 +356,24 @@ def test_pin_cached_pays_on_the_bundled_sweep():
     assert f["slower_sizes"] == [int(x) for x in r[r >= 1].index]
     assert (r[r.index >= f["from_bytes"]] < 1).all() and r[r.index < f["from_bytes"]].max() >= 1
     assert f.holds
+
+
+def test_staged_timeline_busy_dma_and_its_rate():
+    from h2dlab import findings_speed
+
+    b = datasets.load_benchmark("h200")
+    tl = b["timeline_256MiB"]
+    f = findings_speed.staged_timeline(tl, b)
+    c = pd.DataFrame(tl["chunks"])
+    busy = (c.dma_end_ms - c.dma_start_ms).sum()
+    assert f["busy_ms"] == pytest.approx(busy) and f["dma_gbps"] == pytest.approx(c.bytes.sum() / busy / 1e6)
+    alone = next(r["dma_alone_gbps"] for r in b["bounds"] if r["size_bytes"] == tl["size_bytes"])
+    assert f.holds == (busy / tl["wall_ms"] >= 0.85 and f["dma_gbps"] < 0.95 * alone)
+    assert f"{tl['n_chunks']} chunks" in f.verdict and f"against {alone:.1f} GB/s" in f.verdict
+    # synthetic: the same chunks inside a wall four times as long (the DMA mostly waited): no claim
+    g = findings_speed.staged_timeline(dict(tl, wall_ms=4 * tl["wall_ms"]), b)
+    assert not g.holds and "keeps the staged copy below" not in g.verdict
+    h = findings_speed.staged_timeline(tl)  # no bounds to compare with
+    assert not h.holds and h.verdict.endswith(
+        f"median {((c.bytes / (c.dma_end_ms - c.dma_start_ms)) / 1e6).median():.1f})."
+    )
