@@ -55,6 +55,10 @@ def check_out(path: str, suffixes: tuple[str, ...] | None = None) -> Path:
     suffixes = suffixes or SUFFIXES
     if not out.name.endswith(suffixes) or suffix_of(out) not in SUFFIXES:
         raise UsageError(f"cannot write {out.name!r}: give --out a name ending in {', '.join(suffixes)}")
+    if out.name.endswith(".partial.csv"):  # the name of a run in progress: readers skip it
+        raise UsageError(
+            f"cannot write {out.name!r}: .partial.csv names a run in progress; choose another --out"
+        )
     folder = out.parent if str(out.parent) else Path(".")
     if not folder.is_dir():
         raise UsageError(f"the folder {str(folder)!r} of --out does not exist: create it first")

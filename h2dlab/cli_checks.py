@@ -46,6 +46,13 @@ def check_target(out: Path, *, resume: bool = False, force: bool = False, resuma
         raise UsageError(f"{partial} is a symbolic link: h2dlab never writes a run through a link; remove it")
     if out.is_dir():
         raise UsageError(f"{out} is a folder: give --out a file name")
+    from h2dlab.datasets import env_path
+
+    for beside in (env_path(out), partial, env_path(partial)):  # written at the end: refused now
+        if beside.is_dir():
+            raise UsageError(
+                f"{beside} is a folder where the run writes a file: remove it or choose another --out"
+            )
     if out.exists() and not os.access(out, os.W_OK):
         raise UsageError(f"{out} is read-only or immutable: it cannot be replaced; choose another --out")
     if resume or force:

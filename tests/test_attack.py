@@ -19,6 +19,8 @@ def place(tmp_path, monkeypatch):
     (tmp_path / "rec" / "sweep").mkdir(parents=True)
     datasets.save(good, tmp_path / "rec" / "sweep" / "synthetic.csv")
     datasets.save(good.assign(error="synthetic failure"), tmp_path / "allfailed.csv")
+    (tmp_path / "envdir.csv.env.json").mkdir()
+    (tmp_path / "pdir.csv.partial.csv").mkdir()
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -57,6 +59,13 @@ CASES = [
     # a negative size after a space was taken for an option: "expected one argument"
     (["measure", "--device", "cpu", "--sizes", "-1MiB", "--out", "{d}/m.csv"], ["'-1MiB' must be positive"]),
     (["compare", "forum_a100", "--sizes", "-1KiB"], ["'-1KiB' must be positive"]),
+    # the table's env.json (or the partial file) is a folder: the run measured, then failed (exit 1)
+    (["measure", "--device", "cpu", "--out", "{d}/envdir.csv"], ["envdir.csv.env.json is a folder"]),
+    (["batch", "--device", "cpu", "--out", "{d}/envdir.csv", "--force"], ["envdir.csv.env.json is a folder"]),
+    (["explain", "forum_a100", "--out", "{d}/envdir.csv"], ["envdir.csv.env.json is a folder"]),
+    (["measure", "--device", "cpu", "--out", "{d}/pdir.csv"], ["pdir.csv.partial.csv is a folder"]),
+    # a table named like a run in progress: folder readers skip it
+    (["measure", "--device", "cpu", "--out", "{d}/t.partial.csv"], [".partial.csv names a run in progress"]),
     # --resume and --force together: one of them was silently chosen
     (["measure", "--device", "cpu", "--out", "{d}/allfailed.csv", "--resume", "--force"], ["give one"]),
     (["batch", "--device", "cpu", "--out", "{d}/allfailed.csv", "--resume", "--force"], ["give one"]),
