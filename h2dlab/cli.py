@@ -32,7 +32,7 @@ from h2dlab.cli_common import (
 from h2dlab.cli_common import Parser as _Parser
 from h2dlab.cli_common import sizes_arg as _sizes
 from h2dlab.cli_common import whole_arg as _whole
-from h2dlab.errors import UsageError
+from h2dlab.errors import Unavailable, UsageError
 from h2dlab.spec import FORUM_ORDERS, ORDERS, ForumSpec, OverlapSpec, SweepSpec
 
 __all__ = [
@@ -282,6 +282,14 @@ def _cmd_report(a, argv) -> int:
     for flag, value in (("--outdir", a.outdir), ("--data", a.data)):
         if value is not None and not value.strip():
             raise UsageError(f"{flag} is empty: give a folder, or leave {flag} out")
+    if a.mode == "live":  # the library's line names H2DLAB_MODE, which --mode overrides
+        import torch
+
+        if not torch.cuda.is_available():
+            raise Unavailable(
+                "--mode live records this machine first and needs CUDA, which it lacks: "
+                "give --mode replay (or leave --mode out) to render the recorded data"
+            )
     if Path(a.outdir).exists() and not Path(a.outdir).is_dir():
         raise UsageError(f"--outdir {a.outdir} is a file: give a folder for the HTML pages")
     return report.build(outdir=a.outdir, mode=a.mode, notebooks=only, inplace=a.inplace, data=a.data)

@@ -301,3 +301,16 @@ def test_a_timeline_given_as_a_table_is_named_a_timeline(tmp_path, capsys, cmd):
     (tmp_path / "overlap" / "synthetic.csv").write_text(rows)
     line = refused_in_one_line([cmd, str(tmp_path / "overlap")], ["is an overlap timeline"], capsys, tmp_path)
     assert "missing column" not in line
+
+
+def test_report_live_without_cuda_names_the_option_given(tmp_path, capsys):
+    """`report --mode live` on a machine without CUDA said "use H2DLAB_MODE=replay", which
+    --mode overrides: following it changed nothing."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the refusal on a machine without CUDA")
+    assert cli.main(["report", "--mode", "live", "--outdir", str(tmp_path / "r")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--mode replay" in err[0] and "H2DLAB_MODE" not in err[0], err
+    assert not (tmp_path / "r").exists()
