@@ -172,7 +172,8 @@ def link_estimate(
     The forum protocol's ``pinned_to_cuda`` includes a ``cudaMalloc``; on the re-run
     machine its fitted bandwidth is ``forum_gbps`` against ``reuse_gbps`` for copies into
     a reused buffer (``pinned_reuse``). Their ratio corrects the A100's fitted figure.
-    ``holds`` when the corrected figure fits within PCIe Gen``gen`` x16 on paper.
+    ``holds`` when the corrected figure fits within PCIe Gen``gen`` x16 on paper and exceeds
+    the generation below (else the table cannot single out Gen``gen``).
     """
 
     def gbps(df: pd.DataFrame, strategy: str) -> float:
@@ -187,16 +188,22 @@ def link_estimate(
     factor = r_gbps / f_gbps
     corrected = a_gbps * factor
     paper = PCIE_X16_GBPS[gen]
-    holds = bool(corrected <= paper)
+    older = PCIE_X16_GBPS.get(gen - 1)  # the generation below: a figure within it cannot single out ``gen``
+    above_older = older is None or corrected > older
+    holds = bool(corrected <= paper and above_older)
     gpu = run_env(forum_rerun).get("gpu_name") or "re-run machine"
     verdict = (
         f"The A100 table's pinned copies fit {a_gbps:.1f} GB/s, but each includes a cudaMalloc after "
         f"empty_cache(): on the {gpu} the same protocol fits {f_gbps:.1f} GB/s against {r_gbps:.1f} GB/s into a "
         f"reused buffer ({factor:.2f}x). Corrected the same way, the A100 link moves about {corrected:.0f} GB/s: "
         + (
-            f"consistent with PCIe Gen{gen} x16 ({paper:.1f} GB/s on paper)."
+            (f"more than PCIe Gen{gen - 1} x16 allows ({older:.2f} GB/s on paper) and " if older else "")
+            + f"within Gen{gen} x16 ({paper:.1f} GB/s on paper): consistent with PCIe Gen{gen} x16."
             if holds
             else f"more than PCIe Gen{gen} x16 allows ({paper:.1f} GB/s on paper), so a faster link."
+            if corrected > paper
+            else f"within PCIe Gen{gen - 1} x16 too ({older:.2f} GB/s on paper), so the table cannot single out "
+            f"Gen{gen}."
         )
     )
     values = {

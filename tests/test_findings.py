@@ -260,6 +260,11 @@ def test_link_estimate(a100, h200, forum_sizes):
     assert f["factor"] > 1 and f.holds and "Gen4" in f.verdict and "on the NVIDIA H200 the same" in f.verdict
     # Against a Gen3 link (15.75 GB/s on paper) the same numbers do not fit.
     assert not forum_claims.link_estimate(a100, h200, forum_sizes, gen=3).holds
+    # Above Gen3 on paper and within Gen4: the verdict says both bounds.
+    assert "more than PCIe Gen3 x16 allows (15.75 GB/s on paper) and within Gen4 x16 (31.5" in f.verdict
+    # Within Gen5 but within Gen4 too: the figure cannot single out Gen5.
+    g5 = forum_claims.link_estimate(a100, h200, forum_sizes, gen=5)
+    assert not g5.holds and "cannot single out Gen5" in g5.verdict and "consistent with" not in g5.verdict
 
 
 def test_host_alloc_growth_synthetic_page_faults_are_reported():
