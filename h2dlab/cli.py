@@ -18,17 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from h2dlab import __version__, cli_compare, cli_measuring, cli_record, cli_strategies
+from h2dlab import __version__, cli_common, cli_compare, cli_measuring, cli_record, cli_strategies
 from h2dlab.cli_checks import check_plan, check_target, not_the_source
-from h2dlab.cli_common import (
-    EXIT_CODES,
-    EXIT_FAILURE,
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    failure,
-    finish_measure,
-    one_line_warnings,
-)
+from h2dlab.cli_common import EXIT_CODES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, failure, finish_measure
 from h2dlab.cli_common import Parser as _Parser
 from h2dlab.cli_common import sizes_arg as _sizes
 from h2dlab.cli_common import whole_arg as _whole
@@ -332,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command; return its exit code (:data:`EXIT_CODES`: 0 done, 1 the machine or
     the run failed, 2 a usage mistake, 130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    one_line_warnings()
+    cli_common.one_line_warnings()
     try:  # parsing imports pandas: a Ctrl-C there is an interruption too, not a traceback
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
