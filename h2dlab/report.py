@@ -84,6 +84,8 @@ def build(
     # The notebooks replay unless H2DLAB_MODE says otherwise (their MODE is "replay"); live
     # without CUDA fails here, early, in one line.
     resolved = resolve_mode("auto", kernel_env) if kernel_env.get("H2DLAB_MODE") else "replay"
+    if data is None and kernel_env.get("H2DLAB_DATA"):  # inherited by the kernels: checked now too
+        data = kernel_env["H2DLAB_DATA"]
     if data is not None:
         rec = session.Recorded(data if str(data) == session.BUNDLED else Path(data).resolve())  # checks it
         kernel_env["H2DLAB_DATA"] = rec.name if rec.name == session.BUNDLED else str(rec.folder)

@@ -314,3 +314,17 @@ def test_report_live_without_cuda_names_the_option_given(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--mode replay" in err[0] and "H2DLAB_MODE" not in err[0], err
     assert not (tmp_path / "r").exists()
+
+
+def test_an_inherited_data_variable_is_checked_before_any_notebook(tmp_path, capsys, monkeypatch):
+    """H2DLAB_DATA naming no recording: the notebooks ran (and wrote their pages) and only
+    the workbook, at the end, refused it."""
+    monkeypatch.setenv("H2DLAB_DATA", str(tmp_path / "none"))
+    monkeypatch.delenv("H2DLAB_MODE", raising=False)
+    assert cli.main(["report", "--outdir", str(tmp_path / "r"), "--only", "05-explore"]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines() == [
+        f"h2dlab: error: no recording '{tmp_path / 'none'}': give 'h200' (the bundled data) "
+        "or the folder that `h2dlab record` wrote"
+    ]
+    assert "executing" not in out and not (tmp_path / "r").exists()
