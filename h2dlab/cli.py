@@ -279,7 +279,7 @@ def _cmd_report(a, argv) -> int:
 
         if not torch.cuda.is_available():
             raise Unavailable(
-                "--mode live records this machine first and needs CUDA, which it lacks: "
+                "--mode live: live mode needs CUDA and this machine has none: "
                 "give --mode replay (or leave --mode out) to render the recorded data"
             )
     if Path(a.outdir).exists() and not Path(a.outdir).is_dir():
