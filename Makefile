@@ -45,8 +45,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check h2dlab tests benchmarks
 	$(BIN)/ruff format --check h2dlab tests benchmarks
 
-# Mutation testing (mutmut) of the analysis modules, configured in pyproject.toml's
-# [tool.mutmut]; slow (tens of minutes on 2 cores), never run in CI. Survivors and why
+# Mutation testing (mutmut) of the analysis, spec and resume modules, configured in
+# pyproject.toml's [tool.mutmut]; slow (hours on 2 cores), never run in CI. Survivors and why
 # each may live: tests/mutation-report.md. Results stay in mutants/ (`mutmut browse`).
 MUTATE_JOBS ?= 2
 mutate: $(STAMP)
