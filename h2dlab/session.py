@@ -158,6 +158,38 @@ class Recorded:
         runs = self.runs(kind)
         return bool(runs) if run is None else run in runs
 
+    def lacks(self, *needs: str) -> Markdown:
+        """The sentence a notebook shows in place of a section whose data is missing.
+
+        Parameters
+        ----------
+        *needs : str
+            Kinds (``"forum"``) or runs (``"allocator/pin-emptied"``) the section reads.
+
+        Returns
+        -------
+        Markdown
+            ``""`` (falsy) when the recording holds every one; else one plain sentence
+            naming what it lacks and saying the section is skipped. A sweep recorded with
+            ``--device cpu`` (host copies only) counts as lacking.
+        """
+        gone, host_only = [], False
+        for need in needs:
+            kind, _, run = need.partition("/")
+            if not self.has(kind, run or None):
+                gone.append(f"{kind} runs" if not run else f"{kind} run `{run}`")
+            elif kind == "sweep" and str((self.manifest or {}).get("device", "cuda")).startswith("cpu"):
+                host_only = True
+        if gone:
+            cuda = " (they need a CUDA GPU)" if any(not g.startswith("sweep") for g in gone) else ""
+            return Markdown(f"This recording has no {' or '.join(gone)}{cuda}: this section is skipped.")
+        if host_only:
+            return Markdown(
+                "This recording's sweep was made without a CUDA GPU (`--device cpu`: copies within host "
+                "memory, no pinned copies to a GPU): this section is skipped."
+            )
+        return Markdown("")
+
     def _path(self, kind: str, run: str) -> Path:
         for p in _table_files(self._dir(kind)):
             if _run_name(p) == run:
@@ -187,6 +219,11 @@ class Recorded:
         df.attrs["recording"] = self.name
         self._cache[key] = df
         return df.copy()
+
+    def get(self, kind: str, run: str | None = None) -> pd.DataFrame | None:
+        """Like :meth:`table`, but ``None`` where :meth:`lacks` names it (missing, or a
+        sweep made with ``--device cpu``)."""
+        return None if self.lacks(kind if run is None else f"{kind}/{run}") else self.table(kind, run)
 
     def env(self, kind: str, run: str) -> dict[str, Any]:
         """The fingerprint (env.json) of one run, ``{}`` if it has none."""

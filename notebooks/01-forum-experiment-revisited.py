@@ -33,10 +33,10 @@ from IPython.display import Code, Markdown, display
 from h2dlab import advice, datasets, factors, findings, forum_claims, outliers, plots, session
 
 rec = session.recording(DATA, mode=MODE)
-forum, a100 = rec.table("forum"), datasets.load("forum_a100")
-sweep, reuse = rec.table("sweep", "pow2-interleaved"), rec.table("sweep", "forum-sizes")
-cold = rec.table("allocator", "pin-emptied")
-ea, ef = outliers.explain(a100), outliers.explain(forum)
+forum, a100 = rec.get("forum"), datasets.load("forum_a100")
+sweep, reuse = rec.get("sweep", "pow2-interleaved"), rec.get("sweep", "forum-sizes")
+cold = rec.get("allocator", "pin-emptied")
+ea, ef = outliers.explain(a100), outliers.explain(forum) if forum is not None else None
 rec.banner()
 
 # %% [markdown]
@@ -58,12 +58,16 @@ Code(filename="../examples/forum_corrected.py", language="python")
 # part taken out.
 
 # %% tags=["hide-input"]
-fig, axs = plots.subplots(1, 2, sharey=True)
-plots.forum_columns(a100, ax=axs[0]).set_title("published A100 table: host clock, one shot per size")
-plots.forum_columns(rec.table("forum", "ascending-1"), ax=axs[1]).set_title("re-run: CUDA events, size order");
+if rec.has("forum", "ascending-1") and reuse is not None:
+    fig, axs = plots.subplots(1, 2, sharey=True)
+    plots.forum_columns(a100, ax=axs[0]).set_title("published A100 table: host clock, one shot per size")
+    plots.forum_columns(rec.table("forum", "ascending-1"), ax=axs[1]).set_title("re-run: CUDA events, size order");
+else:
+    display(rec.lacks("forum/ascending-1", "sweep/forum-sizes"))
 
 # %% tags=["hide-input"]
-display(forum_claims.link_estimate(a100, forum, reuse))
+if forum is not None and reuse is not None:
+    display(forum_claims.link_estimate(a100, forum, reuse))
 
 # %% [markdown]
 # ## 2 · The first operation starts CUDA
@@ -72,7 +76,8 @@ display(forum_claims.link_estimate(a100, forum, reuse))
 # creates the context. CUDA events, recorded once the context exists, tell the two apart.
 
 # %% tags=["hide-input"]
-display(Markdown(f"**A100 table.** {findings.context_startup(a100)}\n\n**Re-run.** {findings.context_startup(forum)}"))
+display(Markdown(f"**A100 table.** {findings.context_startup(a100)}\n\n"
+                 + (f"**Re-run.** {findings.context_startup(forum)}" if forum is not None else rec.lacks("forum"))))
 
 # %% [markdown]
 # ## 3 · Pinning, and a host allocator that grows in powers of two
@@ -84,13 +89,17 @@ display(Markdown(f"**A100 table.** {findings.context_startup(a100)}\n\n**Re-run.
 display(Markdown(findings.ALLOCATOR_RULE + "."))
 
 # %% tags=["hide-input"]
-plots.allocator_growth(forum, strategy="pin_memory");
+if forum is not None:
+    plots.allocator_growth(forum, strategy="pin_memory");
 
 # %% tags=["hide-input"]
-growth = findings.host_alloc_growth(forum)
-shuffled = growth.table[growth.table.run == "shuffled-1"].size_mib
-display(Markdown(f"**Re-run.** {growth} In the shuffled run new blocks came at requests of "
-                 f"{', '.join(f'{m:.2f}' for m in shuffled)} MiB."))
+if forum is not None:
+    growth = findings.host_alloc_growth(forum)
+    shuffled = growth.table[growth.table.run == "shuffled-1"].size_mib
+    display(Markdown(f"**Re-run.** {growth} In the shuffled run new blocks came at requests of "
+                     f"{', '.join(f'{m:.2f}' for m in shuffled)} MiB."))
+else:
+    display(rec.lacks("forum"))
 display(Markdown(f"**A100 table.** {findings.host_alloc_growth(a100)}"))
 
 # %% [markdown]
@@ -101,10 +110,14 @@ display(Markdown(f"**A100 table.** {findings.host_alloc_growth(a100)}"))
 # sizes both runs measured, are the baseline.
 
 # %% tags=["hide-input"]
-plots.device_alloc_cost(forum, reuse);
+if forum is not None and reuse is not None:
+    plots.device_alloc_cost(forum, reuse);
+else:
+    display(rec.lacks("forum", "sweep/forum-sizes"))
 
 # %% tags=["hide-input"]
-display(findings.device_alloc_cost(forum, reuse), Markdown(findings.EMPTY_CACHE_NOTE + "."))
+if forum is not None and reuse is not None:
+    display(findings.device_alloc_cost(forum, reuse), Markdown(findings.EMPTY_CACHE_NOTE + "."))
 
 # %% [markdown]
 # ## 5 · One shot per size
@@ -115,7 +128,7 @@ display(findings.device_alloc_cost(forum, reuse), Markdown(findings.EMPTY_CACHE_
 # midpoint, so the gap between the two shots is the fairer measure.
 
 # %% tags=["hide-input"]
-display(forum_claims.single_shot_spread(reuse))
+display(forum_claims.single_shot_spread(reuse) if reuse is not None else rec.lacks("sweep/forum-sizes"))
 
 # %% [markdown]
 # ## 6 · Sizes in ascending order make time look like size
@@ -130,7 +143,7 @@ plots.annotate(ea, ax=ax, max_labels=4);
 
 # %% tags=["hide-input"]
 display(Markdown(f"**A100 table.** {forum_claims.episodes(ea)} {forum_claims.slow_stretch(ea)}"))
-display(Markdown(f"**Re-run.** {forum_claims.episodes(ef)}"))
+display(Markdown(f"**Re-run.** {forum_claims.episodes(ef)}") if ef is not None else rec.lacks("forum"))
 
 # %% [markdown]
 # ## 7 · Host clock versus CUDA events
@@ -140,7 +153,7 @@ display(Markdown(f"**Re-run.** {forum_claims.episodes(ef)}"))
 # queue between two marks, and on an idle GPU that includes host work.
 
 # %% tags=["hide-input"]
-display(findings.clocks(forum))
+display(findings.clocks(forum) if forum is not None else rec.lacks("forum"))
 
 # %% [markdown]
 # ## 8 · The machine
@@ -149,8 +162,11 @@ display(findings.clocks(forum))
 # a NUMA node far from the GPU, and an idle GPU lowers its clocks. What the recording says:
 
 # %% tags=["hide-input"]
-display(factors.machine(rec.env("sweep", "pow2-interleaved"), failed_rows=int((sweep.error != "").sum())))
-display(factors.gpu_clocks(sweep))
+if sweep is not None:
+    display(factors.machine(rec.env("sweep", "pow2-interleaved"), failed_rows=int((sweep.error != "").sum())))
+    display(factors.gpu_clocks(sweep))
+else:
+    display(rec.lacks("sweep/pow2-interleaved"))
 
 # %% [markdown]
 # ## 9 · Why is 1026 faster than 966?
@@ -159,7 +175,7 @@ display(factors.gpu_clocks(sweep))
 # re-run, against the ratio of their sizes:
 
 # %% tags=["hide-input"]
-display(forum_claims.size_pair(ea, forum))
+display(forum_claims.size_pair(ea, forum) if forum is not None else rec.lacks("forum"))
 
 # %% [markdown]
 # ## What to do instead: one advice table
@@ -170,9 +186,13 @@ display(forum_claims.size_pair(ea, forum))
 
 # %% tags=["hide-input"]
 extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}
-adv = advice.advice(sweep, 2**30, cold=cold, **extra)
-plots.advice_bars(adv, name=DATA);
+adv = advice.advice(sweep, 2**30, cold=cold, **extra) if sweep is not None else None
+if adv is not None:
+    plots.advice_bars(adv, name=DATA);
+else:
+    display(rec.lacks("sweep/pow2-interleaved"))
 
 # %% tags=["hide-input"]
-display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict"]].round(2))
-display(advice.pin_first_pays(adv), advice.best_way(adv), advice.best_way(adv, copies=100))
+if adv is not None:
+    display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict"]].round(2))
+    display(advice.pin_first_pays(adv), advice.best_way(adv), advice.best_way(adv, copies=100))

@@ -37,18 +37,19 @@ from IPython.display import Markdown, display
 from h2dlab import advice, compare_machines, datasets, factors, findings_speed, findings_transfer, plots, session
 
 rec = session.recording(DATA, mode=MODE)
-sweep = rec.table("sweep", "pow2-interleaved")
-cold = rec.table("allocator", "pin-emptied")
+sweep = rec.get("sweep", "pow2-interleaved")
+cold = rec.get("allocator", "pin-emptied")
 rec.banner()
 
 # %% [markdown]
 # ## 1 · How fast is each way, from the smallest copy to the largest?
 
 # %% tags=["hide-input"]
-plots.bandwidth(sweep);
+plots.bandwidth(sweep) if sweep is not None else display(rec.lacks("sweep/pow2-interleaved"));
 
 # %% tags=["hide-input"]
-display(advice.bandwidth(sweep))
+if sweep is not None:
+    display(advice.bandwidth(sweep))
 
 # %% [markdown]
 # ## 2 · What does a small copy cost?
@@ -57,10 +58,11 @@ display(advice.bandwidth(sweep))
 # `overhead + bytes / bandwidth` model dashed.
 
 # %% tags=["hide-input"]
-plots.latency(sweep);
+plots.latency(sweep) if sweep is not None else display(rec.lacks("sweep/pow2-interleaved"));
 
 # %% tags=["hide-input"]
-display(advice.small_copy_floor(sweep), advice.memory_kind(sweep, 2**16), advice.memory_kind(sweep, 2**20))
+if sweep is not None:
+    display(advice.small_copy_floor(sweep), advice.memory_kind(sweep, 2**16), advice.memory_kind(sweep, 2**20))
 
 # %% [markdown]
 # ## 3 · Does pinning first pay?
@@ -72,11 +74,12 @@ display(advice.small_copy_floor(sweep), advice.memory_kind(sweep, 2**16), advice
 # beside calls whose block was cached, against plain pageable and pinned copies.
 
 # %% tags=["hide-input"]
-plots.pin_cost(sweep, cold=cold, register=rec.table("allocator", "pin-register-emptied"));
+plots.pin_cost(sweep, cold=cold, register=rec.get("allocator", "pin-register-emptied")) if sweep is not None and cold is not None else display(rec.lacks("sweep/pow2-interleaved", "allocator/pin-emptied"));
 
 # %% tags=["hide-input"]
-display(advice.pin_first_pays(advice.advice(sweep, 2**26, cold=cold)), advice.pin_cached_pays(sweep),
-        advice.registering_cost(sweep))
+if sweep is not None and cold is not None:
+    display(advice.pin_first_pays(advice.advice(sweep, 2**26, cold=cold)), advice.pin_cached_pays(sweep),
+            advice.registering_cost(sweep))
 
 # %% [markdown]
 # ## 4 · The staged copy against PyTorch's own ways, in one run
@@ -123,13 +126,14 @@ else:
 
 # %% tags=["hide-input"]
 extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}
-adv = advice.advice(sweep, 2**30, cold=cold, **extra)
-plots.advice_bars(adv, name=DATA);
+adv = advice.advice(sweep, 2**30, cold=cold, **extra) if sweep is not None else None
+plots.advice_bars(adv, name=DATA) if adv is not None else display(rec.lacks("sweep/pow2-interleaved"));
 
 # %% tags=["hide-input"]
-display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict"]].round(2))
-display(advice.best_way(adv), advice.best_way(adv, copies=100), advice.pin_first_pays(adv))
-display(*(advice.best_way(adv, case=case) for case in adv.case.unique()[1:]))
+if adv is not None:
+    display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict"]].round(2))
+    display(advice.best_way(adv), advice.best_way(adv, copies=100), advice.pin_first_pays(adv))
+    display(*(advice.best_way(adv, case=case) for case in adv.case.unique()[1:]))
 
 # %% [markdown]
 # ## 7 · Results back to the host: is device → host as fast?

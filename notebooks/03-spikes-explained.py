@@ -36,8 +36,8 @@ from IPython.display import Code, Markdown, display
 from h2dlab import datasets, factors, findings, forum_claims, outliers, plots, session
 
 rec = session.recording(DATA, mode=MODE)
-tables = {"forum_a100": datasets.load("forum_a100"), "forum": rec.table("forum"),
-          "sweep": rec.table("sweep"), "allocator": rec.table("allocator")}
+tables = {"forum_a100": datasets.load("forum_a100"),
+          **{kind: rec.table(kind) for kind in ("forum", "sweep", "allocator") if not rec.lacks(kind)}}
 explained = {name: outliers.explain(t) for name, t in tables.items()}
 rec.banner()
 
@@ -57,7 +57,7 @@ counts.pivot_table(index=["table", "strategy"], columns="cause", values="rows", 
 # *Why is the first row of a process so slow?*
 
 # %% tags=["hide-input"]
-display(findings.context_startup(tables["forum"]))
+display(findings.context_startup(tables["forum"]) if "forum" in tables else rec.lacks("forum"))
 ci = pd.concat([e[e.cause == "context_init"].assign(table=name) for name, e in explained.items()])
 ci[["table", "strategy", "wall_ms", "event_ms", "expected_ms", "evidence"]].round(2)
 
@@ -75,19 +75,24 @@ ci[["table", "strategy", "wall_ms", "event_ms", "expected_ms", "evidence"]].roun
 # the kernel mapped the block's pages during that copy.
 
 # %% tags=["hide-input"]
-plots.allocator_growth(rec.table("allocator", "pin-warm"), strategy="pin_then_copy");
+growth_runs = ("allocator/pin-warm", "allocator/pin-emptied", "allocator/pin-register-emptied")
+if not rec.lacks(*growth_runs):
+    plots.allocator_growth(rec.table("allocator", "pin-warm"), strategy="pin_then_copy");
+else:
+    display(rec.lacks(*growth_runs))
 
 # %% tags=["hide-input"]
-warm_rows = rec.table("allocator", "pin-warm")  # copies whose block was cached: the baseline
-warm = findings.host_alloc_growth(warm_rows)
-emptied = findings.host_alloc_growth(rec.table("allocator", "pin-emptied"), emptied_each_size=True, reuse=warm_rows)
-reg = findings.host_alloc_growth(rec.table("allocator", "pin-register-emptied"), emptied_each_size=True, reuse=warm_rows)
-display(Markdown(f"**Host cache kept.** {warm}\n\n**Emptied before each size.** {emptied}\n\n"
-                 f"**With `cudaHostRegister`, emptied.** {reg}"))
-display(Markdown(f"A new block cost {emptied['ms_per_mib']['median']:.2f} ms per MiB through `cudaHostAlloc` and "
-                 f"{reg['ms_per_mib']['median']:.2f} ms per MiB through `cudaHostRegister` (medians). "
-                 + ("" if warm["faults_per_page"]["n"] else "This recording has no page-fault counts (`minflt`), "
-                    "so the third check waits for a recording that has them.")))
+if not rec.lacks(*growth_runs):
+    warm_rows = rec.table("allocator", "pin-warm")  # copies whose block was cached: the baseline
+    warm = findings.host_alloc_growth(warm_rows)
+    emptied = findings.host_alloc_growth(rec.table("allocator", "pin-emptied"), emptied_each_size=True, reuse=warm_rows)
+    reg = findings.host_alloc_growth(rec.table("allocator", "pin-register-emptied"), emptied_each_size=True, reuse=warm_rows)
+    display(Markdown(f"**Host cache kept.** {warm}\n\n**Emptied before each size.** {emptied}\n\n"
+                     f"**With `cudaHostRegister`, emptied.** {reg}"))
+    display(Markdown(f"A new block cost {emptied['ms_per_mib']['median']:.2f} ms per MiB through `cudaHostAlloc` and "
+                     f"{reg['ms_per_mib']['median']:.2f} ms per MiB through `cudaHostRegister` (medians). "
+                     + ("" if warm["faults_per_page"]["n"] else "This recording has no page-fault counts (`minflt`), "
+                        "so the third check waits for a recording that has them.")))
 
 # %% [markdown]
 # ## 4 · `empty_cache()`, then `cudaMalloc`
@@ -96,11 +101,15 @@ display(Markdown(f"A new block cost {emptied['ms_per_mib']['median']:.2f} ms per
 # copies with the device cache kept and with `torch.cuda.empty_cache()` before each one:
 
 # %% tags=["hide-input"]
-kept, dropped = rec.table("allocator", "device-cache-kept"), rec.table("allocator", "device-empty-cache")
-plots.cache_kept_vs_emptied(kept, dropped);
+kept, dropped = rec.get("allocator", "device-cache-kept"), rec.get("allocator", "device-empty-cache")
+if kept is not None and dropped is not None:
+    plots.cache_kept_vs_emptied(kept, dropped);
+else:
+    display(rec.lacks("allocator/device-cache-kept", "allocator/device-empty-cache"))
 
 # %% tags=["hide-input"]
-display(findings.device_alloc_cost(dropped, kept, strategy="pageable", baseline="pageable"))
+if kept is not None and dropped is not None:
+    display(findings.device_alloc_cost(dropped, kept, strategy="pageable", baseline="pageable"))
 
 # %% [markdown]
 # ## 5 · Episodes: slow stretches in time
@@ -114,7 +123,8 @@ ax = plots.timeline(explained["forum_a100"])
 plots.annotate(explained["forum_a100"], ax=ax, max_labels=6);
 
 # %% tags=["hide-input"]
-display(forum_claims.episodes(explained["forum_a100"]), forum_claims.episodes(explained["forum"]))
+display(forum_claims.episodes(explained["forum_a100"]),
+        forum_claims.episodes(explained["forum"]) if "forum" in explained else rec.lacks("forum"))
 
 # %% [markdown]
 # ## 6 · What remains unexplained, and what was ruled out
@@ -132,7 +142,8 @@ display(*(Markdown(f"**{name}.** {factors.unexplained(e)}") for name, e in expla
 # columns (run-queue wait, context switches, time in the call) has none of those columns.
 
 # %% tags=["hide-input"]
-pd.concat({name: outliers.ruled_out(explained[name]) for name in ("forum", "sweep", "allocator")}).round(2)
+(pd.concat({name: outliers.ruled_out(explained[name]) for name in ("forum", "sweep", "allocator") if name in explained}).round(2)
+ if len(explained) > 1 else rec.lacks("forum", "sweep", "allocator"))
 
 # %% [markdown]
 # ## 7 · Look at one slow copy yourself

@@ -30,9 +30,9 @@ from IPython.display import Markdown, display
 from h2dlab import advice, factors, plots, session
 
 rec = session.recording(DATA, mode=MODE)
-sweep = rec.table("sweep", "pow2-interleaved")
-cold = rec.table("allocator", "pin-emptied")
-tl = rec.table("overlap")
+sweep = rec.get("sweep", "pow2-interleaved")
+cold = rec.get("allocator", "pin-emptied")
+tl = rec.get("overlap")
 rec.banner()
 
 # %% [markdown]
@@ -44,10 +44,14 @@ rec.banner()
 # does that matter, for large copies and for small ones?*
 
 # %% tags=["hide-input"]
-plots.bandwidth(sweep, strategies=["pageable", "pinned_reuse"]);
+if sweep is not None:
+    plots.bandwidth(sweep, strategies=["pageable", "pinned_reuse"]);
+else:
+    display(rec.lacks("sweep/pow2-interleaved"))
 
 # %% tags=["hide-input"]
-display(advice.memory_kind(sweep, 2**30), advice.memory_kind(sweep, 2**16))
+if sweep is not None:
+    display(advice.memory_kind(sweep, 2**30), advice.memory_kind(sweep, 2**16))
 
 # %% [markdown]
 # ## 2 · What `non_blocking=True` does
@@ -61,11 +65,15 @@ display(advice.memory_kind(sweep, 2**30), advice.memory_kind(sweep, 2**16))
 # call that launched each operation returned.
 
 # %% tags=["hide-input"]
-plots.overlap(tl, env=rec.env("overlap", "overlap"), name=DATA);
+if tl is not None and sweep is not None:
+    plots.overlap(tl, env=rec.env("overlap", "overlap"), name=DATA);
+else:
+    display(rec.lacks("overlap", "sweep/pow2-interleaved"))
 
 # %% tags=["hide-input"]
-ov = factors.overlap(tl)
-display(ov, factors.non_blocking_pageable(sweep))
+ov = factors.overlap(tl) if tl is not None and sweep is not None else None
+if ov is not None:
+    display(ov, factors.non_blocking_pageable(sweep))
 
 # %% [markdown]
 # ## 3 · When `non_blocking=True` is unsafe
@@ -81,10 +89,11 @@ display(ov, factors.non_blocking_pageable(sweep))
 # - **across streams:** the consumer on another stream must `wait_stream` / `wait_event`.
 
 # %% tags=["hide-input"]
-display(Markdown(f"In the timeline above the window lasted {ov['in_flight_ms']['min']:.1f}–"
-                 f"{ov['in_flight_ms']['max']:.1f} ms per copy. `h2dlab.transfer.to_device(..., non_blocking=True)` "
-                 "differs on purpose: it returns once every byte has left the pageable source for its own pinned "
-                 "ring, so the source may change at once."))
+if ov is not None:
+    display(Markdown(f"In the timeline above the window lasted {ov['in_flight_ms']['min']:.1f}–"
+                     f"{ov['in_flight_ms']['max']:.1f} ms per copy. `h2dlab.transfer.to_device(..., non_blocking=True)` "
+                     "differs on purpose: it returns once every byte has left the pageable source for its own pinned "
+                     "ring, so the source may change at once."))
 
 # %% [markdown]
 # ## 4 · What pinning costs
@@ -95,10 +104,14 @@ display(Markdown(f"In the timeline above the window lasted {ov['in_flight_ms']['
 # pay, at the same size?*
 
 # %% tags=["hide-input"]
-plots.pin_cost(sweep, cold=cold, register=rec.table("allocator", "pin-register-emptied"));
+if sweep is not None and cold is not None:
+    plots.pin_cost(sweep, cold=cold, register=rec.get("allocator", "pin-register-emptied"));
+else:
+    display(rec.lacks("sweep/pow2-interleaved", "allocator/pin-emptied"))
 
 # %% tags=["hide-input"]
-display(advice.pin_first_pays(advice.advice(sweep, 2**28, cold=cold)), advice.registering_cost(sweep))
+if sweep is not None and cold is not None:
+    display(advice.pin_first_pays(advice.advice(sweep, 2**28, cold=cold)), advice.registering_cost(sweep))
 
 # %% [markdown]
 # ## 5 · Pinned memory is a limited resource
@@ -109,7 +122,8 @@ display(advice.pin_first_pays(advice.advice(sweep, 2**28, cold=cold)), advice.re
 # cache is emptied. *What did this machine allow?*
 
 # %% tags=["hide-input"]
-display(factors.machine(rec.env("sweep", "pow2-interleaved"), failed_rows=int((sweep.error != "").sum())))
+display(factors.machine(rec.env("sweep", "pow2-interleaved"), failed_rows=int((sweep.error != "").sum()))
+        if sweep is not None else rec.lacks("sweep/pow2-interleaved"))
 
 # %% [markdown]
 # ## 6 · The advice
@@ -118,9 +132,13 @@ display(factors.machine(rec.env("sweep", "pow2-interleaved"), failed_rows=int((s
 
 # %% tags=["hide-input"]
 extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}
-adv = advice.advice(sweep, 2**30, cold=cold, **extra)
-plots.advice_bars(adv, name=DATA);
+adv = advice.advice(sweep, 2**30, cold=cold, **extra) if sweep is not None else None
+if adv is not None:
+    plots.advice_bars(adv, name=DATA);
+else:
+    display(rec.lacks("sweep/pow2-interleaved"))
 
 # %% tags=["hide-input"]
-display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict"]].round(2))
-display(advice.best_way(adv), advice.best_way(adv, copies=100))
+if adv is not None:
+    display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict"]].round(2))
+    display(advice.best_way(adv), advice.best_way(adv, copies=100))
