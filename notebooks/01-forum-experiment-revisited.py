@@ -60,8 +60,10 @@ Code(filename="../examples/forum_corrected.py", language="python")
 # %% tags=["hide-input"]
 if rec.has("forum", "ascending-1") and reuse is not None:
     fig, axs = plots.subplots(1, 2, sharey=True)
-    plots.forum_columns(a100, ax=axs[0]).set_title("published A100 table: host clock, one shot per size")
-    plots.forum_columns(rec.table("forum", "ascending-1"), ax=axs[1]).set_title("re-run: CUDA events, size order");
+    plots.forum_columns(a100, ax=axs[0])
+    plots.forum_columns(rec.table("forum", "ascending-1"), ax=axs[1])
+    axs[0].set_title("published A100 table: host clock, one shot per size")
+    axs[1].set_title("re-run: CUDA events, size order");
 else:
     display(rec.lacks("forum/ascending-1", "sweep/forum-sizes"))
 
@@ -110,10 +112,7 @@ display(Markdown(f"**A100 table.** {findings.host_alloc_growth(a100)}"))
 # sizes both runs measured, are the baseline.
 
 # %% tags=["hide-input"]
-if forum is not None and reuse is not None:
-    plots.device_alloc_cost(forum, reuse);
-else:
-    display(rec.lacks("forum", "sweep/forum-sizes"))
+plots.device_alloc_cost(forum, reuse) if forum is not None and reuse is not None else display(rec.lacks("forum", "sweep/forum-sizes"));
 
 # %% tags=["hide-input"]
 if forum is not None and reuse is not None:
@@ -187,10 +186,7 @@ display(forum_claims.size_pair(ea, forum) if forum is not None else rec.lacks("f
 # %% tags=["hide-input"]
 extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}
 adv = advice.advice(sweep, 2**30, cold=cold, **extra) if sweep is not None else None
-if adv is not None:
-    plots.advice_bars(adv, name=DATA);
-else:
-    display(rec.lacks("sweep/pow2-interleaved"))
+plots.advice_bars(adv, name=DATA) if adv is not None else display(rec.lacks("sweep/pow2-interleaved"));
 
 # %% tags=["hide-input"]
 if adv is not None:

@@ -142,8 +142,8 @@ display(*(Markdown(f"**{name}.** {factors.unexplained(e)}") for name, e in expla
 # columns (run-queue wait, context switches, time in the call) has none of those columns.
 
 # %% tags=["hide-input"]
-(pd.concat({name: outliers.ruled_out(explained[name]) for name in ("forum", "sweep", "allocator") if name in explained}).round(2)
- if len(explained) > 1 else rec.lacks("forum", "sweep", "allocator"))
+ruled = {name: outliers.ruled_out(explained[name]) for name in ("forum", "sweep", "allocator") if name in explained}
+pd.concat(ruled).round(2) if ruled else rec.lacks("forum", "sweep", "allocator")
 
 # %% [markdown]
 # ## 7 · Look at one slow copy yourself

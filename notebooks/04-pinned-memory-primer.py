@@ -44,10 +44,7 @@ rec.banner()
 # does that matter, for large copies and for small ones?*
 
 # %% tags=["hide-input"]
-if sweep is not None:
-    plots.bandwidth(sweep, strategies=["pageable", "pinned_reuse"]);
-else:
-    display(rec.lacks("sweep/pow2-interleaved"))
+plots.bandwidth(sweep, strategies=["pageable", "pinned_reuse"]) if sweep is not None else display(rec.lacks("sweep/pow2-interleaved"));
 
 # %% tags=["hide-input"]
 if sweep is not None:
@@ -65,10 +62,7 @@ if sweep is not None:
 # call that launched each operation returned.
 
 # %% tags=["hide-input"]
-if tl is not None and sweep is not None:
-    plots.overlap(tl, env=rec.env("overlap", "overlap"), name=DATA);
-else:
-    display(rec.lacks("overlap", "sweep/pow2-interleaved"))
+plots.overlap(tl, env=rec.env("overlap", "overlap"), name=DATA) if tl is not None and sweep is not None else display(rec.lacks("overlap", "sweep/pow2-interleaved"));
 
 # %% tags=["hide-input"]
 ov = factors.overlap(tl) if tl is not None and sweep is not None else None
@@ -104,10 +98,7 @@ if ov is not None:
 # pay, at the same size?*
 
 # %% tags=["hide-input"]
-if sweep is not None and cold is not None:
-    plots.pin_cost(sweep, cold=cold, register=rec.get("allocator", "pin-register-emptied"));
-else:
-    display(rec.lacks("sweep/pow2-interleaved", "allocator/pin-emptied"))
+plots.pin_cost(sweep, cold=cold, register=rec.get("allocator", "pin-register-emptied")) if sweep is not None and cold is not None else display(rec.lacks("sweep/pow2-interleaved", "allocator/pin-emptied"));
 
 # %% tags=["hide-input"]
 if sweep is not None and cold is not None:
@@ -133,10 +124,7 @@ display(factors.machine(rec.env("sweep", "pow2-interleaved"), failed_rows=int((s
 # %% tags=["hide-input"]
 extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}
 adv = advice.advice(sweep, 2**30, cold=cold, **extra) if sweep is not None else None
-if adv is not None:
-    plots.advice_bars(adv, name=DATA);
-else:
-    display(rec.lacks("sweep/pow2-interleaved"))
+plots.advice_bars(adv, name=DATA) if adv is not None else display(rec.lacks("sweep/pow2-interleaved"));
 
 # %% tags=["hide-input"]
 if adv is not None:
