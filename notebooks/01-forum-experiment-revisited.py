@@ -63,7 +63,7 @@ if rec.has("forum", "ascending-1") and reuse is not None:
     plots.forum_columns(a100, ax=axs[0])
     plots.forum_columns(rec.table("forum", "ascending-1"), ax=axs[1])
     axs[0].set_title("published A100 table: host clock, one shot per size")
-    axs[1].set_title("re-run: CUDA events, size order");
+    axs[1].set_title("re-run: CUDA events, size order")
 else:
     display(rec.lacks("forum/ascending-1", "sweep/forum-sizes"))
 
@@ -92,7 +92,7 @@ display(Markdown(findings.ALLOCATOR_RULE + "."))
 
 # %% tags=["hide-input"]
 if forum is not None:
-    plots.allocator_growth(forum, strategy="pin_memory");
+    plots.allocator_growth(forum, strategy="pin_memory")
 
 # %% tags=["hide-input"]
 if forum is not None:

@@ -77,7 +77,7 @@ ci[["table", "strategy", "wall_ms", "event_ms", "expected_ms", "evidence"]].roun
 # %% tags=["hide-input"]
 growth_runs = ("allocator/pin-warm", "allocator/pin-emptied", "allocator/pin-register-emptied")
 if not rec.lacks(*growth_runs):
-    plots.allocator_growth(rec.table("allocator", "pin-warm"), strategy="pin_then_copy");
+    plots.allocator_growth(rec.table("allocator", "pin-warm"), strategy="pin_then_copy")
 else:
     display(rec.lacks(*growth_runs))
 
@@ -103,7 +103,7 @@ if not rec.lacks(*growth_runs):
 # %% tags=["hide-input"]
 kept, dropped = rec.get("allocator", "device-cache-kept"), rec.get("allocator", "device-empty-cache")
 if kept is not None and dropped is not None:
-    plots.cache_kept_vs_emptied(kept, dropped);
+    plots.cache_kept_vs_emptied(kept, dropped)
 else:
     display(rec.lacks("allocator/device-cache-kept", "allocator/device-empty-cache"))
 
