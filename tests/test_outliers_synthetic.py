@@ -382,3 +382,80 @@ def test_summary_counts_flagged_rows_per_run_strategy_and_cause():
         {"run_id": "synthetic-pin-b", "strategy": "pin_memory", "cause": "host_alloc_growth", "rows": 1},
         {"run_id": "synthetic-pin-b", "strategy": "pin_memory", "cause": "unexplained", "rows": 3},
     ]
+
+
+def test_detect_adds_exactly_its_three_float_and_bool_columns():
+    """detect's output on a synthetic run: the input's columns plus expected_ms, robust_z
+    (float) and is_outlier (bool); an error row and a zero-time row get NaN and no flag."""
+    df = synthetic_v2_run(3)[0].reset_index(drop=True)
+    df.loc[0, "error"] = "synthetic failure"  # keeps its positive timing
+    df.loc[1, ["wall_ms", "event_ms"]] = 0.0
+    out = outliers.detect(df)
+    assert list(out.columns) == [*df.columns, "expected_ms", "robust_z", "is_outlier"]
+    assert out["expected_ms"].dtype == np.float64
+    assert out["robust_z"].dtype == np.float64
+    assert out["is_outlier"].dtype == bool
+    assert out.loc[[0, 1], ["expected_ms", "robust_z"]].isna().all().all()
+    assert not out.loc[[0, 1], "is_outlier"].any()
+    assert out.loc[2:, "robust_z"].notna().all()
+
+
+@pytest.mark.parametrize("column", ["order"])
+def test_detect_names_a_missing_column(column):
+    with pytest.raises(ValueError, match=column):
+        outliers.detect(synthetic_v2_run(3)[0].drop(columns=column))
+
+
+@pytest.mark.parametrize("column", ["rep", "host_allocs", "device_allocs", "empty_cache"])
+def test_explain_names_a_missing_column(column):
+    with pytest.raises(ValueError, match=column):
+        outliers.explain(synthetic_v2_run(3)[0].drop(columns=column))
+
+
+def two_pin_groups(sizes_a, sizes_b):
+    """Two synthetic pin_memory groups (strategies ``a`` then ``b``), one copy per size."""
+    a = pin_run_without_counters(sizes_a, slow_at=[]).assign(strategy="a")
+    b = pin_run_without_counters(sizes_b, slow_at=[]).assign(strategy="b")
+    return datasets.validate(pd.concat([a, b], ignore_index=True))
+
+
+def test_detect_three_timed_rows_get_their_median_and_a_short_group_is_skipped():
+    """A group with 2 timed rows is not scored; the next group, with 3 (the fewest) and
+    only 3 sizes, each copied once, is expected to take its median time."""
+    df = two_pin_groups([2**20, 2**21], [2**20, 2**22, 2**24])
+    out = outliers.detect(df)
+    assert out.loc[:1, ["expected_ms", "robust_z"]].isna().all().all()
+    b = out[out["strategy"] == "b"]
+    assert b["expected_ms"].to_numpy() == pytest.approx([np.median(b["wall_ms"])] * 3, rel=1e-12)
+    assert b["robust_z"].notna().all()
+
+
+def test_detect_four_sizes_copied_once_get_a_curve():
+    """Four sizes, each copied once (fewer than MIN_REPS): a fitted latency + size / bandwidth
+    curve, which exactly linear times follow, not their median."""
+    df = two_pin_groups([2**20, 2**21], [2**20, 2**22, 2**24, 2**26])
+    b = outliers.detect(df).query("strategy == 'b'")
+    assert b["expected_ms"].to_numpy() == pytest.approx(b["wall_ms"].to_numpy(), rel=0.02)
+
+
+def test_detect_robust_z_is_residual_over_the_mad_noise_scale():
+    """robust_z = log(time / expected) / max(1.4826 * MAD of the timed rows' residuals,
+    MIN_SIGMA), recomputed per group from detect's own expected_ms."""
+    df = synthetic_v2_run(5, reps=1)[0]
+    out = outliers.detect(df)
+    for _, g in out.groupby("strategy"):
+        r = np.log(g["event_ms"] / g["expected_ms"]).to_numpy()
+        assert abs(np.median(r)) > 1e-4  # a median residual off zero, so the MAD's centre matters
+        sigma = max(1.4826 * np.median(np.abs(r - np.median(r))), outliers.MIN_SIGMA)
+        assert g["robust_z"].to_numpy() == pytest.approx(r / sigma, rel=1e-9)
+
+
+def test_detect_thresholds_are_strict():
+    """A row exactly at the z threshold, or exactly at the ratio, is not flagged."""
+    df = synthetic_v2_run(3)[0]
+    out = outliers.detect(df)
+    k = out["robust_z"].idxmax()
+    ratio = out.loc[k, "event_ms"] / out.loc[k, "expected_ms"]
+    assert outliers.detect(df, z_threshold=out.loc[k, "robust_z"] - 1e-9, min_ratio=1.0).loc[k, "is_outlier"]
+    assert not outliers.detect(df, z_threshold=out.loc[k, "robust_z"], min_ratio=1.0).loc[k, "is_outlier"]
+    assert not outliers.detect(df, z_threshold=0.0, min_ratio=ratio).loc[k, "is_outlier"]
