@@ -217,6 +217,14 @@ def test_pelt_l2_finds_steps():
         outliers.pelt_l2(np.zeros(2), pen=1.0)
 
 
+def test_pelt_l2_exact_ties_and_a_first_segment_of_one():
+    """Breakpoints of small integer series, as ruptures' Pelt (l2, jump=1) gives them: a
+    candidate whose cost exactly ties the best is kept (not pruned); with min_size=1 a
+    first segment of one point is kept."""
+    assert outliers.pelt_l2([1, 0, 2, 0, 1, 0, 1, 2, 2, 0], 1.0) == [10]
+    assert outliers.pelt_l2([0, 2, 0, 2, 2, 2, 1, 0, 1, 2], 1.0, min_size=1) == [1, 2, 3, 6, 9, 10]
+
+
 def pin_run_without_counters(sizes, slow_at, *, ms_per_mib=0.5):
     """A synthetic pin_memory run (made-up numbers) with no allocator counters (like the
     forum's table): one copy per size in the given order, rows ``slow_at`` 6x slower."""
@@ -364,6 +372,11 @@ def episode_rows(residuals):
         ([0, 0, 0.1, 2, 2, -3, 2, -0.1, -0.1, 0, 0.1, -0.2, 0, 0.1], [3, 4, 5, 6]),
         # five rows at 1.65x early in noisy data: too small a change for the search, no episode
         ([0, 0, 0.5, 0.5, 0.5, 0.5, 0.5] + [0.05, -0.05, 0, 0.1, -0.1] * 5, []),
+        # a stretch ending in one quiet row and a slow one is trimmed by that one row only
+        (
+            [2, 2, 2, 2, 0.1, 0.1, 0, 0, 0, 2, 0.1, 0.5, 2, 2, 2, 2, 0.1, 2, 2, 0.5, 2, 2, 2, 0],
+            [0, 1, 2, 3, *range(11, 23)],
+        ),
     ],
 )
 def test_episode_search_on_given_residuals(residuals, rows):
