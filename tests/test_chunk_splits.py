@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h2dlab import stager, transfer
-from tests.test_transfer import fake_cuda  # noqa: F401 - the fixture
+from tests.test_transfer import fake_cuda, made_stagers  # noqa: F401 - the fixtures
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 SPLIT_PAIRS = list(itertools.product(stager.SPLITS, repeat=2))
@@ -155,17 +155,8 @@ def test_stager_copies_every_byte_with_each_split(fake_cuda, head, tail, engine)
     assert got == [(a, b - a) for a, b in zip(want, want[1:], strict=False)]
 
 
-def test_to_device_rebuilds_the_ring_when_the_splits_change(fake_cuda, monkeypatch):  # noqa: F811
-    made = []
-
-    def spy(*a, **k):
-        s = stager.Stager("cuda", **k)
-        s.device = torch.device("cpu")
-        made.append(s)
-        return s
-
-    monkeypatch.setattr(transfer, "Stager", spy)
-    transfer.free_ring()
+def test_to_device_rebuilds_the_ring_when_the_splits_change(made_stagers):  # noqa: F811
+    made = made_stagers
     x = torch.arange(300_000.0)
     base = {
         "min_bytes": 0,

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from h2dlab import causes, datasets, outliers
 from h2dlab.causes_evidence import evidence_cause, run_delay_inside, slow_text
+from tests.test_outliers_synthetic import cause_scores
 
 SCHED_CAUSES = ("host_preempted", "host_blocked", "page_faults", "gc_pause")
 #: Injected slow rows per kind in one synthetic run; "none" are near misses.
@@ -146,14 +147,7 @@ def explained_v3():
 
 @pytest.mark.parametrize("cause", SCHED_CAUSES)
 def test_schema3_cause_precision_recall_synthetic(explained_v3, cause):
-    tp = fp = fn = 0
-    for e, kind in explained_v3:
-        said = (e["cause"] == cause).to_numpy()
-        truth = kind == cause
-        tp += int((said & truth).sum())
-        fp += int((said & ~truth).sum())
-        fn += int((~said & truth).sum())
-    precision, recall = tp / max(tp + fp, 1), tp / max(tp + fn, 1)
+    tp, fp, fn, precision, recall = cause_scores(explained_v3, cause)
     assert tp >= 50, (cause, tp)
     assert precision >= 0.9, (cause, precision, tp, fp)
     assert recall >= 0.9, (cause, recall, tp, fn)

@@ -102,6 +102,19 @@ def synthetic_v2_run(seed: int, *, reps: int = 10, noise: float = 0.03):
     return datasets.validate(df), kind
 
 
+def cause_scores(explained, cause):
+    """True/false positives, false negatives, precision and recall of ``cause`` over
+    ``[(explain() output, injected kind per row), ...]``."""
+    tp = fp = fn = 0
+    for e, kind in explained:
+        said = (e["cause"] == cause).to_numpy()
+        truth = kind == cause
+        tp += int((said & truth).sum())
+        fp += int((said & ~truth).sum())
+        fn += int((~said & truth).sum())
+    return tp, fp, fn, tp / max(tp + fp, 1), tp / max(tp + fn, 1)
+
+
 @pytest.fixture(scope="module")
 def explained_synthetic():
     runs = [synthetic_v2_run(seed) for seed in range(10)]
@@ -110,14 +123,7 @@ def explained_synthetic():
 
 @pytest.mark.parametrize("cause", NEW_CAUSES)
 def test_new_cause_precision_recall_synthetic(explained_synthetic, cause):
-    tp = fp = fn = 0
-    for e, kind in explained_synthetic:
-        said = (e["cause"] == cause).to_numpy()
-        truth = kind == cause
-        tp += int((said & truth).sum())
-        fp += int((said & ~truth).sum())
-        fn += int((~said & truth).sum())
-    precision, recall = tp / max(tp + fp, 1), tp / max(tp + fn, 1)
+    tp, fp, fn, precision, recall = cause_scores(explained_synthetic, cause)
     assert tp >= 40, (cause, tp)
     assert precision >= 0.9, (cause, precision, tp, fp)
     assert recall >= 0.9, (cause, recall, tp, fn)

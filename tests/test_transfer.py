@@ -362,6 +362,20 @@ def _cpu_stager(**kw):
     return s
 
 
+@pytest.fixture
+def made_stagers(fake_cuda, monkeypatch):
+    """Every Stager that transfer builds, in order (each on the CPU), from an empty ring."""
+    made = []
+
+    def spy(*a, **k):
+        made.append(_cpu_stager(**k))
+        return made[-1]
+
+    monkeypatch.setattr(transfer, "Stager", spy)
+    transfer.free_ring()
+    return made
+
+
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.bool, torch.float16, torch.complex64, torch.int64])
 @pytest.mark.parametrize("shape", [(1,), (3 * MiB + 7,), (257, 129, 3)])
 def test_staging_loop_bytes_match(fake_cuda, dtype, shape):
@@ -463,15 +477,8 @@ def test_stager_keeps_its_threads(fake_cuda):
     assert threading.active_count() == before
 
 
-def test_to_device_uses_one_stager_per_device(fake_cuda, monkeypatch):
-    made = []
-
-    def spy(*a, **k):
-        made.append(_cpu_stager(**k))
-        return made[-1]
-
-    monkeypatch.setattr(transfer, "Stager", spy)
-    transfer.free_ring()
+def test_to_device_uses_one_stager_per_device(made_stagers, monkeypatch):
+    made = made_stagers
     x = torch.arange(5000.0)
     opts = {"min_bytes": 0, "num_threads": 2, "chunk_bytes": 4 * KiB}
     slots = transfer.fastpath()["slots"]  # not an argument: the shipped fastpath.json's
@@ -527,19 +534,12 @@ def test_torch_engine_copies_with_tensor_copy_not_numpy(fake_cuda, monkeypatch, 
         stager.Stager("cuda", engine="omp")
 
 
-def test_fastpath_engine_is_read_and_decides_the_ring(fake_cuda, monkeypatch):
+def test_fastpath_engine_is_read_and_decides_the_ring(made_stagers, monkeypatch):
+    made = made_stagers
     assert transfer.read_fastpath(_fp())["engine"] == "numpy"  # absent: the old behaviour
     assert transfer.read_fastpath(_fp(engine="torch"))["engine"] == "torch"
     with pytest.raises(ValueError, match="engine must be one of"):
         transfer.read_fastpath(_fp(engine="gpu"))
-    made = []
-
-    def spy(*a, **k):
-        made.append(_cpu_stager(**k))
-        return made[-1]
-
-    monkeypatch.setattr(transfer, "Stager", spy)
-    transfer.free_ring()
     prev = transfer.use_fastpath(_fp(min_bytes=0, threads=1, chunk_bytes=64 * KiB, engine="torch"))
     try:
         x = torch.arange(100_000.0)
@@ -590,15 +590,8 @@ def test_min_step_makes_fewer_larger_chunks():
     assert _sizes(coarse) == [16 * MiB] * 4
 
 
-def test_to_device_rebuilds_the_ring_when_slots_change(fake_cuda, monkeypatch):
-    made = []
-
-    def spy(*a, **k):
-        made.append(_cpu_stager(**k))
-        return made[-1]
-
-    monkeypatch.setattr(transfer, "Stager", spy)
-    transfer.free_ring()
+def test_to_device_rebuilds_the_ring_when_slots_change(made_stagers, monkeypatch):
+    made = made_stagers
     x = torch.arange(100_000.0)
     prev = transfer.use_fastpath(_fp(min_bytes=0, threads=1, chunk_bytes=64 * KiB, engine="torch", slots=3))
     try:
