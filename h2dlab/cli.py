@@ -3,9 +3,9 @@ explain | compare | report | duplex | batch | record (``python -m h2dlab`` runs 
 
 Each measuring command builds one run spec from its options and hands it on. Exit codes
 (:data:`EXIT_CODES`, also printed by ``--help``): 0 done; 1 this machine or the run
-failed (``Unavailable``: no CUDA or no such GPU; an ``OSError`` such as a full disk; a
+failed (``Unavailable``: no CUDA; an ``OSError`` such as a full disk; a
 CUDA fault; a failed notebook), in one line, and every bug with its traceback; 2 the
-command line or its input is wrong (``UsageError``), in one line; 130 interrupted, rows
+command line or its input is wrong (``UsageError``, a GPU index it lacks too), in one line; 130 interrupted, rows
 kept. Set H2DLAB_DEBUG=1 to see a traceback for the one-line errors too.
 """
 

@@ -29,10 +29,10 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_CODES = """exit codes:
   0    done
-  1    this machine or the run failed: no CUDA or no such GPU, a full disk, a CUDA fault,
-       a failed notebook (one line; a bug in h2dlab also exits 1, with its traceback)
+  1    this machine or the run failed: no CUDA, a full disk, a CUDA fault, a failed
+       notebook (one line; a bug in h2dlab also exits 1, with its traceback)
   2    the command line or its input is wrong: an unknown option or dataset, a bad value,
-       a missing or unreadable table (one line)
+       a GPU this machine lacks, a missing or unreadable table (one line)
   130  interrupted (Ctrl-C or SIGTERM); a measurement keeps its rows: rerun with --resume
 GPU: forum, overlap, duplex, batch, record, measure --gpus and measure on cuda need a CUDA GPU
 (measure, batch and record take --device cpu for host copies); env, datasets, strategies, explain,
