@@ -37,6 +37,7 @@ __all__ = [
     "EXPLAINED_SHARE",
     "FAULT_SHARE",
     "HOST_BOUND_SHARE",
+    "MIN_CELL_ROWS",
     "MIN_EXTRA_FAULTS",
     "PAGE_BYTES",
     "PINNING_STRATEGIES",
@@ -59,12 +60,15 @@ CAUSES: dict[str, str] = {
     ),
     "host_blocked": "the timing thread slept during the copy (a lock, the kernel, another thread)",
     "gc_pause": "Python's garbage collector ran during the copy",
+    "other_threads": "the process's other threads were far busier during the copy than during its neighbours",
     "gpu_shared": "other processes used the GPU during the copy, more than during its neighbours",
     "gpu_clock_low": "the GPU's SM clock was well below the run's median",
     "episode": "part of a time-ordered stretch of slow copies",
     "unexplained": "no evidence points anywhere; the evidence says what was ruled out",
 }
 
+#: ``others_cell`` needs at least this many timed copies of the same group and size.
+MIN_CELL_ROWS = 3
 #: A first operation this slow (ms) is context start-up, not an ordinary spike.
 CONTEXT_INIT_MS = 50.0
 PINNING_STRATEGIES = ("pin_memory", "pin_then_copy")
@@ -93,7 +97,8 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     ``procs_med``, and from schema 3 the medians of ``rd_typ`` (the run-queue wait that fits in the copy, ``causes_evidence.run_delay_inside``, / wall_ms),
     ``blocked_typ`` (time asleep, wall - CPU - run delay, / wall_ms), ``issue_typ``
     (issue_ms / wall_ms) and ``others_typ`` (CPU time of the process's other threads,
-    proc_cpu_ms - cpu_ms, / wall_ms). Medians are over timed rows (no warm-up, no error); NaN where
+    proc_cpu_ms - cpu_ms, / wall_ms), and ``others_cell``, that share's median over the
+    timed rows of the same group and size (NaN below :data:`MIN_CELL_ROWS` such rows). Medians are over timed rows (no warm-up, no error); NaN where
     unmeasured.
     """
     ctx = pd.DataFrame(index=df.index)
@@ -129,6 +134,10 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
         ("others_typ", others),
     ):
         ctx[name] = (part / wall).where(timed).groupby(by, sort=False).transform("median")
+    # The others' share per copy size too: whether a copy is split over threads depends on its size.
+    share = (others / wall).where(timed)
+    cell = share.groupby([*by, df["size_bytes"]], sort=False)
+    ctx["others_cell"] = cell.transform("median").where(cell.transform("count") >= MIN_CELL_ROWS)
     run = df["run_id"]
     ctx["clock_med"] = _col(df, "sm_clock_mhz").where(timed).groupby(run, sort=False).transform("median")
     ctx["procs_med"] = _col(df, "gpu_procs").where(timed).groupby(run, sort=False).transform("median")

@@ -6,7 +6,7 @@ the GPU and the SM clock; schema 3 adds the scheduler's account of the timing th
 (run-queue wait, context switches, a move to another CPU), every thread's CPU time and
 page faults, and ``issue_ms`` (when the timed call returned). ``evidence_cause`` tries,
 in order: ``page_faults``, ``host_preempted``, ``host_blocked``, ``gc_pause``,
-``gpu_shared``, ``gpu_clock_low``. A NaN or missing column makes its rule unavailable,
+``other_threads``, ``gpu_shared``, ``gpu_clock_low``. A NaN or missing column makes its rule unavailable,
 never a guess; every rule compares the row with its neighbours (``causes.neighbours``).
 """
 
@@ -22,6 +22,7 @@ __all__ = [
     "FAULT_SHARE",
     "HOST_BOUND_SHARE",
     "MIN_EXTRA_FAULTS",
+    "MIN_OTHERS_RATIO",
     "PAGE_BYTES",
     "PREEMPTED_SHARE",
     "evidence_cause",
@@ -44,6 +45,9 @@ HOST_BOUND_SHARE = 0.5
 PREEMPTED_SHARE = 0.5
 #: gpu_clock_low: the SM clock at most this share of the run's median.
 CLOCK_LOW = 0.8
+#: other_threads: the process's other threads used at least this multiple of the CPU time
+#: they use for copies like it (besides covering its extra time with extra CPU).
+MIN_OTHERS_RATIO = 2.0
 #: The checks ``ruled_out`` can make, in the order the evidence lists them.
 CHECKS = (
     "pinned block",
@@ -154,6 +158,33 @@ def _scheduler_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> t
     return None
 
 
+def _others_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
+    """other_threads (schema 3): the process's other threads used, beyond what they use
+    for copies like it (their share of the wall time for copies of the same group and
+    size, ``ctx["others_cell"]``, else of the whole group, times the expected time), at
+    least one CPU for the whole of the copy's extra time, and at least
+    :data:`MIN_OTHERS_RATIO` times that usual amount."""
+    proc, cpu = _get(row, "proc_cpu_ms"), _get(row, "cpu_ms")
+    cell, typ = ctx.get("others_cell", np.nan), ctx.get("others_typ", np.nan)
+    share, like = (cell, "copies of this size") if finite(cell) else (typ, "its neighbours")
+    if not (finite(proc) and finite(cpu) and finite(share)):
+        return None
+    wall, exp = row["wall_ms"], row["expected_ms"]
+    others = max(proc - cpu, 0.0)
+    usual = share * exp
+    if others - usual < val - exp or others < MIN_OTHERS_RATIO * usual or others <= 0:
+        return None
+    rd = _get(row, "run_delay_ms")
+    waited = f"; the timing thread itself waited {rd:.2f} ms to run" if finite(rd) and rd > 0 else ""
+    return "other_threads", (
+        f"{slow}; the process's other threads used {others:.2f} ms of CPU during its {wall:.2f} ms by the host clock, "
+        f"{others / wall:.1f} CPUs' worth, where for {like} they use {share:.0%} of the wall time "
+        f"({usual:.2f} ms at the expected length){waited}: the copy ran while other threads of the "
+        f"process were busy (PyTorch's intra-op threads do the CPU side of pin_memory() and of staged "
+        f"copies; CUDA runs threads of its own)"
+    )
+
+
 def evidence_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
     """The schema-2/3 cause of one flagged row with its evidence sentence, or None.
 
@@ -210,6 +241,9 @@ def evidence_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tup
             f"{slow}; Python's garbage collector ran {int(gc)} time(s) during the copy{took} (its neighbours: "
             f"{0 if not finite(gtyp) else gtyp:g}), pausing the thread that issues it{cpu}"
         )
+    found = _others_cause(row, ctx, val, slow)
+    if found:
+        return found
     procs, pmed = _get(row, "gpu_procs"), ctx["procs_med"]
     if finite(procs) and procs > 0 and (not finite(pmed) or procs > pmed):
         return "gpu_shared", (

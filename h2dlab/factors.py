@@ -20,7 +20,16 @@ from h2dlab.model import concurrency as concurrency_table
 from h2dlab.model import medians, timed, value_ms
 from h2dlab.units import fmt_bytes
 
-__all__ = ["concurrency", "gpu_clocks", "machine", "non_blocking_pageable", "overlap", "unexplained"]
+__all__ = [
+    "ON_CPU_SHARE",
+    "concurrency",
+    "gpu_clocks",
+    "machine",
+    "non_blocking_pageable",
+    "on_cpu_throughout",
+    "overlap",
+    "unexplained",
+]
 
 
 def _limit(v: Any) -> str | None:
@@ -229,6 +238,18 @@ def concurrency(df: pd.DataFrame, size_bytes: int = 2**30) -> Finding:
     return Finding(verdict, holds, {"gpus": n, "by_strategy": c.to_dict("index")}, c.reset_index())
 
 
+#: ``on_cpu_throughout``: the timing thread's CPU time is at least this share of wall time.
+ON_CPU_SHARE = 0.9
+
+
+def on_cpu_throughout(rows: pd.DataFrame) -> pd.Series:
+    """Per row, whether the timing thread stayed on its CPU for at least
+    :data:`ON_CPU_SHARE` of the wall time (``cpu_ms``; False where unmeasured)."""
+    if "cpu_ms" not in rows.columns:
+        return pd.Series(False, index=rows.index)
+    return (rows["cpu_ms"].astype(float) >= ON_CPU_SHARE * rows["wall_ms"].astype(float)).fillna(False)
+
+
 def unexplained(explained: pd.DataFrame) -> Finding:
     """The flagged copies ``outliers.explain()`` left ``unexplained``: how many of the
     flagged, per strategy, and their evidence (which says what was ruled out). ``holds``
@@ -238,6 +259,7 @@ def unexplained(explained: pd.DataFrame) -> Finding:
     share = len(u) / len(f) if len(f) else 0.0
     holds = bool(share <= 0.2)
     by = u.groupby("strategy").size()
+    on_cpu = int(on_cpu_throughout(u).sum())
     verdict = (
         f"{len(u)} of {len(f)} flagged copies ({share:.0%}) have no cause the data supports"
         + (f" ({', '.join(f'`{s}` {n}' for s, n in by.items())})" if len(u) else "")
@@ -246,6 +268,14 @@ def unexplained(explained: pd.DataFrame) -> Finding:
             "to look next."
             if len(u)
             else "."
+        )
+        + (
+            f" {on_cpu} of the {len(u)} kept the timing thread on its CPU for at least "
+            f"{ON_CPU_SHARE:.0%} of the copy: it was hardly waiting to run or asleep, so the extra time "
+            "went to code running on that thread (PyTorch, the CUDA driver, or CUDA spinning while it "
+            "waits for the GPU), which no recorded column splits further."
+            if on_cpu
+            else ""
         )
     )
     table = u.assign(ms=value_ms(u))[["order", "strategy", "size_bytes", "ms", "expected_ms", "evidence"]]

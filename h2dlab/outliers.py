@@ -18,10 +18,11 @@ explain() gives every flagged row one cause from ``CAUSES`` with an evidence sen
   ``num_host_alloc`` counter where the run has it, else from the sizes and their order;
 - ``device_alloc``: the copy made more new device segments (``cudaMalloc``) than its
   neighbours, after ``empty_cache()``;
-- ``page_faults``, ``host_preempted``, ``host_blocked``, ``gc_pause``, ``gpu_shared``,
-  ``gpu_clock_low``: per-copy evidence of table schemas 2 and 3 (page faults, CPU time
-  beside wall time, the scheduler's run-queue wait and context switches, Python GC,
-  other processes on the GPU, the SM clock), where the table has those columns;
+- ``page_faults``, ``host_preempted``, ``host_blocked``, ``gc_pause``, ``other_threads``,
+  ``gpu_shared``, ``gpu_clock_low``: per-copy evidence of table schemas 2 and 3 (page
+  faults, CPU time beside wall time, the scheduler's run-queue wait and context switches,
+  Python GC, the CPU time of the process's other threads, other processes on the GPU,
+  the SM clock), where the table has those columns;
 - ``episode``: part of a time-ordered stretch of slow rows, found with a change-point
   method (ruptures' kernel change-point search with a linear kernel: the l2 cost, PELT);
 - ``unexplained``: none of the above, said plainly, with what was ruled out.

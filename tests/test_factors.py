@@ -136,6 +136,19 @@ def test_unexplained_counts_and_evidence():
     assert f.table.evidence.str.len().gt(0).all()
 
 
+def test_unexplained_counts_copies_on_their_cpu_throughout():
+    """Synthetic (made-up) flagged rows: the sentence counts the unexplained ones whose
+    timing thread was on its CPU for at least 90 % of the wall time, and only those."""
+    e = pd.DataFrame({"is_outlier": [True] * 4, "cause": ["unexplained"] * 3 + ["gc_pause"],
+                      "strategy": ["a"] * 4, "order": [0, 1, 2, 3], "size_bytes": [1] * 4,
+                      "wall_ms": [2.0, 2.0, 2.0, 2.0], "cpu_ms": [1.8, 1.79, np.nan, 2.0],
+                      "event_ms": [np.nan] * 4, "expected_ms": [1.0] * 4, "evidence": ["x"] * 4})  # fmt: skip
+    assert factors.on_cpu_throughout(e).tolist() == [True, False, False, True]
+    f = factors.unexplained(e)
+    assert " 1 of the 3 kept the timing thread on its CPU for at least 90% of the copy" in f.verdict
+    assert "on its CPU" not in factors.unexplained(e.drop(columns="cpu_ms")).verdict
+
+
 def test_unexplained_synthetic_none_flips():
     e = pd.DataFrame({"is_outlier": [True, False], "cause": ["context_init", ""], "strategy": ["a", "a"],
                       "order": [0, 1], "size_bytes": [1, 1], "wall_ms": [9.0, 1.0], "event_ms": [np.nan] * 2,
