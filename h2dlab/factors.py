@@ -260,6 +260,7 @@ def unexplained(explained: pd.DataFrame) -> Finding:
     holds = bool(share <= 0.2)
     by = u.groupby("strategy").size()
     on_cpu = int(on_cpu_throughout(u).sum())
+    extra = value_ms(u) - u["expected_ms"].astype(float)
     verdict = (
         f"{len(u)} of {len(f)} flagged copies ({share:.0%}) have no cause the data supports"
         + (f" ({', '.join(f'`{s}` {n}' for s, n in by.items())})" if len(u) else "")
@@ -268,6 +269,12 @@ def unexplained(explained: pd.DataFrame) -> Finding:
             "to look next."
             if len(u)
             else "."
+        )
+        + (
+            f" Their extra time runs from {extra.min():.2f} to {extra.max():.2f} ms, on copies of "
+            f"{fmt_bytes(int(u['size_bytes'].min()))} to {fmt_bytes(int(u['size_bytes'].max()))}."
+            if len(u)
+            else ""
         )
         + (
             f" {on_cpu} of the {len(u)} kept the timing thread on its CPU for at least "
