@@ -20,9 +20,10 @@ import torch
 
 from h2dlab import datasets
 from h2dlab.device import resolve_device
-from h2dlab.env import collect_env, nvml_handle
+from h2dlab.env import collect_env
 from h2dlab.errors import UsageError
 from h2dlab.measure import resolve_spec, sweep
+from h2dlab.nvml import nvml_for_cuda
 from h2dlab.plan import plan_spec
 from h2dlab.recorder import StopFlag
 from h2dlab.spec import SweepSpec
@@ -79,8 +80,9 @@ def parse_gpus(text: str, available: int) -> tuple[list[int], list[int]]:
 
 
 def nearest_cpus(index: int) -> list[int] | None:
-    """CPUs nearest GPU ``index`` according to NVML, or None where it cannot say."""
-    found = nvml_handle(index)
+    """CPUs nearest CUDA device ``index`` according to NVML, or None where it cannot say
+    (``nvml.nvml_for_cuda``: CUDA_VISIBLE_DEVICES is honoured)."""
+    found = nvml_for_cuda(index)
     if found is None:
         return None
     pynvml, h = found

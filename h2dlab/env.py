@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from h2dlab import SCHEMA_VERSION, __version__
+from h2dlab.nvml import bus_id_of, nvml_for_cuda
 
 __all__ = [
     "GIT_COMMIT_VAR",
@@ -24,7 +25,6 @@ __all__ = [
     "describe",
     "git_commit",
     "meminfo_bytes",
-    "nvml_handle",
 ]
 
 #: The environment variable that names the kit's commit. A copy of the tree whose ``.git``
@@ -97,17 +97,6 @@ def _mem_total_gib() -> float | None:
     return None if total is None else round(total / 2**30, 1)
 
 
-def nvml_handle(index: int) -> tuple[Any, Any] | None:
-    """``(pynvml, handle)`` for GPU ``index``, NVML started; None without nvidia-ml-py or NVML."""
-    try:
-        import pynvml  # optional: nvidia-ml-py
-
-        pynvml.nvmlInit()
-        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
-    except Exception:  # noqa: BLE001 - NVML missing or refusing: the caller goes without
-        return None
-
-
 def _checkout_commit() -> str | None:
     """The commit of the kit's own checkout, or None (an installed wheel, or a package
     that merely sits inside some other repository)."""
@@ -162,9 +151,11 @@ def _kit_version() -> str | None:
         return None
 
 
-def _pcie(index: int) -> dict[str, Any]:
-    """PCIe link of GPU ``index`` from nvidia-ml-py; empty when unavailable."""
-    found = nvml_handle(index)
+def _pcie(index: int, bus: str | None = None) -> dict[str, Any]:
+    """PCIe link of CUDA device ``index`` (PCI bus id ``bus`` where known) from
+    nvidia-ml-py; empty when unavailable or when NVML's device cannot be told
+    (``nvml.nvml_for_cuda``)."""
+    found = nvml_for_cuda(index, bus)
     if found is None:
         return {}
     pynvml, h = found
@@ -191,7 +182,7 @@ def _pcie(index: int) -> dict[str, Any]:
 def _gpu_without_context(index: int) -> dict[str, Any]:
     """GPU ``index``'s name, memory and link from NVML, without a CUDA context in this
     process; empty without NVML."""
-    found = nvml_handle(index)
+    found = nvml_for_cuda(index)
     if found is None:
         return {}
     pynvml, h = found
@@ -204,6 +195,11 @@ def _gpu_without_context(index: int) -> dict[str, Any]:
         }
     except Exception:  # noqa: BLE001 - NVML refusing: the fields stay null
         return {}
+    try:
+        bus = pynvml.nvmlDeviceGetPciInfo(h).busId
+        info["gpu_pci_bus_id"] = (bus.decode() if isinstance(bus, bytes) else str(bus)).upper()
+    except Exception:  # noqa: BLE001 - NVML refusing: that field stays null
+        pass
     return {**info, **_pcie(index)}
 
 
@@ -287,6 +283,7 @@ def collect_env(
         "gpu_name": None,
         "gpu_count": 0,
         "gpu_memory_gib": None,
+        "gpu_pci_bus_id": None,
         "driver_version": None,
         "pcie_gen_current": None,
         "pcie_gen_max": None,
@@ -316,8 +313,9 @@ def collect_env(
             gpu_name=props.name,
             gpu_count=torch.cuda.device_count(),
             gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            gpu_pci_bus_id=bus_id_of(props),
         )
-        env.update(_pcie(idx))
+        env.update(_pcie(idx, env["gpu_pci_bus_id"]))
     return env
 
 

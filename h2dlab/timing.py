@@ -11,7 +11,6 @@ leave the CUDA context unusable (a CUDA fault), so that the sweep must stop.
 from __future__ import annotations
 
 import gc
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ except ImportError:  # not on Windows: page faults stay NaN
 import numpy as np
 import torch
 
+from h2dlab.nvml import bus_id_of, nvml_for_cuda
 from h2dlab.threadstat import sched_state
 
 __all__ = [
@@ -115,38 +115,18 @@ _NVML: dict[int, Any] = {}  # CUDA device index -> (pynvml, handle), or None: lo
 
 def _nvml(dev: torch.device) -> Any:
     """``(pynvml, handle)`` of the NVML device that is CUDA device ``dev`` (matched by PCI
-    bus id, so CUDA_VISIBLE_DEVICES cannot mix them up), or None. Only once CUDA has
-    started (reading the device's properties would start it)."""
+    bus id, so CUDA_VISIBLE_DEVICES cannot mix them up: ``nvml.nvml_for_cuda``), or None.
+    Only once CUDA has started (reading the device's properties would start it)."""
     if not torch.cuda.is_initialized():
         return None
     idx = torch.cuda.current_device() if dev.index is None else dev.index
-    if idx in _NVML:
-        return _NVML[idx]
-    from h2dlab.env import nvml_handle  # starts NVML once per device; None without pynvml
-
-    found = nvml_handle(idx)
-    if found is not None:
-        pynvml, handle = found
-        masked = bool(os.environ.get("CUDA_VISIBLE_DEVICES"))  # NVML indexes every GPU, CUDA the visible
+    if idx not in _NVML:
         try:
-            props = torch.cuda.get_device_properties(idx)
-            bus = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
-        except Exception:  # noqa: BLE001 - a torch without PCI ids: the index, unless masked
+            bus = bus_id_of(torch.cuda.get_device_properties(idx))
+        except Exception:  # noqa: BLE001 - no properties: matched through CUDA_VISIBLE_DEVICES
             bus = None
-        if bus is not None:
-            for arg in (bus, bus.encode()):  # str, or bytes for older bindings
-                try:
-                    handle = pynvml.nvmlDeviceGetHandleByPciBusId(arg)
-                    break
-                except Exception:  # noqa: BLE001
-                    continue
-            else:
-                handle = None if masked else handle
-        elif masked:
-            handle = None
-        found = (pynvml, handle) if handle is not None else None
-    _NVML[idx] = found
-    return found
+        _NVML[idx] = nvml_for_cuda(idx, bus)
+    return _NVML[idx]
 
 
 def sm_clock_mhz(dev: torch.device) -> float:

@@ -74,6 +74,7 @@ def test_gpu_nvml_reads_the_gpu_without_a_cuda_context(monkeypatch):
         nvmlDeviceGetMaxPcieLinkWidth=lambda h: 16,
         nvmlSystemGetDriverVersion=lambda: "580.1",
         nvmlDeviceGetGpuMaxPcieLinkGeneration=lambda h: 5,
+        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=b"00000000:3b:00.0"),
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -84,10 +85,12 @@ def test_gpu_nvml_reads_the_gpu_without_a_cuda_context(monkeypatch):
 
     for name in ("current_device", "get_device_properties", "init", "get_device_name", "set_device"):
         monkeypatch.setattr(torch.cuda, name, context)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     env = collect_env(gpu="nvml")
     assert (env["gpu_name"], env["gpu_count"], env["gpu_memory_gib"]) == ("Synthetic GPU", 2, 80.0)
     assert (env["pcie_gen_current"], env["pcie_gen_max"], env["driver_version"]) == (4, 5, "580.1")
     assert env["cuda_available"] is True and env["gpu_index"] == 0
+    assert env["gpu_pci_bus_id"] == "00000000:3B:00.0"
 
 
 def test_gpu_nvml_without_nvml_leaves_the_gpu_fields_null(monkeypatch):
@@ -107,3 +110,19 @@ def test_gpu_takes_only_its_three_values():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert envmod.describe(collect_env(gpu=False)).startswith("no GPU")
+
+
+def test_gpu_nvml_under_a_mig_mask_leaves_the_gpu_fields_null(monkeypatch):
+    """Synthetic NVML, CUDA_VISIBLE_DEVICES naming a MIG instance: which NVML GPU it is
+    cannot be told before CUDA starts, so no other GPU's name or link is recorded."""
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: object(),
+        nvmlDeviceGetName=lambda h: b"Synthetic GPU",
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4f1c")
+    env = collect_env(gpu="nvml")
+    assert env["cuda_available"] is True and env["gpu_name"] is None and env["pcie_gen_max"] is None

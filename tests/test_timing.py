@@ -166,7 +166,7 @@ class _FakePci:
     ],
 )
 def test_nvml_device_is_matched_by_pci_bus_id(monkeypatch, known, masked, want):
-    import h2dlab.env
+    import h2dlab.nvml
 
     fake = _FakePci(known)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
@@ -175,7 +175,7 @@ def test_nvml_device_is_matched_by_pci_bus_id(monkeypatch, known, masked, want):
         "get_device_properties",
         lambda i: SimpleNamespace(pci_domain_id=0, pci_bus_id=0x3B, pci_device_id=0),
     )
-    monkeypatch.setattr(h2dlab.env, "nvml_handle", lambda i: (fake, "index-handle"))
+    monkeypatch.setattr(h2dlab.nvml, "nvml_handle", lambda i: (fake, "index-handle"))
     monkeypatch.setattr(timing, "_NVML", {})
     if masked:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
