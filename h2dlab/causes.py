@@ -60,7 +60,7 @@ CAUSES: dict[str, str] = {
     ),
     "host_blocked": "the timing thread slept during the copy (a lock, the kernel, another thread)",
     "gc_pause": "Python's garbage collector ran during the copy",
-    "other_threads": "the process's other threads were far busier during the copy than during its neighbours",
+    "other_threads": "the process's other threads ran far more CPUs' worth during the copy than during copies like it",
     "gpu_shared": "other processes used the GPU during the copy, more than during its neighbours",
     "gpu_clock_low": "the GPU's SM clock was well below the run's median",
     "episode": "part of a time-ordered stretch of slow copies",

@@ -45,8 +45,8 @@ HOST_BOUND_SHARE = 0.5
 PREEMPTED_SHARE = 0.5
 #: gpu_clock_low: the SM clock at most this share of the run's median.
 CLOCK_LOW = 0.8
-#: other_threads: the process's other threads used at least this multiple of the CPU time
-#: they use for copies like it (besides covering its extra time with extra CPU).
+#: other_threads: the process's other threads ran at least this multiple of their usual
+#: CPUs' worth for copies like it (besides covering its extra time with extra CPU).
 MIN_OTHERS_RATIO = 2.0
 #: The checks ``ruled_out`` can make, in the order the evidence lists them.
 CHECKS = (
@@ -159,11 +159,12 @@ def _scheduler_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> t
 
 
 def _others_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
-    """other_threads (schema 3): the process's other threads used, beyond what they use
-    for copies like it (their share of the wall time for copies of the same group and
-    size, ``ctx["others_cell"]``, else of the whole group, times the expected time), at
-    least one CPU for the whole of the copy's extra time, and at least
-    :data:`MIN_OTHERS_RATIO` times that usual amount."""
+    """other_threads (schema 3): the process's other threads ran, in CPUs' worth (their
+    CPU time / wall time), at least :data:`MIN_OTHERS_RATIO` times their usual share for
+    copies like it (``ctx["others_cell"]``, copies of the same group and size, else
+    ``others_typ``, the whole group), and beyond that usual share at least one CPU for the
+    whole of the copy's extra time. Shares, not amounts: other threads that run at their
+    usual rate use more CPU during any longer copy, which says nothing about its cause."""
     proc, cpu = _get(row, "proc_cpu_ms"), _get(row, "cpu_ms")
     cell, typ = ctx.get("others_cell", np.nan), ctx.get("others_typ", np.nan)
     share, like = (cell, "copies of this size") if finite(cell) else (typ, "its neighbours")
@@ -171,17 +172,19 @@ def _others_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tupl
         return None
     wall, exp = row["wall_ms"], row["expected_ms"]
     others = max(proc - cpu, 0.0)
-    usual = share * exp
-    if others - usual < val - exp or others < MIN_OTHERS_RATIO * usual or others <= 0:
+    rate = others / wall
+    if others <= 0 or rate < MIN_OTHERS_RATIO * share or (rate - share) * wall < val - exp:
         return None
     rd = _get(row, "run_delay_ms")
     waited = f"; the timing thread itself waited {rd:.2f} ms to run" if finite(rd) and rd > 0 else ""
     return "other_threads", (
-        f"{slow}; the process's other threads used {others:.2f} ms of CPU during its {wall:.2f} ms by the host clock, "
-        f"{others / wall:.1f} CPUs' worth, where for {like} they use {share:.0%} of the wall time "
-        f"({usual:.2f} ms at the expected length){waited}: the copy ran while other threads of the "
-        f"process were busy (PyTorch's intra-op threads do the CPU side of pin_memory() and of staged "
-        f"copies; CUDA runs threads of its own)"
+        f"{slow}; other threads of the process ran during the copy: the process's CPU clock, less the "
+        f"timing thread's, advanced {others:.2f} ms in its {wall:.2f} ms by the host clock, {rate:.1f} "
+        f"CPUs' worth, where for {like} it advances {share:.1f} CPUs' worth (median){waited}; Linux adds "
+        "another thread's running time to that clock at a scheduler tick or when the thread stops "
+        "running, so the amount can include time from before the copy, and a longer copy is likelier "
+        "to span a tick; which threads, the table cannot say (PyTorch's intra-op threads, which run the "
+        "host side of pin_memory(), torch.cat and CPU tensor copies, and CUDA's own threads are candidates)"
     )
 
 

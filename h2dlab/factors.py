@@ -279,8 +279,10 @@ def unexplained(explained: pd.DataFrame) -> Finding:
         + (
             f" {on_cpu} of the {len(u)} kept the timing thread on its CPU for at least "
             f"{ON_CPU_SHARE:.0%} of the copy: it was hardly waiting to run or asleep, so the extra time "
-            "went to code running on that thread (PyTorch, the CUDA driver, or CUDA spinning while it "
-            "waits for the GPU), which no recorded column splits further."
+            "was spent on that CPU, either in PyTorch or the CUDA driver or spinning while CUDA waited "
+            "for the GPU (CUDA spins by default when a process has no more CUDA contexts than logical "
+            "CPUs), in which case the delay was on the GPU's side of the copy; no recorded column tells "
+            "these apart."
             if on_cpu
             else ""
         )

@@ -22,6 +22,7 @@
 # | `host_alloc_growth` | a pinned request needed a new power-of-two block: `cudaHostAlloc` |
 # | `device_alloc` | the copy waited on more `cudaMalloc` than its neighbours (after `empty_cache()`) |
 # | `page_faults`, `host_preempted`, `host_blocked`, `gc_pause`, `gpu_shared`, `gpu_clock_low` | where the table records page faults, CPU time, the scheduler's run-queue wait and context switches, garbage collections and the GPU's state |
+# | `other_threads` | the process's other threads ran far more CPUs' worth during the copy than during copies of its size (which threads, the table cannot say) |
 # | `episode` | part of a stretch of slow copies in time order, found by change-point detection |
 # | `unexplained` | none of the above; the evidence says what was ruled out |
 

@@ -147,6 +147,10 @@ def test_unexplained_counts_copies_on_their_cpu_throughout():
     f = factors.unexplained(e)
     assert " 1 of the 3 kept the timing thread on its CPU for at least 90% of the copy" in f.verdict
     assert "Their extra time runs from 1.00 to 1.00 ms, on copies of 1 B to 1 B." in f.verdict
+    # spinning while CUDA waits for the GPU is on-CPU time too: the sentence must not place
+    # the delay on the host
+    assert "in which case the delay was on the GPU's side of the copy" in f.verdict
+    assert "went to code running on that thread" not in f.verdict
     assert "on its CPU" not in factors.unexplained(e.drop(columns="cpu_ms")).verdict
 
 
