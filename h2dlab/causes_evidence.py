@@ -183,8 +183,8 @@ def _others_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tupl
         f"CPUs' worth, where for {like} it advances {share:.1f} CPUs' worth (median){waited}; Linux adds "
         "another thread's running time to that clock at a scheduler tick or when the thread stops "
         "running, so the amount can include time from before the copy, and a longer copy is likelier "
-        "to span a tick; which threads, the table cannot say (PyTorch's intra-op threads, which run the "
-        "host side of pin_memory(), torch.cat and CPU tensor copies, and CUDA's own threads are candidates)"
+        "to span a tick; which threads, the table cannot say (PyTorch's intra-op threads, which can run "
+        "the host side of pin_memory(), torch.cat and CPU tensor copies, and CUDA's own threads are candidates)"
     )
 
 

@@ -381,6 +381,7 @@ def test_h200_sweep_slow_pin_then_copy_with_busy_worker_threads_is_other_threads
         "size it advances 0.0 CPUs' worth (median)" in ev
     ), ev
     assert "which threads, the table cannot say" in ev and "at a scheduler tick" in ev
+    assert "intra-op threads, which can run the host side of pin_memory()" in ev
 
 
 @settings(max_examples=300, deadline=None)
