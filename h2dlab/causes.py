@@ -97,7 +97,7 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     ``procs_med``, and from schema 3 the medians of ``rd_typ`` (the run-queue wait that fits in the copy, ``causes_evidence.run_delay_inside``, / wall_ms),
     ``blocked_typ`` (time asleep, wall - CPU - run delay, / wall_ms), ``issue_typ``
     (issue_ms / wall_ms) and ``others_typ`` (CPU time of the process's other threads,
-    proc_cpu_ms - cpu_ms, / wall_ms), and ``others_cell``, that share's median over the
+    ``others_cpu_ms`` where recorded (schema 4), else proc_cpu_ms - cpu_ms, / wall_ms), and ``others_cell``, that share's median over the
     timed rows of the same group and size (NaN below :data:`MIN_CELL_ROWS` such rows). Medians are over timed rows (no warm-up, no error); NaN where
     unmeasured.
     """
@@ -126,7 +126,8 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     cpu = _col(df, "cpu_ms")
     rd = np.minimum(_col(df, "run_delay_ms"), np.maximum(wall - cpu, 0.0).where(cpu.notna(), np.inf))
     asleep = np.maximum(wall - cpu - rd, 0.0)  # NaN stays NaN
-    others = np.maximum(_col(df, "proc_cpu_ms") - cpu, 0.0)
+    exact = _col(df, "others_cpu_ms")  # schema 4: each thread's own clock; else the process clock's
+    others = exact.where(exact.notna(), np.maximum(_col(df, "proc_cpu_ms") - cpu, 0.0))
     for name, part in (
         ("rd_typ", rd),
         ("blocked_typ", asleep),

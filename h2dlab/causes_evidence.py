@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from h2dlab.causes_threads import MIN_OTHERS_RATIO, others_cause, others_ms
+
 __all__ = [
     "CHECKS",
     "CLOCK_LOW",
@@ -45,9 +47,6 @@ HOST_BOUND_SHARE = 0.5
 PREEMPTED_SHARE = 0.5
 #: gpu_clock_low: the SM clock at most this share of the run's median.
 CLOCK_LOW = 0.8
-#: other_threads: the process's other threads ran at least this multiple of their usual
-#: CPUs' worth for copies like it (besides covering its extra time with extra CPU).
-MIN_OTHERS_RATIO = 2.0
 #: The checks ``ruled_out`` can make, in the order the evidence lists them.
 CHECKS = (
     "pinned block",
@@ -158,36 +157,6 @@ def _scheduler_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> t
     return None
 
 
-def _others_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
-    """other_threads (schema 3): the process's other threads ran, in CPUs' worth (their
-    CPU time / wall time), at least :data:`MIN_OTHERS_RATIO` times their usual share for
-    copies like it (``ctx["others_cell"]``, copies of the same group and size, else
-    ``others_typ``, the whole group), and beyond that usual share at least one CPU for the
-    whole of the copy's extra time. Shares, not amounts: other threads that run at their
-    usual rate use more CPU during any longer copy, which says nothing about its cause."""
-    proc, cpu = _get(row, "proc_cpu_ms"), _get(row, "cpu_ms")
-    cell, typ = ctx.get("others_cell", np.nan), ctx.get("others_typ", np.nan)
-    share, like = (cell, "copies of this size") if finite(cell) else (typ, "its neighbours")
-    if not (finite(proc) and finite(cpu) and finite(share)):
-        return None
-    wall, exp = row["wall_ms"], row["expected_ms"]
-    others = max(proc - cpu, 0.0)
-    rate = others / wall
-    if others <= 0 or rate < MIN_OTHERS_RATIO * share or (rate - share) * wall < val - exp:
-        return None
-    rd = _get(row, "run_delay_ms")
-    waited = f"; the timing thread itself waited {rd:.2f} ms to run" if finite(rd) and rd > 0 else ""
-    return "other_threads", (
-        f"{slow}; other threads of the process ran during the copy: the process's CPU clock, less the "
-        f"timing thread's, advanced {others:.2f} ms in its {wall:.2f} ms by the host clock, {rate:.1f} "
-        f"CPUs' worth, where for {like} it advances {share:.1f} CPUs' worth (median){waited}; Linux adds "
-        "another thread's running time to that clock at a scheduler tick or when the thread stops "
-        "running, so the amount can include time from before the copy, and a longer copy is likelier "
-        "to span a tick; which threads, the table cannot say (PyTorch's intra-op threads, which can run "
-        "the host side of pin_memory(), torch.cat and CPU tensor copies, and CUDA's own threads are candidates)"
-    )
-
-
 def evidence_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
     """The schema-2/3 cause of one flagged row with its evidence sentence, or None.
 
@@ -244,7 +213,7 @@ def evidence_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tup
             f"{slow}; Python's garbage collector ran {int(gc)} time(s) during the copy{took} (its neighbours: "
             f"{0 if not finite(gtyp) else gtyp:g}), pausing the thread that issues it{cpu}"
         )
-    found = _others_cause(row, ctx, val, slow)
+    found = others_cause(row, ctx, val, slow)
     if found:
         return found
     procs, pmed = _get(row, "gpu_procs"), ctx["procs_med"]
@@ -310,16 +279,19 @@ def ruled_out(row: pd.Series, ctx: pd.Series) -> dict[str, str]:
     switches = _switches(row)
     if switches:
         out["context switches"] = switches
-    proc, cpu = _get(row, "proc_cpu_ms"), _get(row, "cpu_ms")
-    if finite(proc) and finite(cpu):
+    others, exact = others_ms(row)
+    if finite(others):
         usual = (
             f" (its neighbours: {ctx['others_typ']:.0%} of their wall time)"
             if finite(ctx["others_typ"])
             else ""
         )
-        out["other threads"] = (
-            f"other threads of the process used {max(proc - cpu, 0.0):.2f} ms of CPU{usual}"
-        )
+        if exact:
+            top, name = _get(row, "busiest_cpu_ms"), row.get("busiest_thread", "")
+            who = f", the busiest ({name}) {top:.2f} ms" if name and finite(top) else ""
+            out["other threads"] = f"other threads of the process ran {others:.2f} ms of CPU{who}{usual}"
+        else:
+            out["other threads"] = f"other threads of the process used {others:.2f} ms of CPU{usual}"
     gc = _get(row, "gc_count")
     if finite(gc):
         out["GC"] = "no GC" if gc == 0 else f"{int(gc)} GC, as usual"

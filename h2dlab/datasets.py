@@ -23,6 +23,7 @@ import pandas as pd
 from h2dlab.schema import (
     ADDED_V2,
     ADDED_V3,
+    ADDED_V4,
     COLUMNS,
     DEFAULTS,
     KEY,
@@ -37,6 +38,7 @@ from h2dlab.tableio import SUFFIXES, atomic_write, env_path, read, read_env, sav
 __all__ = [
     "ADDED_V2",
     "ADDED_V3",
+    "ADDED_V4",
     "BENCHMARK_DIR",
     "COLUMNS",
     "DATASETS",

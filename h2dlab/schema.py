@@ -66,13 +66,22 @@ ADDED_V3: dict[str, str] = {
     "issue_ms": "float",  # host time until the timed call returned, before the final sync
     "gc_ms": "float",  # time in Python GC collections that ended during the copy (any thread)
 }
+#: Columns schema version 4 adds: what the process's other threads ran during the copy,
+#: each from its own CPU clock (exact, where ``proc_cpu_ms`` lumps at scheduler ticks).
+ADDED_V4: dict[str, str] = {
+    "others_cpu_ms": "float",  # CPU time of every other thread of the process during the copy
+    "busiest_cpu_ms": "float",  # ... of the one that ran most
+    "busiest_thread": "str",  # its name (/proc/self/task/<tid>/comm); "" if none ran or unknown
+    "n_threads": "float",  # how many other threads the process had
+}
 #: Every stored column and its kind, in the order tables are written.
-COLUMNS: dict[str, str] = {**REQUIRED, **ADDED_V2, **ADDED_V3}
-#: What a missing or empty version 2 or 3 cell means.
+COLUMNS: dict[str, str] = {**REQUIRED, **ADDED_V2, **ADDED_V3, **ADDED_V4}
+#: What a missing or empty version 2, 3 or 4 cell means.
 DEFAULTS: dict[str, object] = {
     "direction": "h2d",
     "n_tensors": 1,
-    **{c: np.nan for c, kind in {**ADDED_V2, **ADDED_V3}.items() if kind == "float"},
+    **{c: np.nan for c, kind in {**ADDED_V2, **ADDED_V3, **ADDED_V4}.items() if kind == "float"},
+    "busiest_thread": "",
 }
 #: Columns a multi-GPU run adds; optional elsewhere.
 OPTIONAL_COLUMNS: dict[str, str] = {"gpu": "int", "world": "int"}
@@ -163,7 +172,7 @@ def _coerce(out: pd.DataFrame, col: str, kind: str, source: str) -> None:
 def validate(df: pd.DataFrame, *, source: str = "table") -> pd.DataFrame:
     """Check ``df`` against the schema and return a copy with the schema's dtypes.
 
-    Version 1 and 2 tables are accepted: missing version 2 and 3 columns (and empty
+    Tables of versions 1 to 4 are accepted: missing version 2, 3 and 4 columns (and empty
     cells in them) take ``DEFAULTS``. Columns outside the schema are kept as they are.
 
     Parameters

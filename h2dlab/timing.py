@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from h2dlab.nvml import bus_id_of, nvml_for_cuda
-from h2dlab.threadstat import sched_state
+from h2dlab.threadstat import others_cpu_ns, others_since, sched_state
 
 __all__ = [
     "PROCS_MAX_AGE_S",
@@ -188,7 +188,12 @@ class Timer:
     from the start until the timed call returned, before the final synchronisation: the
     rest of ``wall_ms`` is the wait for the GPU to finish; the one clock read this adds
     inside the timed region costs well under a microsecond) and ``gc_ms`` (time Python's
-    garbage collector spent in collections that ended during the copy, any thread).
+    garbage collector spent in collections that ended during the copy, any thread), and
+    from schema 4 ``others_cpu_ms`` (CPU time of the process's other threads, each read
+    from its own CPU clock, exact where ``proc_cpu_ms`` lumps at scheduler ticks),
+    ``busiest_cpu_ms`` and ``busiest_thread`` (the one that ran most: its CPU time and
+    name) and ``n_threads`` (how many other threads there were), read first before and
+    last after everything else (about 1 us per thread; NaN and "" off Linux).
 
     Parameters
     ----------
@@ -210,13 +215,15 @@ class Timer:
         """Run ``fn`` once; return its result and ``wall_ms``, ``event_ms``, ``host_allocs``,
         ``device_allocs``, ``minflt``, ``majflt``, ``cpu_ms``, ``gc_count``,
         ``sm_clock_mhz``, ``gpu_procs``, ``run_delay_ms``, ``nivcsw``, ``nvcsw``,
-        ``cpu_moved``, ``proc_cpu_ms``, ``proc_faults``, ``issue_ms`` and ``gc_ms``."""
+        ``cpu_moved``, ``proc_cpu_ms``, ``proc_faults``, ``issue_ms``, ``gc_ms``,
+        ``others_cpu_ms``, ``busiest_cpu_ms``, ``busiest_thread`` and ``n_threads``."""
         cuda = self.cuda
         # Before CUDA starts (the forum's first copy) there is nothing to wait for, and
         # synchronising would start the context outside the timed region.
         live = cuda and torch.cuda.is_initialized()
         if live:
             torch.cuda.synchronize(self.dev)
+        o0 = others_cpu_ns() or None  # first, and read again last: around everything below
         h0 = host_alloc_count() if live else (0.0 if cuda else np.nan)
         d0 = device_segment_count(self.dev) if live else (0.0 if cuda else np.nan)
         q0 = resource.getrusage(resource.RUSAGE_SELF) if _WHO is not None else None
@@ -243,6 +250,7 @@ class Timer:
         s1 = sched_state()
         f1 = resource.getrusage(_WHO) if f0 is not None else None
         q1 = resource.getrusage(resource.RUSAGE_SELF) if q0 is not None else None
+        others, busiest, busiest_name, n_threads = others_since(o0)
         rec = {
             "wall_ms": (t1 - t0) * 1e3,
             "event_ms": self.start.elapsed_time(self.end) if cuda else np.nan,
@@ -264,6 +272,10 @@ class Timer:
             ),
             "issue_ms": (i1 - i0) * 1e3,
             "gc_ms": (gt1 - gt0) * 1e3,
+            "others_cpu_ms": others,
+            "busiest_cpu_ms": busiest,
+            "busiest_thread": busiest_name,
+            "n_threads": n_threads,
         }
         return out, rec
 

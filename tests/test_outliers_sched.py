@@ -165,6 +165,38 @@ def test_schema3_cause_precision_recall_synthetic(explained_v3, cause):
     assert recall >= 0.9, (cause, recall, tp, fn)
 
 
+def _as_v4(df: pd.DataFrame) -> pd.DataFrame:
+    """The synthetic run as schema 4 would record it: the other threads' CPU exact (here the
+    same numbers as proc_cpu_ms - cpu_ms), the busiest named "worker-3" and running 80 %
+    of it; proc_cpu_ms scrambled, so a rule reading it instead would go wrong."""
+    others = (df["proc_cpu_ms"] - df["cpu_ms"]).clip(lower=0)
+    out = df.assign(
+        others_cpu_ms=others, busiest_cpu_ms=0.8 * others, busiest_thread="worker-3", n_threads=20.0
+    )
+    out["proc_cpu_ms"] = out["cpu_ms"] + np.random.default_rng(0).permutation(others.to_numpy())
+    return datasets.validate(out)
+
+
+def test_schema4_other_threads_reads_each_threads_clock_and_names_the_busiest():
+    explained = [
+        (outliers.explain(_as_v4(df)), kind) for df, kind in (synthetic_v3_run(s) for s in range(10))
+    ]
+    tp, fp, fn, precision, recall = cause_scores(explained, "other_threads")
+    assert tp >= 50 and precision >= 0.9 and recall >= 0.9, (tp, fp, fn)
+    e, _ = explained[0]
+    row = e[e["cause"] == "other_threads"].iloc[0]
+    assert (
+        f"other threads of the process ran {row['others_cpu_ms']:.2f} ms of CPU during its {row['wall_ms']:.2f} ms"
+        in row["evidence"]
+    )
+    assert (
+        f"the busiest, a thread named 'worker-3', ran {row['busiest_cpu_ms']:.2f} ms of it" in row["evidence"]
+    )
+    assert "scheduler tick" not in row["evidence"]  # exact clocks: no lumping caveat
+    quiet = e[e["cause"] == "unexplained"]
+    assert quiet["evidence"].str.contains("the busiest (worker-3)", regex=False).any()
+
+
 def test_near_misses_stay_unexplained_and_say_what_was_ruled_out(explained_v3):
     said = []
     for e, kind in explained_v3:
