@@ -88,3 +88,21 @@ def test_scheduler_columns_on_cuda_rows(tmp_path):
     # a pageable copy returns once the driver has staged it: most of it is in the call
     assert issue["pageable"] > 0.5 * wall["pageable"], (issue, wall)
     assert set(ADDED_V3) <= set(df.columns)
+
+
+def test_other_threads_columns_on_cuda_rows(tmp_path):
+    """Schema 4 on the GPU: every row says how many other threads the process had and
+    what they ran; a 64 MiB pin_then_copy copies into the pinned block on PyTorch's
+    intra-op threads, so other threads run CPU during it and one of them is named; the
+    exact total is never below its busiest thread's."""
+    spec = SweepSpec(("pin_then_copy", "pinned_reuse"), (64 * MiB,), device="cuda", reps=3, warmup=1)
+    df = sweep(spec, out=tmp_path / "o.csv", progress=False)
+    assert (df["error"] == "").all()
+    assert df["n_threads"].ge(1).all() and df["others_cpu_ms"].ge(0).all()
+    assert (df["busiest_cpu_ms"] <= df["others_cpu_ms"] + 1e-9).all()
+    pin = df[(df.strategy == "pin_then_copy") & ~df.warmup]
+    if torch.get_num_threads() > 1:
+        assert pin["others_cpu_ms"].median() > 0.05 * pin["wall_ms"].median(), pin[
+            ["others_cpu_ms", "wall_ms"]
+        ]
+        assert (pin["busiest_thread"] != "").all()
