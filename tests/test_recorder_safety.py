@@ -308,3 +308,54 @@ def test_a_resumed_run_leaves_no_file_descriptor_open(tmp_path):
     before = len(os.listdir("/proc/self/fd"))
     sweep(SPEC, out=out, resume=True, progress=False)
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_resume_continues_the_clock_one_second_after_the_first_parts_last_row(tmp_path):
+    """``t_offset`` is the last ``t_s`` on disk plus 1 s and the run id is the first part's;
+    a first part whose rows carry no clock reading (every ``t_s`` missing, synthetic)
+    continues from 1 s, not from NaN."""
+    out = tmp_path / "t.csv"
+    first = killed_run(out, 4)  # t_s 0.00, 0.01, 0.02, 0.03
+    rec = Recording(out, SPEC.to_dict(), PLAN, resume=True)
+    rec.writer.close()
+    assert (rec.start_at, rec.run_id) == (4, first.run_id)
+    assert rec.t_offset == pytest.approx(1.03, abs=1e-12)
+    assert [r["order"] for r in rec.rows] == [0, 1, 2, 3]
+    one = tmp_path / "one.csv"
+    started = killed_run(one, 1)  # a single row on disk: its run id and clock go on
+    rec = Recording(one, SPEC.to_dict(), PLAN, resume=True)
+    rec.writer.close()
+    assert (rec.start_at, rec.run_id, rec.t_offset) == (1, started.run_id, 1.0)
+    blank = tmp_path / "nan.csv"
+    lost = Recording(blank, SPEC.to_dict(), PLAN)
+    for i, p in enumerate(PLAN[:3]):
+        lost.write({**synthetic_row(p, i), "t_s": np.nan})
+    lost.writer.close()
+    rec = Recording(blank, SPEC.to_dict(), PLAN, resume=True)
+    rec.writer.close()
+    assert rec.start_at == 3 and rec.t_offset == 1.0
+
+
+def test_the_env_is_taken_without_the_gpu_at_the_start_and_as_asked_at_the_finish(tmp_path, monkeypatch):
+    """The env.json written at the start must not touch the GPU (the forum protocol starts
+    CUDA inside its first timed step); ``finish`` queries it only when asked."""
+    import inspect
+
+    from h2dlab import recorder
+
+    real = recorder.collect_env
+    default = inspect.signature(real).parameters["gpu"].default
+    asked = []
+
+    def spy(device_index=None, argv=None, gpu=default):
+        asked.append(gpu)
+        return real(device_index, argv, gpu=False)  # this machine's env, never its GPU
+
+    monkeypatch.setattr(recorder, "collect_env", spy)
+    rec = Recording(tmp_path / "g.csv", SPEC.to_dict(), PLAN)
+    assert asked == [False]
+    rec.write(synthetic_row(PLAN[0], 0))
+    rec.finish(StopFlag(), gpu=False)
+    assert asked == [False, False]
+    Recording(None, SPEC.to_dict(), PLAN).finish(StopFlag(), gpu=True)  # no out: no env at the start
+    assert asked == [False, False, True]

@@ -12,7 +12,9 @@ from h2dlab import strategies
 from h2dlab.errors import UsageError
 from h2dlab.spec import (
     DEFAULT_SIZES,
+    MAX_PLAN_ROWS,
     ORDERS,
+    SEED_RANGE,
     ForumSpec,
     OverlapSpec,
     SweepSpec,
@@ -258,3 +260,93 @@ def test_planned_rows_and_estimated_hours():
     assert SweepSpec(sizes=(1024,), device="cpu", reps=1, warmup=0).planned_rows() == every
     unnamed = SweepSpec(sizes=(10**9,), device="cpu", reps=1, warmup=0)
     assert unnamed.estimated_hours() == pytest.approx(every * (1.0 + 1e-5) / 3600, rel=1e-12)
+
+
+EVERY = ", ".join(strategies.names(None))
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"strategies": ()}, f"no strategy given: choose from {EVERY}"),
+        ({"strategies": ("teleport",)}, f"unknown strategy 'teleport': choose from {EVERY}"),
+        (
+            {"strategies": ("pageable", "staged", "pageable")},
+            "strategy 'pageable' is named twice: each strategy is measured once per size",
+        ),
+        ({"sizes": ()}, "no sizes given"),
+        ({"sizes": (1024, 0)}, "a size must be at least 1, got 0"),
+        ({"sizes": (1024, 1.5)}, "a size must be a whole number, not 1.5"),
+        ({"sizes": (1024, 2048, 1024)}, "size 1024 is given twice: each size is one cell of the plan"),
+        ({"sizes": (4096, 1024, 4096, 1024)}, "size 1024 is given twice: each size is one cell of the plan"),
+        ({"seed": 1.5}, "seed must be a whole number, not 1.5"),
+        ({"seed": True}, "seed must be a whole number, not True"),
+        (
+            {"dtype": "bool"},
+            "dtype bool is not measured (random bytes are not valid booleans): use uint8, the same 1 byte each",
+        ),
+        ({"dtype": "qint8"}, "dtype 'qint8' has no plain copy in torch: use e.g. uint8, float16, float32"),
+        ({"dtype": "int4"}, "dtype 'int4' has no plain copy in torch: use e.g. uint8, float16, float32"),
+    ],
+)
+def test_sweep_spec_refuses_with_the_whole_message(kwargs, message):
+    with pytest.raises(UsageError) as info:
+        SweepSpec(**{"device": "cpu", **kwargs})
+    assert str(info.value) == message
+
+
+def test_seed_takes_both_ends_of_its_64_bit_range():
+    lo, hi = SEED_RANGE
+    assert (lo, hi) == (-(2**63), 2**64 - 1)
+    assert SweepSpec(sizes=(1024,), device="cpu", seed=lo).seed == lo
+    assert SweepSpec(sizes=(1024,), device="cpu", seed=hi).seed == hi
+    for bad in (lo - 1, hi + 1):
+        with pytest.raises(UsageError, match=f"seed {bad} does not fit in 64 bits"):
+            SweepSpec(sizes=(1024,), device="cpu", seed=bad)
+
+
+def test_plan_of_exactly_max_plan_rows_is_made_and_one_more_is_refused():
+    at = SweepSpec(("pageable",), (10**9,), device="cpu", reps=MAX_PLAN_ROWS - 2, warmup=2)
+    assert at.planned_rows() == MAX_PLAN_ROWS == 10_000_000
+    with pytest.raises(UsageError) as info:
+        SweepSpec(("pageable",), (10**9,), device="cpu", reps=MAX_PLAN_ROWS - 1, warmup=2)
+    # 10,000,001 copies of 1 GB at 1 GB/s plus 10 us each: 2777.8 hours
+    assert str(info.value) == (
+        "this plan would time 10,000,001 copies (about 2,778 hours at 1 GB/s); "
+        "at most 10,000,000 fit in one run: lower reps or sizes"
+    )
+
+
+def test_sweep_spec_keeps_the_device_as_text_and_the_flags_as_bools():
+    s = SweepSpec(
+        ("pageable",),
+        (1024,),
+        device=torch.device("cuda", 1),
+        empty_cache=1,
+        empty_host_cache_each_size=1,
+    )
+    assert s.device == "cuda:1" and type(s.device) is str
+    assert s.empty_cache is True and s.empty_host_cache_each_size is True
+    off = SweepSpec(("pageable",), (1024,), device="cpu", empty_cache=0, empty_host_cache_each_size=0)
+    assert off.empty_cache is False and off.empty_host_cache_each_size is False
+
+
+def test_resolved_sets_the_device():
+    s = SweepSpec(("pageable",), (1024,), device="cuda").resolved(torch.device("cuda", 0), ["staged"])
+    assert s == SweepSpec(("pageable",), (1024,), device="cuda:0")
+    assert type(s.device) is str
+
+
+def test_unresolved_sweep_spec_dict_names_no_strategies():
+    s = SweepSpec(sizes=(1024,), device="cpu")
+    d = s.to_dict()
+    assert d["strategies"] is None and d["sizes"] == [1024]
+    assert spec_from_dict(d) == s
+
+
+def test_differences_name_a_key_only_one_side_has():
+    """A spec recorded before a field existed still differs from one that has it."""
+    old = {"kind": "sweep", "reps": 3}
+    new = {"kind": "sweep", "reps": 3, "dtype": "uint8"}
+    assert differences(old, new) == ["dtype was None, now 'uint8'"]
+    assert differences(new, old) == ["dtype was 'uint8', now None"]
