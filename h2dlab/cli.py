@@ -96,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=ORDERS[0],
         help="shuffled cells (reps back to back), ascending, or interleaved reps in shuffled rounds",
     )
-    m.add_argument("--seed", type=int, default=0, help="seeds the shuffled order and the copied bytes [0]")
+    m.add_argument(
+        "--seed", type=_whole(None), default=0, help="seeds the shuffled order and the copied bytes [0]"
+    )
     m.add_argument("--empty-cache", action="store_true", help="torch.cuda.empty_cache() before every copy")
     m.add_argument(
         "--empty-host-cache", action="store_true", help="free PyTorch's cached pinned blocks before each size"
@@ -130,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=FORUM_ORDERS[0],
         help=f"the forum's sizes in its own order, or shuffled [{FORUM_ORDERS[0]}]",
     )
-    f.add_argument("--seed", type=int, default=0, help="seeds the shuffled order [0]")
+    f.add_argument("--seed", type=_whole(None), default=0, help="seeds the shuffled order [0]")
     f.add_argument("--device", default="cuda", help="cuda or cuda:N [cuda]")
     f.add_argument("--seqs", default=None, help=argparse.SUPPRESS)  # a subset, for tests
     f.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
@@ -149,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--force", action="store_true", help="replace an existing --out")
 
     e = sub.add_parser("explain", help="fit the latency model and explain flagged copies")
-    e.add_argument("source", help="a recorded dataset name or a table's path")
+    e.add_argument("source", help="a dataset, a table, DATASET:RUN or RECORDING:KIND[:RUN] (h200:sweep)")
     e.add_argument("--out", default=None, help="write the annotated table here (and its .env.json)")
     e.add_argument("--force", action="store_true", help="replace an existing --out")
     e.add_argument("--all", action="store_true", help="print every flagged row, not the first 40")
@@ -195,10 +197,12 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec | ForumSpec | OverlapSpec
         cli_strategies.check_runnable(spec.strategies, spec.device)
         return spec
     if a.cmd == "forum":
+        from h2dlab.units import parse_int
+
         seqs = None
         if a.seqs:
             try:
-                seqs = tuple(int(v) for v in a.seqs.split(","))
+                seqs = tuple(parse_int(v) for v in a.seqs.split(","))
             except ValueError:
                 raise UsageError(f"--seqs takes whole numbers, e.g. 1,6,11; got {a.seqs!r}") from None
         return ForumSpec(order=a.order, seed=a.seed, device=a.device, seqs=seqs)

@@ -49,15 +49,17 @@ def sizes_arg(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def whole_arg(least: int):
-    """argparse type: a whole number of at least ``least``."""
+def whole_arg(least: int | None):
+    """argparse type: a whole number (ASCII digits, ``units.parse_int``) of at least
+    ``least`` (``None``: any)."""
+    from h2dlab.units import parse_int
 
     def parse(text: str) -> int:
         try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if v < least:
+            v = parse_int(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc).replace("value ", "", 1)) from None
+        if least is not None and v < least:
             raise argparse.ArgumentTypeError(
                 f"must be at least 1, got {v}" if least == 1 else f"must be {least} or more, got {v}"
             )

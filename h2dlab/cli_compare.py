@@ -28,10 +28,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     c = sub.add_parser(
         "compare",
         help="median (IQR) per size and strategy of recorded runs, as ratios of a baseline strategy",
-        description="RUN is a recorded dataset (all its runs), a table or folder of tables, or "
-        "DATASET:RUN for one run of a dataset, e.g. h200_sweep:pow2.",
+        description="RUN is a recorded dataset (all its runs), a table or folder of tables, "
+        "DATASET:RUN for one run of a dataset (h200_sweep:pow2), or RECORDING:KIND[:RUN] for a kind "
+        "of a recording, h200 or a folder `h2dlab record` wrote (h200:sweep, h200:sweep:pow2).",
     )
-    c.add_argument("runs", nargs="+", metavar="RUN", help="a dataset, a table's path, or DATASET:RUN")
+    c.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="a dataset, a table's path, DATASET:RUN or RECORDING:KIND[:RUN]",
+    )
     c.add_argument(
         "--baseline",
         default=None,
@@ -59,24 +65,13 @@ def fmt_ms(ms: float, scale_of: float | None = None) -> str:
 
 
 def load_runs(sources: list[str]):
-    """``[(label, table), ...]``: one per run of each source (a dataset, a path, or
-    ``DATASET:RUN``), labelled ``source:run name``."""
-    from h2dlab import datasets
+    """``[(label, table), ...]``: one per run of each source (a dataset, a path,
+    ``DATASET:RUN`` or ``RECORDING:KIND[:RUN]``: ``h2dlab.sources``), labelled ``source:run name``."""
+    from h2dlab.sources import resolve
 
     out = []
-    for src in sources:
-        run_name = None
-        try:
-            df = datasets.load(src)
-        except ValueError as exc:  # SchemaError, or a name that cannot be a table ('', a timeline)
-            head, sep, tail = src.rpartition(":")
-            if not sep or not head or not isinstance(exc, datasets.SchemaError):
-                raise UsageError(str(exc)) from None
-            try:
-                df = datasets.run_named(datasets.load(head), tail)
-            except ValueError as exc2:
-                raise UsageError(f"{src}: {exc2}") from None
-            src, run_name = head, tail
+    for given in sources:
+        df, src, run_name = resolve(given)
         names = df.attrs.get("run_names") or {}
         for rid in dict.fromkeys(df["run_id"]):
             name = names.get(rid, rid)

@@ -18,7 +18,6 @@ from typing import Any
 
 from h2dlab import datasets
 from h2dlab.errors import UsageError
-from h2dlab.session import BUNDLED
 from h2dlab.units import fmt_bytes
 
 __all__ = ["FAR_FROM_MEASURED", "JSON_SCHEMA", "POOR_FIT_ERR", "explain", "load_source", "report"]
@@ -47,18 +46,12 @@ JSON_SCHEMA = {
 
 
 def load_source(source: str):
-    """The table named by ``source`` (a recorded dataset or a path); a file that is not
-    a readable h2dlab table is the user's mistake (``UsageError``)."""
-    if source == BUNDLED and not Path(source).exists():
-        names = ", ".join(n for n in datasets.names() if n.startswith("h200") and n not in datasets.TIMELINES)
-        raise UsageError(
-            f"{source!r} is the bundled recording, one table per kind of run: explain one of them, "
-            f"a dataset ({names}) or a folder of runs, e.g. {datasets.DATA_DIR / BUNDLED / 'sweep'}"
-        )
-    try:
-        df = datasets.load(source)
-    except ValueError as exc:  # SchemaError, or a name that cannot be a dataset ('')
-        raise UsageError(str(exc)) from exc
+    """The table named by ``source`` (a recorded dataset, a path, ``DATASET:RUN`` or
+    ``RECORDING:KIND[:RUN]``: :func:`h2dlab.sources.load`); a name or file that is not a
+    readable h2dlab table is the user's mistake (``UsageError``)."""
+    from h2dlab.sources import load
+
+    df = load(source)
     if df.empty:
         raise UsageError(f"{source}: the table has no rows")
     return df

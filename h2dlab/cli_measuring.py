@@ -22,8 +22,10 @@ LAYOUTS = ("equal", "mixed")
 
 
 def _counts(text: str) -> list[int]:
+    from h2dlab.units import parse_int
+
     try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
+        vals = [parse_int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a comma list of whole numbers, e.g. 1,16,64"
@@ -44,7 +46,7 @@ def add_parser(subparsers: Any) -> None:
     d.add_argument("--reps", type=whole_arg(1), default=10, help="timed rounds per size [10]")
     d.add_argument("--warmup", type=whole_arg(0), default=2, help="labelled warm-up rounds per size [2]")
     d.add_argument("--device", default="cuda", help="cuda or cuda:N [cuda]")
-    d.add_argument("--seed", type=int, default=0, help="seeds the order and the copied bytes [0]")
+    d.add_argument("--seed", type=whole_arg(None), default=0, help="seeds the order and the copied bytes [0]")
     d.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
     d.add_argument(
         "--force", action="store_true", help="replace an existing --out (or an unfinished run's rows)"
@@ -66,7 +68,7 @@ def add_parser(subparsers: Any) -> None:
     )
     b.add_argument("--warmup", type=whole_arg(0), default=1, help="labelled warm-up rounds [1]")
     b.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (host copies only) [cuda]")
-    b.add_argument("--seed", type=int, default=0, help="seeds the order and the copied bytes [0]")
+    b.add_argument("--seed", type=whole_arg(None), default=0, help="seeds the order and the copied bytes [0]")
     b.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
     b.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     b.add_argument(

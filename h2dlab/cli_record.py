@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import sys
@@ -95,8 +96,24 @@ def _print_plan(runs: list[dict[str, Any]], quick: bool, gpus: int, device: str,
     print("\n".join(plan_lines(runs, gpus, device)))
 
 
-def _check_new_folder(folder: Path) -> None:
-    """Refuse a new recording's folder that is a file or already holds something."""
+def _where_from(out: str | None) -> str:
+    """What chose the recording's folder, for a message that refuses it."""
+    runs = os.environ.get("H2DLAB_RUNS", "").strip()
+    if out:
+        return "choose another --out"
+    if runs:
+        return (
+            f"H2DLAB_RUNS={runs} names where recordings go: point it at a folder you can write, or give --out"
+        )
+    return "give --out a folder you can write"
+
+
+def _check_new_folder(folder: Path, out: str | None = None) -> None:
+    """Refuse a new recording's folder that is a file, lies under a file, or already
+    holds something (``out``: the --out given, else the folder is H2DLAB_RUNS's)."""
+    above = next((p for p in folder.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise UsageError(f"cannot create {folder}: {above} is a file ({_where_from(out)})")
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder} is a file: give --out a folder for the recording")
     if folder.is_dir() and read_manifest(folder) is not None:
@@ -132,7 +149,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         note_resume(folder, command=command, quick=bool(manifest.get("quick")), device=manifest["device"])
         return record(folder, manifest)
     device = str(args.device)
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+    if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", device):
         raise UsageError(f"unknown device {device!r}: use cuda, cuda:N or cpu")
     if args.dry_run and device != "cpu":
         try:
@@ -152,7 +169,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         raise UsageError(str(exc)) from None
     folder = Path(args.out) if args.out else default_folder(name)
     runs = _for_device(exps, device, args.quick)
-    _check_new_folder(folder)  # a dry run says so too
+    _check_new_folder(folder, args.out)  # a dry run says so too
     if args.dry_run:
         _print_plan(runs, args.quick, gpus, device, folder)
         return 0
@@ -161,7 +178,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"cannot create {folder}: {exc.strerror}") from None
+        raise UsageError(f"cannot create {folder}: {exc.strerror} ({_where_from(args.out)})") from None
     manifest = new_manifest(runs, quick=args.quick, device=device, gpus=gpus, gpu_name=name, command=command)
     write_manifest(folder, manifest)
     write_folder_env(folder, command=command, quick=args.quick, device=device, gpu_name=name)

@@ -27,6 +27,7 @@ from h2dlab.nvml import nvml_for_cuda
 from h2dlab.plan import plan_spec
 from h2dlab.recorder import StopFlag
 from h2dlab.spec import SweepSpec
+from h2dlab.units import parse_int
 
 __all__ = ["DEFAULT_SIZES", "concurrent", "nearest_cpus", "parse_gpus"]
 
@@ -51,22 +52,23 @@ def parse_gpus(text: str, available: int) -> tuple[list[int], list[int]]:
         Device indices, and the world sizes to run.
     """
     text = str(text).strip()
-    try:
+    try:  # ASCII digits only (int() takes '١' and '1_0'); a count past the machine's is
+        # refused below before any list of that length is made
         if text == "all":
             ids, worlds = list(range(available)), [available]
         elif ".." in text:
-            lo, hi = (int(v) for v in text.split("..", 1))
+            lo, hi = (parse_int(v) for v in text.split("..", 1))
             if lo < 1 or hi < lo:
                 raise ValueError
-            ids, worlds = list(range(hi)), list(range(lo, hi + 1))
+            ids, worlds = list(range(min(hi, available + 1))), list(range(lo, min(hi, available + 1) + 1))
         elif "," in text:
-            ids = [int(v) for v in text.split(",")]
+            ids = [parse_int(v) for v in text.split(",")]
             worlds = [len(ids)]
         else:
-            n = int(text)
+            n = parse_int(text)
             if n < 1:
                 raise ValueError
-            ids, worlds = list(range(n)), [n]
+            ids, worlds = list(range(min(n, available + 1))), [n]
     except ValueError:
         raise UsageError(f"cannot read the GPU list {text!r}: write all, 0,1, N or 1..N") from None
     if len(set(ids)) != len(ids):

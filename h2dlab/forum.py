@@ -54,7 +54,9 @@ def forum(
         Three rows per seq; attrs as ``measure.sweep``'s.
     """
     spec = spec if spec is not None else ForumSpec()
-    if torch.device(spec.device).type != "cuda":
+    # ForumSpec checked the form; torch.device() would raise a RuntimeError of its own on
+    # what it cannot read ('cuda:٣'): resolve_device below says that in one line
+    if str(spec.device).partition(":")[0] != "cuda":
         raise UsageError(
             f"the forum protocol pins memory and copies to CUDA: give a cuda device, not {spec.device}"
         )

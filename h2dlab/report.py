@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from h2dlab import datasets, session
+from h2dlab.errors import UsageError
 from h2dlab.session import ROOT, resolve_mode
 
 __all__ = ["KERNELSPEC", "NOTEBOOKS", "REPORTED", "TIMING", "build", "workbook"]
@@ -84,10 +85,14 @@ def build(
     # The notebooks replay unless H2DLAB_MODE says otherwise (their MODE is "replay"); live
     # without CUDA fails here, early, in one line.
     resolved = resolve_mode("auto", kernel_env) if kernel_env.get("H2DLAB_MODE") else "replay"
-    if data is None and kernel_env.get("H2DLAB_DATA"):  # inherited by the kernels: checked now too
+    inherited = data is None and bool(kernel_env.get("H2DLAB_DATA"))
+    if inherited:  # inherited by the kernels: checked now too
         data = kernel_env["H2DLAB_DATA"]
     if data is not None:
-        rec = session.Recorded(data if str(data) == session.BUNDLED else Path(data).resolve())  # checks it
+        try:
+            rec = session.Recorded(data if str(data) == session.BUNDLED else Path(data).resolve())
+        except UsageError as exc:  # a variable the user may not know is set: name it
+            raise UsageError(f"H2DLAB_DATA={data}: {exc}" if inherited else str(exc)) from None
         kernel_env["H2DLAB_DATA"] = rec.name if rec.name == session.BUNDLED else str(rec.folder)
     if resolved == "live":  # record this machine once (or find its recording), then every notebook reads it
         t0 = time.time()
@@ -138,7 +143,10 @@ def build(
             return 1
         print(f"      wrote {out / (name + '.html')} in {time.time() - t0:.0f} s", flush=True)
     t0 = time.time()
-    workbook(out / "h2dlab-tables.xlsx", kernel_env.get("H2DLAB_DATA", session.BUNDLED))
+    try:
+        workbook(out / "h2dlab-tables.xlsx", kernel_env.get("H2DLAB_DATA", session.BUNDLED))
+    except datasets.SchemaError as exc:  # a damaged table in the recording: its name, in one line
+        raise UsageError(f"the workbook cannot read the recording's tables: {exc}") from None
     timing["workbook_s"] = round(time.time() - t0, 1)
     print(f"wrote {out / 'h2dlab-tables.xlsx'}; all done in {time.time() - t_all:.0f} s")
     _timing(out, timing, t_all)

@@ -18,6 +18,7 @@ __all__ = [
     "forum_nbytes",
     "forum_shape",
     "forum_sizes",
+    "parse_int",
     "parse_size",
     "parse_sizes",
 ]
@@ -38,6 +39,7 @@ UNITS = {
     "tib": 1024**4,
 }
 _SIZE_RE = re.compile(r"^\s*(-?[0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
+_INT_RE = re.compile(r"\s*[-+]?[0-9]+\s*")
 
 #: The forum's grid: seq = 1, 6, ..., 1046 for float16 tensors of shape (24, 2, 1, seq, 4096).
 FORUM_SEQS = list(range(1, 1050, 5))
@@ -56,6 +58,35 @@ def forum_nbytes(seq: int) -> int:
 def forum_sizes() -> list[int]:
     """The byte sizes of the forum's 210 float16 tensors."""
     return [forum_nbytes(s) for s in FORUM_SEQS]
+
+
+def parse_int(text: str, what: str = "value") -> int:
+    """Read a whole number written in ASCII digits with an optional sign: ``'-5'`` -> -5.
+
+    ``int()`` also takes other scripts' digits (``'١٠'``) and underscores (``'1_0'``);
+    sizes do not, so neither does any other number the command line reads.
+
+    Parameters
+    ----------
+    text
+        The text, spaces around it allowed.
+    what
+        What the number is, for the message (``'seed'``).
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    UsageError
+        (a ``ValueError``) for anything else, naming ``what``.
+    """
+    if not isinstance(text, str) or not _INT_RE.fullmatch(text):
+        raise UsageError(f"{what} {text!r} is not a whole number: write digits 0-9, e.g. 10")
+    if len(text.strip()) > 40:  # int() refuses past 4300 digits with its own message
+        raise UsageError(f"{what} {text.strip()[:20]}... is too large")
+    return int(text)
 
 
 def parse_size(text: str) -> int:
@@ -112,10 +143,14 @@ def parse_sizes(spec: str) -> list[int]:
     sizes: set[int] = set()
     for part in str(spec).split(","):
         part = part.strip()
+        if not part:  # parse_size('') would say "cannot read size ''" of a text it never saw
+            raise UsageError(f"the size list {spec!r} has an empty entry: write e.g. 1KiB,64MiB")
         if part == "forum":
             sizes.update(forum_sizes())
         elif ".." in part:
             lo_s, hi_s = part.split("..", 1)
+            if not lo_s.strip() or not hi_s.strip():
+                raise UsageError(f"size range {part!r} lacks an end: write both, e.g. 1KiB..1GiB")
             lo, hi = parse_size(lo_s), parse_size(hi_s)
             if lo > hi:
                 raise UsageError(f"size range {part!r} runs backwards: write the smaller size first")

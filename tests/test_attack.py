@@ -323,8 +323,49 @@ def test_an_inherited_data_variable_is_checked_before_any_notebook(tmp_path, cap
     monkeypatch.delenv("H2DLAB_MODE", raising=False)
     assert cli.main(["report", "--outdir", str(tmp_path / "r"), "--only", "05-explore"]) == 2
     out, err = capsys.readouterr()
-    assert err.strip().splitlines() == [
-        f"h2dlab: error: no recording '{tmp_path / 'none'}': give 'h200' (the bundled data) "
-        "or the folder that `h2dlab record` wrote"
+    assert err.strip().splitlines() == [  # names the variable (helper attack5): the user did not type it
+        f"h2dlab: error: H2DLAB_DATA={tmp_path / 'none'}: no recording '{tmp_path / 'none'}': give 'h200' "
+        "(the bundled data) or the folder that `h2dlab record` wrote"
     ]
     assert "executing" not in out and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("dry", [False, True])
+@pytest.mark.parametrize("where", ["file", "under-file"])
+def test_a_runs_variable_that_names_a_file_is_named(tmp_path, capsys, monkeypatch, where, dry):
+    """H2DLAB_RUNS pointing at a file: the line said "cannot create .../vm-cpu-<date>: Not a
+    directory" (not which setting chose that folder), and --dry-run said nothing."""
+    (tmp_path / "afile").write_text("not a folder")
+    runs = tmp_path / "afile" if where == "file" else tmp_path / "afile" / "sub"
+    monkeypatch.setenv("H2DLAB_RUNS", str(runs))
+    line = refused_in_one_line(
+        ["record", "--device", "cpu", "--only", "sweep", *(["--dry-run"] if dry else [])],
+        ["is a file", f"H2DLAB_RUNS={runs}", "--out"],
+        capsys,
+        tmp_path,
+    )
+    assert str(tmp_path / "afile") in line
+
+
+def test_a_runs_folder_that_cannot_be_made_names_the_variable(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("H2DLAB_RUNS", "/proc/h2dlab-no-such-runs")
+    refused_in_one_line(
+        ["record", "--device", "cpu", "--only", "sweep"],
+        ["cannot create /proc/h2dlab-no-such-runs/", "H2DLAB_RUNS=/proc/h2dlab-no-such-runs"],
+        capsys,
+        tmp_path,
+    )
+
+
+def test_forum_on_a_device_torch_cannot_read_is_one_line(tmp_path, capsys, monkeypatch):
+    """ForumSpec takes 'cuda:٣' (str.isdigit), then torch.device() raised a RuntimeError:
+    a traceback and exit 1. Checked with a pretend CUDA machine."""
+    from tests.fake_cuda import install
+
+    install(monkeypatch)
+    refused_in_one_line(
+        ["forum", "--device", "cuda:٣", "--out", str(tmp_path / "f.csv")],
+        ["unknown device"],
+        capsys,
+        tmp_path,
+    )

@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from h2dlab import cli, datasets, model, transfer
+from h2dlab.concurrent import parse_gpus
 from h2dlab.errors import UsageError
 from h2dlab.partial import partial_path
 from h2dlab.recorder import Recording
 from h2dlab.spec import ForumSpec, OverlapSpec, SweepSpec
-from h2dlab.units import parse_size, parse_sizes
+from h2dlab.units import parse_int, parse_size, parse_sizes
 from tests.conftest import refused_in_one_line
 
 M = ["measure", "--device", "cpu", "--no-progress", "--strategies", "pageable", "--sizes", "1KiB"]
@@ -53,7 +54,21 @@ CLI_CASES = [
     ([*M, "--sizes", ""], ["no sizes"]),
     ([*M, "--sizes", "1e3"], ["cannot read size"]),
     ([*M, "--sizes", "9" * 60], ["too large"]),
-    ([*M, "--sizes", "1KiB,,2KiB"], ["cannot read size"]),
+    ([*M, "--sizes", "1KiB,,2KiB"], ["empty entry", "1KiB,,2KiB"]),  # was "cannot read size ''"
+    ([*M, "--sizes", "1KiB.."], ["'1KiB..' lacks an end"]),
+    # int() took other scripts' digits and underscores where sizes refuse them
+    ([*M, "--reps", "١٠"], ["--reps", "'١٠' is not a whole number", "0-9"]),
+    ([*M, "--reps", "1_0"], ["--reps", "'1_0' is not a whole number"]),
+    ([*M, "--warmup", "٢"], ["--warmup", "not a whole number"]),
+    ([*M, "--reps-large", "３"], ["--reps-large", "not a whole number"]),
+    ([*M, "--seed", "٣"], ["--seed", "'٣' is not a whole number"]),
+    ([*M, "--seed", "9" * 60], ["--seed", "too large"]),
+    ([*F, "--seed", "٣"], ["--seed", "not a whole number"]),
+    ([*F, "--seqs", "١"], ["--seqs"]),
+    (["batch", "--device", "cpu", "--counts", "١,16", "--out", "{d}/b.csv"], ["--counts", "whole numbers"]),
+    (["batch", "--device", "cpu", "--seed", "1_000", "--out", "{d}/b.csv"], ["--seed", "whole number"]),
+    (["duplex", "--device", "cpu", "--reps", "٥", "--out", "{d}/b.csv"], ["--reps", "whole number"]),
+    (["record", "--device", "cuda:٣", "--dry-run"], ["unknown device"]),
     ([*M, "--reps", "0"], ["--reps", "at least 1"]),
     ([*M, "--reps", "ten"], ["--reps", "whole number"]),
     ([*M, "--reps", "99999999999"], ["copies", "at most"]),
@@ -154,7 +169,15 @@ LIBRARY_CASES = [
     (lambda: parse_size("9" * 50), ValueError, "too large"),
     (lambda: parse_sizes(" "), ValueError, "no sizes"),
     (lambda: parse_sizes("8KiB..4KiB"), ValueError, "backwards"),
-    (lambda: parse_sizes("1KiB.."), ValueError, "cannot read size"),
+    (lambda: parse_sizes("1KiB.."), ValueError, "lacks an end"),
+    (lambda: parse_sizes("1KiB,"), ValueError, "empty entry"),
+    (lambda: parse_int("٣"), ValueError, "not a whole number"),
+    (lambda: parse_int("1_000", "seed"), ValueError, "seed '1_000' is not a whole number"),
+    (lambda: parse_int("9" * 41), ValueError, "too large"),
+    (lambda: parse_gpus("١", 2), ValueError, "cannot read the GPU list"),
+    (lambda: parse_gpus("1_0", 2), ValueError, "cannot read the GPU list"),
+    (lambda: parse_gpus("1..99999999999", 2), ValueError, "there is no device 2"),  # was a MemoryError
+    (lambda: parse_gpus("99999999999", 2), ValueError, "there is no device 2"),
     (lambda: SweepSpec(strategies=("pageable", "pageable")), ValueError, "named twice"),
     (lambda: SweepSpec(sizes=(1024, 1024)), ValueError, "given twice"),
     (lambda: SweepSpec(seed=2**64), ValueError, "64 bits"),

@@ -281,3 +281,83 @@ def test_building_the_parser_imports_no_torch():
     from h2dlab import batch_methods, cli_measuring
 
     assert cli_measuring.LAYOUTS == batch_methods.LAYOUTS
+
+
+# --- RECORDING:KIND[:RUN] names (helper attack5): `compare h200:sweep` was "unknown dataset" ---
+
+
+def _main(capsys, *argv):
+    from h2dlab import cli
+
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return rc, out, err.strip().splitlines()
+
+
+def test_a_kind_of_the_bundled_recording_is_a_run_name(capsys):
+    """h200:sweep is data/h200/sweep (the recording the notebooks read), h200:sweep:pow2 one run
+    of it; the labels are names the command takes back."""
+    rc, out, err = _main(capsys, "compare", "h200:sweep", "--strategies", "pageable", "--json")
+    assert rc == 0, err
+    runs = {c["run"] for c in json.loads(out)}
+    assert runs == {f"h200:sweep:{r}" for r in ("pow2", "pow2-interleaved", "forum-sizes")}
+    rc, out, err = _main(capsys, "compare", "h200:sweep:pow2", "--sizes", "1MiB", "--json")
+    cells = json.loads(out)
+    assert rc == 0 and {c["run"] for c in cells} == {"h200:sweep:pow2"}
+    # the same numbers as the table's own path gives
+    rc, out2, _ = _main(
+        capsys, "compare", str(datasets.DATA_DIR / "h200/sweep/pow2.csv.gz"), "--sizes", "1MiB", "--json"
+    )
+    assert [c["median_ms"] for c in json.loads(out2)] == [c["median_ms"] for c in cells]
+    rc, out, err = _main(capsys, "explain", "h200:d2h", "--json")
+    assert rc == 0 and json.loads(out)["source"] == "h200:d2h" and json.loads(out)["rows"] > 0
+
+
+def test_explain_takes_dataset_colon_run_as_compare_does(capsys):
+    rc, out, err = _main(capsys, "explain", "h200_sweep:pow2", "--json")
+    assert rc == 0, err
+    assert {r["run"] for r in json.loads(out)["runs"]} == {"pow2"}
+
+
+@pytest.mark.parametrize(
+    "cmd,source,needles",
+    [
+        ("compare", "h200", ["bundled recording", "h200:KIND", "h200:sweep", "h200_batch"]),
+        ("explain", "h200", ["bundled recording", "h200:sweep", "h200_sweep", "h200_batch"]),
+        ("compare", "h200:nope", ["h200:nope", "no kind 'nope'", "sweep", "d2h"]),
+        ("explain", "h200:sweep:nope", ["no sweep run 'nope'", "pow2-interleaved"]),
+        ("compare", "h200:overlap", ["timeline", "h200:sweep"]),
+        ("compare", "nothing_here", ["unknown dataset", "h200:KIND"]),
+        ("compare", "h200_sweep:nope", ["no run named 'nope'"]),
+    ],
+)
+def test_recording_names_refused_in_one_line(capsys, cmd, source, needles):
+    rc, _, err = _main(capsys, cmd, source)
+    assert rc == 2 and len(err) == 1, err
+    for n in needles:
+        assert n in err[0], (n, err[0])
+
+
+def test_a_recording_folder_with_a_cut_table_names_the_file(tmp_path, capsys, monkeypatch):
+    """A SYNTHETIC recording whose sweep table was cut short (a copy stopped mid-way):
+    FOLDER:sweep names the damaged file, exit 2; so does report's workbook (was a traceback)."""
+    import shutil
+
+    rec = tmp_path / "my rec"
+    (rec / "sweep").mkdir(parents=True)
+    shutil.copy(datasets.DATA_DIR / "h200" / "recording.json", rec)
+    datasets.save(datasets.load("forum_a100").head(60), rec / "sweep" / "synthetic.csv.gz")
+    data = (rec / "sweep" / "synthetic.csv.gz").read_bytes()
+    (rec / "sweep" / "synthetic.csv.gz").write_bytes(data[: len(data) // 2])
+    for cmd in ("compare", "explain"):
+        rc, _, err = _main(capsys, cmd, f"{rec}:sweep")
+        assert rc == 2 and len(err) == 1 and "synthetic.csv.gz: not a readable .csv.gz table" in err[0], err
+    import nbclient
+
+    monkeypatch.setattr(nbclient.NotebookClient, "execute", lambda self, **kw: self.nb)  # no kernel
+    rc, out, err = _main(
+        capsys, "report", "--data", str(rec), "--only", "05-explore", "--outdir", str(tmp_path / "r")
+    )
+    assert rc == 2 and len(err) == 1, err
+    assert "workbook cannot read" in err[0] and "synthetic.csv.gz: not a readable .csv.gz table" in err[0]

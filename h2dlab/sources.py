@@ -1,0 +1,122 @@
+"""What a table named on the command line is: the one reader of ``explain``'s and
+``compare``'s RUN arguments.
+
+A RUN is, first match wins:
+
+- a table or a folder of tables (a path that exists);
+- a recorded dataset (``h200_sweep``: ``datasets.load``);
+- ``RECORDING:KIND`` or ``RECORDING:KIND:RUN``: the runs of one kind of a recording,
+  ``RECORDING`` being ``h200`` (the bundled recording, as the notebooks read it) or the
+  folder ``h2dlab record`` wrote (``h200:sweep``, ``h200:sweep:pow2``);
+- ``DATASET:RUN``: one run of a dataset or folder (``h200_sweep:pow2``).
+
+Every mistake is a ``UsageError`` whose one line says what to write instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+
+from h2dlab import datasets
+from h2dlab.errors import UsageError
+
+__all__ = ["Source", "load", "resolve"]
+
+
+class Source(NamedTuple):
+    """A resolved RUN argument: its ``table``, the ``label`` its runs are shown under
+    (``h200:sweep``), and the ``run`` it names (``None``: every run of the table)."""
+
+    table: pd.DataFrame
+    label: str
+    run: str | None
+
+
+def _recording(head: str):
+    """The recording ``head`` names (``h200`` or a recording folder), else ``None``."""
+    from h2dlab import session
+
+    if head != session.BUNDLED and not Path(head).is_dir():
+        return None
+    if head == session.BUNDLED and Path(head).exists():  # a file or folder here named h200: a path
+        return None
+    try:
+        return session.Recorded(head)
+    except ValueError:  # a folder of tables, not a recording
+        return None
+
+
+def _kinds_hint(rec) -> str:
+    return ", ".join(rec.kinds()) or "none"
+
+
+def _from_recording(rec, head: str, kind: str, run: str | None) -> Source:
+    if kind not in rec.kinds():
+        raise UsageError(
+            f"{head}:{kind}: the recording {head!r} has no kind {kind!r}: give one of {_kinds_hint(rec)}"
+        )
+    if kind == "overlap":
+        raise UsageError(
+            f"{head}:overlap is a timeline of copies beside compute, not a table of copies: "
+            "give another kind, e.g. " + f"{head}:sweep"
+        )
+    try:
+        df = rec.table(kind, run)
+    except ValueError as exc:  # a run it lacks, or a damaged table (SchemaError)
+        raise UsageError(f"{head}:{kind}{':' + run if run else ''}: {exc}") from None
+    return Source(df, f"{head}:{kind}", run)
+
+
+def _bare_recording(text: str, rec) -> UsageError:
+    known = ", ".join(n for n in datasets.names() if n.startswith("h200") and n not in datasets.TIMELINES)
+    return UsageError(
+        f"{text!r} is the bundled recording, one table per kind of run: give one of its kinds as "
+        f"{text}:KIND, e.g. {text}:sweep, the folder {datasets.DATA_DIR / text / 'sweep'} (it has {_kinds_hint(rec)}), "
+        f"or a dataset ({known})"
+    )
+
+
+def resolve(source: str) -> Source:
+    """The table a RUN argument names (see the module's docstring).
+
+    Raises
+    ------
+    UsageError
+        For a name that is none of those, a kind or run the recording lacks, a timeline,
+        or a table that cannot be read; the message says what to give instead.
+    """
+    from h2dlab.session import BUNDLED, Recorded
+
+    text = str(source)
+    if ":" not in text or Path(text).exists():
+        if text == BUNDLED and not Path(text).exists():
+            raise _bare_recording(text, Recorded(BUNDLED))
+        try:
+            return Source(datasets.load(text), text, None)
+        except ValueError as exc:  # SchemaError, or a name that cannot be a table ('', a timeline)
+            plain = isinstance(exc, datasets.SchemaError) and not Path(text).exists()
+            plain = plain and "/" not in text and datasets.suffix_of(text) == ""
+            more = f", or {BUNDLED}:KIND for a kind of the bundled recording" if plain else ""
+            raise UsageError(f"{exc}{more}") from None
+    head, _, rest = text.partition(":")
+    rec = _recording(head)
+    if rec is not None:
+        kind, _, run = rest.partition(":")
+        return _from_recording(rec, head, kind, run or None)
+    head, _, run = text.rpartition(":")
+    try:
+        whole = datasets.load(head)
+    except ValueError as exc:
+        raise UsageError(f"{text}: {exc}") from None
+    try:
+        return Source(datasets.run_named(whole, run), head, run)
+    except ValueError as exc:
+        raise UsageError(f"{text}: {exc}") from None
+
+
+def load(source: str) -> pd.DataFrame:
+    """The table a RUN argument names: ``resolve(source).table``."""
+    return resolve(source).table
