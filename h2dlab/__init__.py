@@ -14,5 +14,5 @@ __version__ = "0.1.0"
 # Bumped whenever the measurement method or the table's columns change (pyperf style).
 # 2: direction, n_tensors, page faults, cpu_ms, gc_count, SM clock, GPU procs;
 # 3: run_delay_ms, nivcsw, nvcsw, cpu_moved, proc_cpu_ms, proc_faults, issue_ms, gc_ms (scheduler evidence);
-# 4: others_cpu_ms, busiest_cpu_ms, busiest_thread, n_threads (other threads, from their own CPU clocks)
+# 4: others_cpu_ms, others_window_ms, busiest_cpu_ms, busiest_thread, n_threads (other threads, own CPU clocks)
 SCHEMA_VERSION = 4

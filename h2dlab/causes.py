@@ -96,8 +96,9 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     wall_ms) and ``cpu_typ`` (its median), ``gc_typ``, per run ``clock_med`` and
     ``procs_med``, and from schema 3 the medians of ``rd_typ`` (the run-queue wait that fits in the copy, ``causes_evidence.run_delay_inside``, / wall_ms),
     ``blocked_typ`` (time asleep, wall - CPU - run delay, / wall_ms), ``issue_typ``
-    (issue_ms / wall_ms) and ``others_typ`` (CPU time of the process's other threads,
-    ``others_cpu_ms`` where recorded (schema 4), else proc_cpu_ms - cpu_ms, / wall_ms), and ``others_cell``, that share's median over the
+    (issue_ms / wall_ms) and ``others_typ`` (CPUs' worth the process's other threads ran:
+    ``others_cpu_ms / others_window_ms`` where recorded (schema 4), else
+    ``(proc_cpu_ms - cpu_ms) / wall_ms``), and ``others_cell``, that share's median over the
     timed rows of the same group and size (NaN below :data:`MIN_CELL_ROWS` such rows). Medians are over timed rows (no warm-up, no error); NaN where
     unmeasured.
     """
@@ -126,17 +127,15 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     cpu = _col(df, "cpu_ms")
     rd = np.minimum(_col(df, "run_delay_ms"), np.maximum(wall - cpu, 0.0).where(cpu.notna(), np.inf))
     asleep = np.maximum(wall - cpu - rd, 0.0)  # NaN stays NaN
-    exact = _col(df, "others_cpu_ms")  # schema 4: each thread's own clock; else the process clock's
-    others = exact.where(exact.notna(), np.maximum(_col(df, "proc_cpu_ms") - cpu, 0.0))
-    for name, part in (
-        ("rd_typ", rd),
-        ("blocked_typ", asleep),
-        ("issue_typ", _col(df, "issue_ms")),
-        ("others_typ", others),
-    ):
+    for name, part in (("rd_typ", rd), ("blocked_typ", asleep), ("issue_typ", _col(df, "issue_ms"))):
         ctx[name] = (part / wall).where(timed).groupby(by, sort=False).transform("median")
-    # The others' share per copy size too: whether a copy is split over threads depends on its size.
-    share = (others / wall).where(timed)
+    # The process's other threads, in CPUs' worth: schema 4's exact clocks over the window
+    # they were read in, else the process clock less the timing thread's over wall time.
+    exact, window = _col(df, "others_cpu_ms"), _col(df, "others_window_ms")
+    inexact = np.maximum(_col(df, "proc_cpu_ms") - cpu, 0.0) / wall
+    share = (exact / window.where(window > 0)).where(exact.notna(), inexact).where(timed)
+    ctx["others_typ"] = share.groupby(by, sort=False).transform("median")
+    # ... per copy size too: whether a copy is split over threads depends on its size.
     cell = share.groupby([*by, df["size_bytes"]], sort=False)
     ctx["others_cell"] = cell.transform("median").where(cell.transform("count") >= MIN_CELL_ROWS)
     run = df["run_id"]

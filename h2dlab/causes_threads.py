@@ -58,7 +58,9 @@ def others_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple
     if not (np.isfinite(others) and np.isfinite(share)):
         return None
     wall, exp = row["wall_ms"], row["expected_ms"]
-    rate = others / wall
+    window = _num(row, "others_window_ms") if exact else np.nan
+    span = window if np.isfinite(window) and window > 0 else wall
+    rate = others / span
     if others <= 0 or rate < MIN_OTHERS_RATIO * share or (rate - share) * wall < val - exp:
         return None
     rd = _num(row, "run_delay_ms")
@@ -75,8 +77,9 @@ def others_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple
             else ""
         )
         return "other_threads", (
-            f"{slow}; other threads of the process ran {others:.2f} ms of CPU during its {wall:.2f} ms by "
-            f"the host clock (each thread's own CPU clock, read around the copy), {rate:.1f} CPUs' worth, "
+            f"{slow}; other threads of the process ran {others:.2f} ms of CPU in the {span:.2f} ms around "
+            f"it (each thread's own CPU clock, read just before and just after the copy's {wall:.2f} ms), "
+            f"{rate:.1f} CPUs' worth, "
             f"where for {like} they run {share:.1f} CPUs' worth (median){who}{waited}: the copy ran while "
             f"they were far busier than usual ({candidates} run in this process)"
         )

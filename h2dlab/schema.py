@@ -70,6 +70,7 @@ ADDED_V3: dict[str, str] = {
 #: each from its own CPU clock (exact, where ``proc_cpu_ms`` lumps at scheduler ticks).
 ADDED_V4: dict[str, str] = {
     "others_cpu_ms": "float",  # CPU time of every other thread of the process during the copy
+    "others_window_ms": "float",  # host time the others_cpu_ms reads span (the copy and a little more)
     "busiest_cpu_ms": "float",  # ... of the one that ran most
     "busiest_thread": "str",  # its name (/proc/self/task/<tid>/comm); "" if none ran or unknown
     "n_threads": "float",  # how many other threads the process had

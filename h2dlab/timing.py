@@ -190,10 +190,12 @@ class Timer:
     inside the timed region costs well under a microsecond) and ``gc_ms`` (time Python's
     garbage collector spent in collections that ended during the copy, any thread), and
     from schema 4 ``others_cpu_ms`` (CPU time of the process's other threads, each read
-    from its own CPU clock, exact where ``proc_cpu_ms`` lumps at scheduler ticks),
-    ``busiest_cpu_ms`` and ``busiest_thread`` (the one that ran most: its CPU time and
-    name) and ``n_threads`` (how many other threads there were), read first before and
-    last after everything else (about 1 us per thread; NaN and "" off Linux).
+    from its own CPU clock, exact where ``proc_cpu_ms`` lumps at scheduler ticks; the
+    reads take about 1 us per thread, just outside the timed region), ``others_window_ms``
+    (the host time from the start of the first read to the end of the last: the window
+    those CPU times fall in, a little longer than ``wall_ms``), ``busiest_cpu_ms`` and
+    ``busiest_thread`` (the one that ran most: its CPU time and name) and ``n_threads``
+    (how many other threads there were); NaN and "" off Linux.
 
     Parameters
     ----------
@@ -216,19 +218,21 @@ class Timer:
         ``device_allocs``, ``minflt``, ``majflt``, ``cpu_ms``, ``gc_count``,
         ``sm_clock_mhz``, ``gpu_procs``, ``run_delay_ms``, ``nivcsw``, ``nvcsw``,
         ``cpu_moved``, ``proc_cpu_ms``, ``proc_faults``, ``issue_ms``, ``gc_ms``,
-        ``others_cpu_ms``, ``busiest_cpu_ms``, ``busiest_thread`` and ``n_threads``."""
+        ``others_cpu_ms``, ``others_window_ms``, ``busiest_cpu_ms``, ``busiest_thread`` and
+        ``n_threads``."""
         cuda = self.cuda
         # Before CUDA starts (the forum's first copy) there is nothing to wait for, and
         # synchronising would start the context outside the timed region.
         live = cuda and torch.cuda.is_initialized()
         if live:
             torch.cuda.synchronize(self.dev)
-        o0 = others_cpu_ns() or None  # first, and read again last: around everything below
         h0 = host_alloc_count() if live else (0.0 if cuda else np.nan)
         d0 = device_segment_count(self.dev) if live else (0.0 if cuda else np.nan)
         q0 = resource.getrusage(resource.RUSAGE_SELF) if _WHO is not None else None
         f0 = resource.getrusage(_WHO) if _WHO is not None else None
         s0 = sched_state()
+        w0 = time.perf_counter()  # the other threads' clocks are read within [w0, w1]
+        o0 = others_cpu_ns() or None
         p0 = time.process_time()
         # GC read last before the start and first after the stop: in between, outside fn,
         # only floats are made, and they cannot start a collection.
@@ -247,10 +251,11 @@ class Timer:
         c1 = time.thread_time()
         g1, gt1 = _GC_STARTS[0], _GC_TIME[0]
         p1 = time.process_time()
+        others, busiest, busiest_name, n_threads = others_since(o0)
+        w1 = time.perf_counter()
         s1 = sched_state()
         f1 = resource.getrusage(_WHO) if f0 is not None else None
         q1 = resource.getrusage(resource.RUSAGE_SELF) if q0 is not None else None
-        others, busiest, busiest_name, n_threads = others_since(o0)
         rec = {
             "wall_ms": (t1 - t0) * 1e3,
             "event_ms": self.start.elapsed_time(self.end) if cuda else np.nan,
@@ -273,6 +278,7 @@ class Timer:
             "issue_ms": (i1 - i0) * 1e3,
             "gc_ms": (gt1 - gt0) * 1e3,
             "others_cpu_ms": others,
+            "others_window_ms": (w1 - w0) * 1e3 if o0 is not None else np.nan,
             "busiest_cpu_ms": busiest,
             "busiest_thread": busiest_name,
             "n_threads": n_threads,

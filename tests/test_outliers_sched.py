@@ -171,7 +171,11 @@ def _as_v4(df: pd.DataFrame) -> pd.DataFrame:
     of it; proc_cpu_ms scrambled, so a rule reading it instead would go wrong."""
     others = (df["proc_cpu_ms"] - df["cpu_ms"]).clip(lower=0)
     out = df.assign(
-        others_cpu_ms=others, busiest_cpu_ms=0.8 * others, busiest_thread="worker-3", n_threads=20.0
+        others_cpu_ms=others,
+        others_window_ms=df["wall_ms"] + 0.05,
+        busiest_cpu_ms=0.8 * others,
+        busiest_thread="worker-3",
+        n_threads=20.0,
     )
     out["proc_cpu_ms"] = out["cpu_ms"] + np.random.default_rng(0).permutation(others.to_numpy())
     return datasets.validate(out)
@@ -186,9 +190,10 @@ def test_schema4_other_threads_reads_each_threads_clock_and_names_the_busiest():
     e, _ = explained[0]
     row = e[e["cause"] == "other_threads"].iloc[0]
     assert (
-        f"other threads of the process ran {row['others_cpu_ms']:.2f} ms of CPU during its {row['wall_ms']:.2f} ms"
-        in row["evidence"]
+        f"other threads of the process ran {row['others_cpu_ms']:.2f} ms of CPU in the "
+        f"{row['others_window_ms']:.2f} ms around it" in row["evidence"]
     )
+    assert f"{row['others_cpu_ms'] / row['others_window_ms']:.1f} CPUs' worth" in row["evidence"]
     assert (
         f"the busiest, a thread named 'worker-3', ran {row['busiest_cpu_ms']:.2f} ms of it" in row["evidence"]
     )

@@ -88,5 +88,6 @@ def test_the_timer_records_the_other_threads_of_a_copy():
     assert set(ADDED_V4) <= set(rec)
     assert rec["busiest_thread"] == "h2d-copy" and rec["busiest_cpu_ms"] >= 10
     assert rec["busiest_cpu_ms"] <= rec["others_cpu_ms"] and rec["n_threads"] >= 1
-    # the worker ran within the read window only, which holds the copy and a few us more
-    assert rec["others_cpu_ms"] <= 2 * rec["wall_ms"] + 5
+    # the worker ran within the read window only, which holds the copy and a little more
+    assert rec["wall_ms"] <= rec["others_window_ms"] <= rec["wall_ms"] + 50
+    assert rec["others_cpu_ms"] <= 2 * rec["others_window_ms"]  # 2 CPUs at the most here

@@ -75,7 +75,13 @@ def test_v2_and_v3_columns_and_defaults():
         "issue_ms",
         "gc_ms",
     ]
-    assert list(schema.ADDED_V4) == ["others_cpu_ms", "busiest_cpu_ms", "busiest_thread", "n_threads"]
+    assert list(schema.ADDED_V4) == [
+        "others_cpu_ms",
+        "others_window_ms",
+        "busiest_cpu_ms",
+        "busiest_thread",
+        "n_threads",
+    ]
     assert list(schema.COLUMNS) == [*schema.REQUIRED, *schema.ADDED_V2, *schema.ADDED_V3, *schema.ADDED_V4]
     assert datasets.COLUMNS is schema.COLUMNS and datasets.ADDED_V4 is schema.ADDED_V4
     out = datasets.validate(synthetic())
@@ -83,7 +89,7 @@ def test_v2_and_v3_columns_and_defaults():
     assert (out["direction"] == "h2d").all() and (out["n_tensors"] == 1).all()
     assert out["n_tensors"].dtype == np.int64
     floats = ("minflt", "majflt", "cpu_ms", "gc_count", "sm_clock_mhz", "gpu_procs", *schema.ADDED_V3)
-    for c in (*floats, "others_cpu_ms", "busiest_cpu_ms", "n_threads"):
+    for c in (*floats, "others_cpu_ms", "others_window_ms", "busiest_cpu_ms", "n_threads"):
         assert out[c].dtype == np.float64 and out[c].isna().all(), c
     assert (out["busiest_thread"] == "").all()
 
@@ -101,7 +107,9 @@ def test_a_v3_table_reads_with_nan_other_thread_columns():
     v3 = synthetic(direction="h2d", n_tensors=1, proc_cpu_ms=[0.5, 0.25, 1.0, 2.0], run_delay_ms=0.0)
     out = datasets.validate(v3)
     assert out["proc_cpu_ms"].tolist() == [0.5, 0.25, 1.0, 2.0]
-    assert all(out[c].isna().all() for c in ("others_cpu_ms", "busiest_cpu_ms", "n_threads"))
+    assert all(
+        out[c].isna().all() for c in ("others_cpu_ms", "others_window_ms", "busiest_cpu_ms", "n_threads")
+    )
     assert (out["busiest_thread"] == "").all()
 
 
