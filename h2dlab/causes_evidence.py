@@ -111,10 +111,11 @@ def _switches(row: pd.Series) -> str:
 
 
 def _others(row: pd.Series) -> str:
-    proc, cpu = _get(row, "proc_cpu_ms"), _get(row, "cpu_ms")
-    if finite(proc) and finite(cpu):
-        return f"; this process's other threads used {max(proc - cpu, 0.0):.2f} ms of CPU meanwhile"
-    return ""
+    others, exact = others_ms(row)
+    if not finite(others):
+        return ""
+    how = "" if exact else " by the process clock, which counts them in scheduler ticks"
+    return f"; this process's other threads used {others:.2f} ms of CPU meanwhile{how}"
 
 
 def _scheduler_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
