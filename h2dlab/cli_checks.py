@@ -69,7 +69,17 @@ def check_target(out: Path, *, resume: bool = False, force: bool = False, resuma
 
 
 def not_the_source(source: str, out: Path) -> None:
-    """Refuse an ``explain --out`` that names the table being explained."""
-    src = Path(source)
+    """Refuse an ``explain --out`` that names the table being explained, or any file in
+    the folder it reads (a dataset's, a recording's): ``--force`` replaced a source table,
+    and a new file there became one more run of it."""
+    from h2dlab.sources import where
+
+    src = where(source)
+    if src is None:
+        return
     if src.exists() and (out.exists() and os.path.samefile(src, out) or out.resolve() == src.resolve()):
         raise UsageError(f"--out {out} is the table explain reads: write the annotated table elsewhere")
+    if src.is_dir() and out.resolve().is_relative_to(src.resolve()):
+        raise UsageError(
+            f"--out {out} is inside {src}, which explain reads: write the annotated table elsewhere"
+        )

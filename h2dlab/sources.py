@@ -23,7 +23,7 @@ import pandas as pd
 from h2dlab import datasets
 from h2dlab.errors import UsageError
 
-__all__ = ["Source", "load", "resolve"]
+__all__ = ["Source", "load", "resolve", "where"]
 
 
 class Source(NamedTuple):
@@ -120,3 +120,26 @@ def resolve(source: str) -> Source:
 def load(source: str) -> pd.DataFrame:
     """The table a RUN argument names: ``resolve(source).table``."""
     return resolve(source).table
+
+
+def where(source: str) -> Path | None:
+    """The file or folder a RUN argument reads, without reading it: a path as given, a
+    dataset's folder, a recording's whole folder for ``RECORDING:KIND[:RUN]`` (the bundled
+    one: the data folder); ``None`` where it names nothing (reading it will say why)."""
+    from h2dlab.session import BUNDLED
+
+    def named(name: str) -> Path | None:
+        if Path(name).exists():
+            return Path(name)
+        if name in datasets.DATASETS:
+            return datasets.DATA_DIR / datasets.DATASETS[name][0]
+        return datasets.DATA_DIR if name == BUNDLED else None
+
+    text = str(source)
+    if ":" not in text or Path(text).exists():
+        return named(text)
+    head = text.partition(":")[0]
+    rec = _recording(head)
+    if rec is not None:
+        return datasets.DATA_DIR if head == BUNDLED else rec.folder
+    return named(text.rpartition(":")[0])

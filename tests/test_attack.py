@@ -69,6 +69,16 @@ CASES = [
     # --resume and --force together: one of them was silently chosen
     (["measure", "--device", "cpu", "--out", "{d}/allfailed.csv", "--resume", "--force"], ["give one"]),
     (["batch", "--device", "cpu", "--out", "{d}/allfailed.csv", "--resume", "--force"], ["give one"]),
+    # explain --out in the folder it reads (helper attack5): --force replaced a source table,
+    # and a new file there became one more run of that dataset or recording
+    (
+        ["explain", "{d}/rec/sweep", "--out", "{d}/rec/sweep/synthetic.csv", "--force"],
+        ["inside", "explain reads"],
+    ),
+    (["explain", "{d}/rec/sweep:synthetic", "--out", "{d}/rec/sweep/synthetic.csv", "--force"], ["inside"]),
+    (["explain", "{d}/rec:sweep", "--out", "{d}/rec/sweep/annotated.csv"], ["inside", "rec"]),
+    (["explain", "h200_sweep:pow2", "--out", "{data}/h200_sweep/annotated.csv"], ["inside", "h200_sweep"]),
+    (["explain", "h200:sweep", "--out", "{data}/h200/sweep/annotated.csv"], ["inside"]),
     # batch named a method '(none)'
     (["batch", "--device", "cpu", "--methods", "", "--out", "{d}/b.csv"], ["no batch method given"]),
 ]
@@ -76,8 +86,11 @@ CASES = [
 
 @pytest.mark.parametrize("argv,needles", CASES, ids=[" ".join(c[0])[:50] for c in CASES])
 def test_cli_refuses_in_one_line(place, capsys, argv, needles):
-    argv = [a.replace("{d}", str(place)) for a in argv]
+    argv = [a.replace("{d}", str(place)).replace("{data}", str(datasets.DATA_DIR)) for a in argv]
+    before = (place / "rec" / "sweep" / "synthetic.csv").read_bytes()
     refused_in_one_line(argv, needles, capsys, place)
+    assert (place / "rec" / "sweep" / "synthetic.csv").read_bytes() == before
+    assert [p.name for p in (place / "rec" / "sweep").iterdir()] == ["synthetic.csv"]
 
 
 def test_record_on_cpu_plans_only_strategies_a_cpu_runs(capsys):
