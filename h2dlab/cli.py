@@ -304,8 +304,7 @@ def _cmd_datasets(a, argv) -> int:
     if a.json:
         print(json.dumps(names(), indent=2))
         return 0
-    for name, desc in names().items():
-        print(f"{name:16s} {desc}")
+    print("\n".join(f"{name:16s} {desc}" for name, desc in names().items()))
     return 0
 
 
@@ -332,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # parsing imports pandas: a Ctrl-C there is an interruption too, not a traceback
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
+        cli_common.expand_home(args)  # --out=~/r.csv: the shell left the ~
         if extra:  # refused by the subcommand's parser, so the line names its --help
             subs = next(x for x in parser._actions if isinstance(x, argparse._SubParsersAction))
             subs.choices[args.cmd].error(f"unrecognized arguments: {' '.join(extra)}")

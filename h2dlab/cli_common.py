@@ -17,7 +17,10 @@ __all__ = [
     "EXIT_FAILURE",
     "EXIT_INTERRUPTED",
     "EXIT_USAGE",
+    "PATH_OPTIONS",
     "Parser",
+    "debugging",
+    "expand_home",
     "failure",
     "one_line_warnings",
     "sizes_arg",
@@ -37,6 +40,26 @@ EXIT_CODES = """exit codes:
 GPU: forum, overlap, duplex, batch, record, measure --gpus and measure on cuda need a CUDA GPU
 (measure, batch and record take --device cpu for host copies); env, datasets, strategies, explain,
 compare and report (replay) run anywhere. H2DLAB_DEBUG=1 shows tracebacks."""
+
+
+#: The parsed options (dest names) that name a file or folder.
+PATH_OPTIONS = ("out", "resume", "data", "outdir", "source", "runs")
+
+
+def expand_home(args: argparse.Namespace) -> None:
+    """Read a leading ``~`` in every path option as the home folder, in place: the shell
+    leaves ``--out=~/r.csv`` as it is, which named (and ``record`` created) a folder ``~``."""
+    for name in PATH_OPTIONS:
+        value = getattr(args, name, None)
+        if isinstance(value, str):  # not measure's --resume, a flag
+            setattr(args, name, os.path.expanduser(value))
+        elif isinstance(value, list):
+            setattr(args, name, [os.path.expanduser(v) if isinstance(v, str) else v for v in value])
+
+
+def debugging() -> bool:
+    """Whether ``H2DLAB_DEBUG`` asks for tracebacks: set, and not empty, ``0``, ``false`` or ``no``."""
+    return os.environ.get("H2DLAB_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def sizes_arg(text: str) -> list[int]:
@@ -116,8 +139,8 @@ def failure(exc: Exception) -> int:
     """The exit code for ``exc`` after printing it in one line on stderr: 1 when this
     machine or the run failed (``Unavailable``, an ``OSError``, a CUDA fault), 2 for a
     ``UsageError``. Anything else is a bug and is raised again (Python prints its
-    traceback and exits 1); so is everything when ``H2DLAB_DEBUG`` is set."""
-    if os.environ.get("H2DLAB_DEBUG"):
+    traceback and exits 1); so is everything when ``H2DLAB_DEBUG`` is on (:func:`debugging`)."""
+    if debugging():
         raise exc
     if isinstance(exc, Unavailable) or _is_cuda_fault(exc):
         code, text = EXIT_FAILURE, _one_line(exc)

@@ -361,3 +361,35 @@ def test_a_recording_folder_with_a_cut_table_names_the_file(tmp_path, capsys, mo
     )
     assert rc == 2 and len(err) == 1, err
     assert "workbook cannot read" in err[0] and "synthetic.csv.gz: not a readable .csv.gz table" in err[0]
+
+
+def test_a_tilde_the_shell_left_is_the_home_folder(tmp_path, capsys, monkeypatch):
+    """`--out=~/r.csv` reaches h2dlab with its ~ (the shell expands none after '='): measure
+    said "the folder '~' of --out does not exist: create it first", and record planned (and
+    would have made) a folder named ~ in the current one."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    monkeypatch.chdir(tmp_path)
+    argv = ["measure", "--device", "cpu", "--strategies", "pageable", "--sizes", "1KiB", "--reps", "1"]
+    rc, _, err = _main(capsys, *argv, "--warmup", "0", "--no-progress", "--out=~/r.csv")
+    assert rc == 0, err
+    assert len(datasets.read(tmp_path / "home" / "r.csv")) == 1 and not (tmp_path / "~").exists()
+    rc, out, err = _main(capsys, "record", "--device", "cpu", "--dry-run", "--out=~/rec")
+    assert rc == 0 and f"into {tmp_path / 'home' / 'rec'}" in out.splitlines()[0], (out, err)
+    rc, out, err = _main(capsys, "compare", "~/r.csv", "--json")
+    assert rc == 0 and json.loads(out)[0]["run"] == f"{tmp_path / 'home' / 'r.csv'}:r"
+
+
+@pytest.mark.parametrize("value,traceback", [("0", False), ("", False), ("no", False), ("1", True)])
+def test_debug_variable_set_to_0_is_off(monkeypatch, capsys, value, traceback):
+    """H2DLAB_DEBUG=0 showed the traceback of a user mistake (any value counted as on)."""
+    from h2dlab import cli
+    from h2dlab.errors import UsageError
+
+    monkeypatch.setenv("H2DLAB_DEBUG", value)
+    if traceback:
+        with pytest.raises(UsageError):
+            cli.main(["explain", "no_such_dataset"])
+        return
+    rc, _, err = _main(capsys, "explain", "no_such_dataset")
+    assert rc == 2 and len(err) == 1 and "unknown dataset" in err[0]
