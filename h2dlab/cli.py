@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from h2dlab import __version__, cli_common, cli_compare, cli_measuring, cli_record, cli_strategies
-from h2dlab.cli_checks import check_plan, check_target, not_the_source
+from h2dlab.cli_checks import check_folder, check_plan, check_target, not_the_source
 from h2dlab.cli_common import EXIT_CODES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, failure, finish_measure
 from h2dlab.cli_common import Parser as _Parser
 from h2dlab.cli_common import sizes_arg as _sizes
@@ -286,8 +286,7 @@ def _cmd_report(a, argv) -> int:
                 "--mode live: live mode needs CUDA and this machine has none: "
                 "give --mode replay (or leave --mode out) to render the recorded data"
             )
-    if Path(a.outdir).exists() and not Path(a.outdir).is_dir():
-        raise UsageError(f"--outdir {a.outdir} is a file: give a folder for the HTML pages")
+    check_folder(a.outdir, "--outdir")  # a file, or a place no folder can be made: before any notebook
     return report.build(outdir=a.outdir, mode=a.mode, notebooks=only, inplace=a.inplace, data=a.data)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from h2dlab.errors import UsageError
 from h2dlab.spec import SweepSpec
 
-__all__ = ["GPUS_DEVICE_KINDS", "check_plan", "check_target", "not_the_source"]
+__all__ = ["GPUS_DEVICE_KINDS", "check_folder", "check_plan", "check_target", "not_the_source"]
 
 #: Device kinds --gpus runs on (tests widen it to run the same code path with CPU processes).
 GPUS_DEVICE_KINDS = ("cuda",)
@@ -83,3 +83,24 @@ def not_the_source(source: str, out: Path) -> None:
         raise UsageError(
             f"--out {out} is inside {src}, which explain reads: write the annotated table elsewhere"
         )
+
+
+def check_folder(path: str, flag: str) -> Path:
+    """Refuse a folder option (``--outdir``) that is a file, lies under one, or cannot be
+    made where it would go; nothing is created here (a later refusal leaves no folder)."""
+    import tempfile
+
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{flag} {path} is a file: give a folder")
+    above = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    if not above.is_dir():
+        raise UsageError(f"{flag} {path}: {above} is a file, so the folder cannot be made: give another")
+    try:  # really try: os.access says yes to root even where writes fail
+        with tempfile.TemporaryFile(dir=above):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"{flag} {path}: cannot write in {above} ({exc.strerror}): give another folder"
+        ) from None
+    return folder

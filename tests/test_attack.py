@@ -48,6 +48,9 @@ CASES = [
     (["report", "--data", ""], ["--data is empty"]),
     (["report", "--outdir", " "], ["--outdir is empty"]),
     (["report", "--outdir", "{d}/allfailed.csv"], ["is a file"]),
+    # an --outdir that cannot be made: exit 1, "No such file or directory: /proc/x" (attack5)
+    (["report", "--outdir", "/proc/h2dlab-no-reports"], ["--outdir /proc/h2dlab-no-reports", "cannot write"]),
+    (["report", "--outdir", "{d}/allfailed.csv/r"], ["--outdir", "allfailed.csv is a file"]),
     # an option the subcommand lacks: the line sent the user to `h2dlab --help`
     (
         ["duplex", "--out", "{d}/d.csv", "--resume"],
