@@ -16,6 +16,7 @@ recording found or made) is :mod:`h2dlab.live`; its names are re-exported here.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,23 @@ def _table_files(folder: Path) -> list[Path]:
 
 def _run_name(p: Path) -> str:
     return p.name[: -len(datasets.suffix_of(p))]
+
+
+def _whole_runs(df: pd.DataFrame, whole: set[str], label: str) -> pd.DataFrame:
+    """``df`` without the runs not in ``whole`` (stopped early; they skewed medians), warning of them."""
+    names = df.attrs.get("run_names") or {}
+    cut = {rid: n for rid, n in names.items() if n not in whole}
+    if not cut:
+        return df
+    warnings.warn(
+        f"{label}: left out the unfinished run(s) {', '.join(sorted(set(cut.values())))} "
+        "(stopped early: finish the recording with h2dlab record --resume)",
+        stacklevel=3,
+    )
+    out = df[~df["run_id"].isin(list(cut))].reset_index(drop=True)
+    keep = {k: v for k, v in (df.attrs.get("envs") or {}).items() if k not in cut}
+    out.attrs = {**df.attrs, "envs": keep, "run_names": {k: v for k, v in names.items() if k not in cut}}
+    return out
 
 
 class Recorded:
@@ -214,6 +232,8 @@ class Recorded:
         df = datasets.timeline(str(where)) if kind == "overlap" else datasets.load(where)
         if run is not None and kind != "overlap":
             df.attrs["env"] = datasets.run_env(df)
+        elif kind != "overlap":  # every run of the kind: the whole ones, as runs() lists them
+            df = _whole_runs(df, set(self.runs(kind)), f"{self.name}/{kind}")
         label = _bundled_dir(kind).name if self.name == BUNDLED else f"{self.name}/{kind}"
         df.attrs["dataset"] = label if run is None else f"{label}/{run}"
         df.attrs["recording"] = self.name

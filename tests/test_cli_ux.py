@@ -393,3 +393,24 @@ def test_debug_variable_set_to_0_is_off(monkeypatch, capsys, value, traceback):
         return
     rc, _, err = _main(capsys, "explain", "no_such_dataset")
     assert rc == 2 and len(err) == 1 and "unknown dataset" in err[0]
+
+
+def test_a_kind_leaves_out_a_run_stopped_early(tmp_path, capsys):
+    """A SYNTHETIC recording: one whole sweep run and one stopped early (its env.json says 3 of
+    30 rows). FOLDER:sweep:half said "no sweep run 'half'" while FOLDER:sweep (and the
+    notebooks' rec.table('sweep')) mixed its 3 rows in; now the kind leaves it out and says so."""
+    from h2dlab import session
+
+    forum = datasets.load("forum_a100")
+    (tmp_path / "rec" / "sweep").mkdir(parents=True)
+    datasets.save(forum.head(30), tmp_path / "rec" / "sweep" / "whole.csv", env={"n": 1})
+    half = forum.iloc[30:33].assign(run_id="synthetic-half")
+    datasets.save(half, tmp_path / "rec" / "sweep" / "half.csv", env={"measured_rows": 3, "planned_rows": 30})
+    with pytest.warns(UserWarning, match="left out the unfinished run"):
+        t = session.recording(str(tmp_path / "rec")).table("sweep")
+    assert set(t["run_id"]) == {"forum_a100"} and len(t) == 30
+    assert list(t.attrs["run_names"].values()) == ["whole"]
+    capsys.readouterr()
+    rc, out, err = _main(capsys, "compare", f"{tmp_path / 'rec'}:sweep", "--json")
+    assert rc == 0 and {c["run"] for c in json.loads(out)} == {f"{tmp_path / 'rec'}:sweep:whole"}
+    assert len(err) == 1 and "left out the unfinished run(s) half" in err[0] and "record --resume" in err[0]
