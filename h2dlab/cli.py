@@ -15,11 +15,9 @@ import argparse
 import json
 import os
 import sys
-import tempfile
-from pathlib import Path
 
 from h2dlab import __version__, cli_common, cli_compare, cli_measuring, cli_record, cli_strategies
-from h2dlab.cli_checks import check_folder, check_plan, check_target, not_the_source
+from h2dlab.cli_checks import check_folder, check_out, check_plan, check_target, not_the_source
 from h2dlab.cli_common import EXIT_CODES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, failure, finish_measure
 from h2dlab.cli_common import Parser as _Parser
 from h2dlab.cli_common import sizes_arg as _sizes
@@ -37,29 +35,6 @@ __all__ = [
     "main",
     "spec_from_args",
 ]
-
-
-def check_out(path: str, suffixes: tuple[str, ...] | None = None) -> Path:
-    """The ``--out`` path, checked: a known table suffix and a folder that takes new files."""
-    from h2dlab.datasets import SUFFIXES, suffix_of
-
-    out = Path(path)
-    suffixes = suffixes or SUFFIXES
-    if not out.name.endswith(suffixes) or suffix_of(out) not in SUFFIXES:
-        raise UsageError(f"cannot write {out.name!r}: give --out a name ending in {', '.join(suffixes)}")
-    if out.name.endswith(".partial.csv"):  # the name of a run in progress: readers skip it
-        raise UsageError(
-            f"cannot write {out.name!r}: .partial.csv names a run in progress; choose another --out"
-        )
-    folder = out.parent if str(out.parent) else Path(".")
-    if not folder.is_dir():
-        raise UsageError(f"the folder {str(folder)!r} of --out does not exist: create it first")
-    try:  # really try: os.access says yes to root even where writes fail
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError:
-        raise UsageError(f"the folder {str(folder)!r} of --out is not writable: choose another") from None
-    return out
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,12 +8,13 @@ run still writing it), a plan estimated to run for days is refused with its cost
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from h2dlab.errors import UsageError
 from h2dlab.spec import SweepSpec
 
-__all__ = ["GPUS_DEVICE_KINDS", "check_folder", "check_plan", "check_target", "not_the_source"]
+__all__ = ["GPUS_DEVICE_KINDS", "check_folder", "check_out", "check_plan", "check_target", "not_the_source"]
 
 #: Device kinds --gpus runs on (tests widen it to run the same code path with CPU processes).
 GPUS_DEVICE_KINDS = ("cuda",)
@@ -31,6 +32,31 @@ def check_plan(spec: SweepSpec, *, gpus: str | None, max_hours: float) -> None:
             f"this plan ({spec.planned_rows():,} copies) would take about {hours:,.1f} hours at 1 GB/s, "
             f"more than --max-hours {max_hours:g}: lower --reps or --sizes, or raise --max-hours"
         )
+
+
+def check_out(path: str, suffixes: tuple[str, ...] | None = None) -> Path:
+    """The ``--out`` path, checked: a known table suffix and a folder that takes new files."""
+    from h2dlab.datasets import SUFFIXES, suffix_of
+
+    out = Path(path)
+    suffixes = suffixes or SUFFIXES
+    if not out.name.endswith(suffixes) or suffix_of(out) not in SUFFIXES:
+        raise UsageError(f"cannot write {out.name!r}: give --out a name ending in {', '.join(suffixes)}")
+    if not out.name[: -len(suffix_of(out))].strip(" ."):  # '--out .csv': $NAME.csv with NAME empty?
+        raise UsageError(f"cannot write {out.name!r}: give --out a file name before its suffix, e.g. run.csv")
+    if out.name.endswith(".partial.csv"):  # the name of a run in progress: readers skip it
+        raise UsageError(
+            f"cannot write {out.name!r}: .partial.csv names a run in progress; choose another --out"
+        )
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(f"the folder {str(folder)!r} of --out does not exist: create it first")
+    try:  # really try: os.access says yes to root even where writes fail
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError:
+        raise UsageError(f"the folder {str(folder)!r} of --out is not writable: choose another") from None
+    return out
 
 
 def check_target(out: Path, *, resume: bool = False, force: bool = False, resumable: bool = True) -> Path:
@@ -88,8 +114,6 @@ def not_the_source(source: str, out: Path) -> None:
 def check_folder(path: str, flag: str) -> Path:
     """Refuse a folder option (``--outdir``) that is a file, lies under one, or cannot be
     made where it would go; nothing is created here (a later refusal leaves no folder)."""
-    import tempfile
-
     folder = Path(path)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{flag} {path} is a file: give a folder")

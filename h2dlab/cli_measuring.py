@@ -107,8 +107,7 @@ def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
     import shlex
 
     from h2dlab import datasets
-    from h2dlab.cli import check_out
-    from h2dlab.cli_checks import check_target
+    from h2dlab.cli_checks import check_out, check_target
 
     argv = list(argv or [])
     resume = bool(getattr(a, "resume", False))

@@ -95,6 +95,10 @@ CLI_CASES = [
     (["measure", "--device", "cpu", "--no-out"], ["--out"]),
     # measure: where it goes
     ([*M, "--out", "{d}/r.json"], ["cannot write"]),
+    # a suffix and no name ('$NAME.csv' with NAME empty) wrote a hidden file '.csv' (attack5)
+    ([*M, "--out", "{d}/.csv"], ["cannot write '.csv'", "file name before its suffix"]),
+    ([*M, "--out", "{d}/ .csv.gz"], ["file name before its suffix"]),
+    (["explain", "forum_a100", "--out", "{d}/.parquet"], ["file name before its suffix"]),
     ([*M, "--out", "{d}/nope/r.csv"], ["does not exist"]),
     ([*M, "--out", "{d}/exists.csv"], ["exists", "--force"]),
     ([*M, "--out", "{d}/budget.xlsx"], ["exists", "--force"]),
