@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import platform
 import re
 from collections.abc import Mapping
@@ -109,8 +110,18 @@ def default_folder(gpu_name: str | None, root: str | Path | None = None) -> Path
     """A new recording's folder: ``<root>/<host>-<gpu>-<date>`` (``-2``, ``-3`` ... when taken);
     ``root`` defaults to ``datasets.runs_dir()``."""
     from h2dlab.datasets import runs_dir
+    from h2dlab.errors import UsageError
 
-    root = Path(root) if root is not None else runs_dir()
+    if root is None:  # the runs folder: refused here when no folder can be made there
+        root = runs_dir()
+        above = next((p for p in (root, *root.parents) if p.exists()), None)
+        if above is not None and not above.is_dir():
+            chosen = os.environ.get("H2DLAB_RUNS", "").strip()
+            where = (
+                f"H2DLAB_RUNS={chosen} names where recordings go" if chosen else f"recordings go in {root}"
+            )
+            raise UsageError(f"{where}, but {above} is a file: point it at a folder (or give record --out)")
+    root = Path(root)
     slug = re.sub(r"[^a-z0-9]+", "-", f"{platform.node()}-{gpu_name or 'cpu'}".lower()).strip("-")
     base = root / f"{slug}-{_dt.date.today().isoformat()}"
     folder, k = base, 1

@@ -385,3 +385,24 @@ def test_forum_on_a_device_torch_cannot_read_is_one_line(tmp_path, capsys, monke
         capsys,
         tmp_path,
     )
+
+
+def test_live_mode_refuses_a_runs_variable_naming_a_file_before_recording(tmp_path, monkeypatch):
+    """Live mode (report --mode live, a notebook's MODE) with H2DLAB_RUNS naming a file: it
+    started `h2dlab record --quick --out FILE/<name>`, which failed, and raised a RuntimeError
+    ("record exited with 2") that showed as a traceback. Now: UsageError naming the variable,
+    and no recorder started."""
+    import subprocess
+
+    from h2dlab import live
+    from h2dlab.errors import UsageError
+
+    (tmp_path / "afile").write_text("not a folder")
+    monkeypatch.setenv("H2DLAB_RUNS", str(tmp_path / "afile"))
+
+    def no_recorder(*a, **k):
+        raise AssertionError(f"a recorder was started: {a}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_recorder)
+    with pytest.raises(UsageError, match=f"H2DLAB_RUNS={tmp_path / 'afile'} names where recordings go, but"):
+        live.live_recording(machine={"hostname": "synthetic-host", "gpu_name": "Synthetic GPU"})
