@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m.add_argument(
         "--max-hours",
-        type=float,
+        type=cli_common.number_arg,
         default=24.0,
         help="refuse a plan estimated (at 1 GB/s) to take longer than this [24]",
     )

@@ -22,6 +22,7 @@ __all__ = [
     "debugging",
     "expand_home",
     "failure",
+    "number_arg",
     "one_line_warnings",
     "sizes_arg",
     "whole_arg",
@@ -70,6 +71,17 @@ def sizes_arg(text: str) -> list[int]:
         return parse_sizes(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_NUMBER = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*|\s*inf\s*", re.IGNORECASE)
+
+
+def number_arg(text: str) -> float:
+    """argparse type: a number in ASCII digits (``2.5``, ``1e3``, ``inf``); ``float()`` also
+    took other scripts' digits and underscores (``'٣'``, ``'1_0'``), which sizes refuse."""
+    if not _NUMBER.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: write digits 0-9, e.g. 24 or 0.5")
+    return float(text)
 
 
 def whole_arg(least: int | None):

@@ -91,6 +91,8 @@ CLI_CASES = [
     ([*M, "--gpus", "2", "--resume"], ["--resume", "--gpus"]),
     ([*M, "--max-hours", "0"], ["--max-hours"]),
     ([*M, "--max-hours", "nan"], ["--max-hours"]),
+    ([*M, "--max-hours", "٣"], ["--max-hours", "'٣' is not a number"]),  # float() took it (attack5)
+    ([*M, "--max-hours", "1_0"], ["--max-hours", "not a number"]),
     ([*M, "--bogus"], ["unrecognized"]),
     (["measure", "--device", "cpu", "--no-out"], ["--out"]),
     # measure: where it goes
