@@ -279,6 +279,10 @@ def _cmd_datasets(a, argv) -> int:
         print(json.dumps(names(), indent=2))
         return 0
     print("\n".join(f"{name:16s} {desc}" for name, desc in names().items()))
+    from h2dlab.session import BUNDLED, Recorded  # the names compare and explain also take
+
+    kinds = ", ".join(Recorded(BUNDLED).kinds())
+    print(f"{BUNDLED + ':KIND':16s} a kind of the bundled recording, as the notebooks read it: {kinds}")
     return 0
 
 

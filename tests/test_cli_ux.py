@@ -414,3 +414,14 @@ def test_a_kind_leaves_out_a_run_stopped_early(tmp_path, capsys):
     rc, out, err = _main(capsys, "compare", f"{tmp_path / 'rec'}:sweep", "--json")
     assert rc == 0 and {c["run"] for c in json.loads(out)} == {f"{tmp_path / 'rec'}:sweep:whole"}
     assert len(err) == 1 and "left out the unfinished run(s) half" in err[0] and "record --resume" in err[0]
+
+
+def test_datasets_names_the_bundled_recordings_kinds(capsys):
+    """`h2dlab datasets` listed no name for data/h200's kinds, which compare and explain take."""
+    from h2dlab.sources import resolve
+
+    rc, out, _ = _main(capsys, "datasets")
+    line = next(ln for ln in out.splitlines() if ln.startswith("h200:KIND "))
+    kinds = line.split(": ", 1)[1].split(", ")
+    assert rc == 0 and {"sweep", "d2h", "batch", "forum"} <= set(kinds)
+    assert resolve("h200:d2h").label == "h200:d2h" and len(resolve("h200:d2h").table) > 0
