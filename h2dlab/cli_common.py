@@ -50,12 +50,16 @@ PATH_OPTIONS = ("out", "resume", "data", "outdir", "source", "runs")
 def expand_home(args: argparse.Namespace) -> None:
     """Read a leading ``~`` in every path option as the home folder, in place: the shell
     leaves ``--out=~/r.csv`` as it is, which named (and ``record`` created) a folder ``~``."""
+
+    def home(v):  # a NUL byte stays for the check that names it (getpwnam raised ValueError)
+        return os.path.expanduser(v) if isinstance(v, str) and "\x00" not in v else v
+
     for name in PATH_OPTIONS:
         value = getattr(args, name, None)
-        if isinstance(value, str):  # not measure's --resume, a flag
-            setattr(args, name, os.path.expanduser(value))
-        elif isinstance(value, list):
-            setattr(args, name, [os.path.expanduser(v) if isinstance(v, str) else v for v in value])
+        if isinstance(value, list):
+            setattr(args, name, [home(v) for v in value])
+        elif isinstance(value, str):  # not measure's --resume, a flag
+            setattr(args, name, home(value))
 
 
 def debugging() -> bool:

@@ -31,6 +31,8 @@ CASES = [
     (["compare", "h200_overlap:x"], ["timeline"]),
     (["compare", ""], ["empty dataset name"]),
     (["compare", " h200_sweep"], ["spaces around"]),
+    (["compare", "~\x00x"], ["NUL byte"]),  # expanding ~ looked up a user named '\x00x': ValueError
+    (["explain", "~\x00"], ["NUL byte"]),
     (["compare", "."], ["current folder"]),
     (["compare", "h200_sweep", "h200_overlap"], ["timeline"]),
     # a recording folder given where a table or a kind's folder is wanted
