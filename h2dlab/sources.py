@@ -39,14 +39,12 @@ def _recording(head: str):
     """The recording ``head`` names (``h200`` or a recording folder), else ``None``."""
     from h2dlab import session
 
-    if head != session.BUNDLED and not Path(head).is_dir():
-        return None
-    if head == session.BUNDLED and Path(head).exists():  # a file or folder here named h200: a path
-        return None
-    try:
-        return session.Recorded(head)
-    except ValueError:  # a folder of tables, not a recording
-        return None
+    if Path(head).is_dir():  # a folder here, even one named h200 (as in data/): the path wins
+        try:
+            return session.Recorded(Path(head))
+        except ValueError:  # a folder of tables, not a recording
+            return None
+    return session.Recorded(head) if head == session.BUNDLED and not Path(head).exists() else None
 
 
 def _kinds_hint(rec) -> str:

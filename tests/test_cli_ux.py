@@ -425,3 +425,12 @@ def test_datasets_names_the_bundled_recordings_kinds(capsys):
     kinds = line.split(": ", 1)[1].split(", ")
     assert rc == 0 and {"sweep", "d2h", "batch", "forum"} <= set(kinds)
     assert resolve("h200:d2h").label == "h200:d2h" and len(resolve("h200:d2h").table) > 0
+
+
+def test_a_recording_named_like_the_bundled_one_in_the_current_folder(capsys, monkeypatch):
+    """In data/ (where the folder h200 is), h200:sweep:pow2 fell through to DATASET:RUN and
+    said "h200 is a recording"; the folder there is read as the recording it is."""
+    monkeypatch.chdir(datasets.DATA_DIR)
+    rc, out, err = _main(capsys, "compare", "h200:sweep:pow2", "--sizes", "1GiB", "--json")
+    assert rc == 0, err
+    assert {c["run"] for c in json.loads(out)} == {"h200:sweep:pow2"}
