@@ -139,5 +139,5 @@ def where(source: str) -> Path | None:
     head = text.partition(":")[0]
     rec = _recording(head)
     if rec is not None:
-        return datasets.DATA_DIR if head == BUNDLED else rec.folder
+        return rec.folder  # the bundled one: the data folder (Recorded sets it so)
     return named(text.rpartition(":")[0])
