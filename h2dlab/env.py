@@ -20,6 +20,7 @@ from h2dlab.nvml import bus_id_of, nvml_for_cuda
 
 __all__ = [
     "GIT_COMMIT_VAR",
+    "OPENMP_VARS",
     "PCIE_X16_GBPS",
     "collect_env",
     "describe",
@@ -27,6 +28,8 @@ __all__ = [
     "meminfo_bytes",
 ]
 
+#: OpenMP settings env.json records (GNU libgomp's and Intel's).
+OPENMP_VARS = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_PROC_BIND")
 #: The environment variable that names the kit's commit. A copy of the tree whose ``.git``
 #: is stale or absent (e.g. one shipped to a GPU machine) sets it; it wins over git.
 GIT_COMMIT_VAR = "H2DLAB_GIT_COMMIT"
@@ -276,6 +279,9 @@ def collect_env(
         "cgroup_memory_max_bytes": _cgroup_memory_max(),
         "transparent_hugepages": _thp(),
         "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        # how PyTorch's intra-op (OpenMP) threads wait between parallel regions: spinning
+        # threads take CPUs while copies are timed (None: not set, the library's default)
+        "openmp": {k: os.environ.get(k) for k in OPENMP_VARS},
         "evidence": _evidence(),
         "torch": None,
         "cuda_runtime": None,

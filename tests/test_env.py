@@ -126,3 +126,19 @@ def test_gpu_nvml_under_a_mig_mask_leaves_the_gpu_fields_null(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4f1c")
     env = collect_env(gpu="nvml")
     assert env["cuda_available"] is True and env["gpu_name"] is None and env["pcie_gen_max"] is None
+
+
+def test_env_records_the_openmp_settings(monkeypatch):
+    """How PyTorch's OpenMP threads wait is part of the machine's state: set ones are
+    recorded as given, unset ones as None."""
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    env = collect_env(gpu=False)
+    assert env["openmp"]["OMP_WAIT_POLICY"] == "PASSIVE" and env["openmp"]["GOMP_SPINCOUNT"] is None
+    assert set(env["openmp"]) == {
+        "OMP_NUM_THREADS",
+        "OMP_WAIT_POLICY",
+        "GOMP_SPINCOUNT",
+        "KMP_BLOCKTIME",
+        "OMP_PROC_BIND",
+    }
