@@ -22,7 +22,7 @@
 # | `host_alloc_growth` | a pinned request needed a new power-of-two block: `cudaHostAlloc` |
 # | `device_alloc` | the copy waited on more `cudaMalloc` than its neighbours (after `empty_cache()`) |
 # | `page_faults`, `host_preempted`, `host_blocked`, `gc_pause`, `gpu_shared`, `gpu_clock_low` | where the table records page faults, CPU time, the scheduler's run-queue wait and context switches, garbage collections and the GPU's state |
-# | `other_threads` | the process's other threads ran far more CPUs' worth during the copy than during copies of its size (which threads, the table cannot say) |
+# | `other_threads` | the process's other threads ran far more CPUs' worth during the copy than during copies of its size (tables that read each thread's own CPU clock name the busiest; older ones cannot say which) |
 # | `episode` | part of a stretch of slow copies in time order, found by change-point detection |
 # | `unexplained` | none of the above; the evidence says what was ruled out |
 
@@ -147,7 +147,27 @@ ruled = {name: outliers.ruled_out(explained[name]) for name in ("forum", "sweep"
 pd.concat(ruled).round(2) if ruled else rec.lacks("forum", "sweep", "allocator")
 
 # %% [markdown]
-# ## 7 · Look at one slow copy yourself
+# ## 7 · PyTorch's own waiting threads
+#
+# *Could PyTorch itself be behind the copies no cause fits?* Between parallel regions, the
+# OpenMP threads that run PyTorch's CPU work wait for the next one, by default spinning for a
+# while before they sleep. A spinning thread is on a CPU, so a copy that waits on one looks
+# like plain CPU work: no wait to run, no sleep. The bundled `h200_omp` recording (the same
+# H200, whatever `DATA` this notebook shows) ran one interleaved plan three times with the
+# default and three times with `OMP_WAIT_POLICY=PASSIVE`, each run in its own process, the
+# policy stored in its env.json; its tables read each other thread's own CPU clock:
+
+# %% tags=["hide-input"]
+display(Markdown(str(factors.openmp_wait(datasets.load("h200_omp")))))
+
+# %% [markdown]
+# To try it on your machine, run one plan twice, the second time with the variable set, and
+# explain both: `h2dlab measure --sizes 1KiB..64MiB --order interleaved --out a.csv`, then
+# `OMP_WAIT_POLICY=PASSIVE h2dlab measure ... --out b.csv`, and `h2dlab explain a.csv`,
+# `h2dlab explain b.csv`. Both runs' env.json record the OpenMP settings they ran under.
+
+# %% [markdown]
+# ## 8 · Look at one slow copy yourself
 #
 # *What if the table cannot say more?* Trace the copy. `examples/trace_one_copy.py` records one
 # pageable copy with `torch.profiler` and writes a trace that

@@ -81,9 +81,10 @@ def test_data_comes_through_session_recording(name):
     src = "\n".join(c.source for c in cells(name, "code"))
     assert "rec = session.recording(DATA, mode=MODE)" in src and "rec.banner()" in src
     assert "Session(" not in src and "run_named(" not in src
-    # Only the forum's published table and the bundled benchmark are read outside the recording.
+    # Only the forum's published table, the bundled benchmark and the bundled OpenMP
+    # experiment (a controlled comparison no recording plan makes) are read outside the recording.
     loads = re.findall(r"datasets\.load\w*\(([^)]*)\)", src)
-    assert set(loads) <= {'"forum_a100"', '"h200"'}, loads
+    assert set(loads) <= {'"forum_a100"', '"h200"', '"h200_omp"'}, loads
 
 
 @pytest.mark.parametrize("name", THIN)

@@ -105,6 +105,14 @@ def expected():
             rows["a batch of many small tensors"].append(
                 f"`{f['runner_up']}` within {f['runner_up_ms'] / f['best_ms'] - 1:.1%} of it"
             )
+    omp = factors.openmp_wait(datasets.load("h200_omp")).values
+    d, p = omp["default"], omp["passive"]
+    rows["slow copies no cause fits, and PyTorch's waiting threads"] = [
+        f"other threads spin at {d['others_cpus']:.1f} CPUs' worth, {d['unexplained']} of {d['flagged']} flagged "
+        f"copies unexplained",
+        f"`OMP_WAIT_POLICY=PASSIVE`: {p['unexplained']} of {p['flagged']} unexplained, {p['host_blocked']} `host_blocked`",
+        f"{d['runs']} + {p['runs']} runs of one plan",
+    ]
     return rows
 
 
