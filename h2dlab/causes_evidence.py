@@ -288,9 +288,22 @@ def ruled_out(row: pd.Series, ctx: pd.Series) -> dict[str, str]:
             else ""
         )
         if exact:
+            # Schema 4: the share is over the window the clocks were read in, not the wall
+            # time, and the baseline is the one other_threads compares against.
             top, name = _get(row, "busiest_cpu_ms"), row.get("busiest_thread", "")
             who = f", the busiest ({name}) {top:.2f} ms" if name and finite(top) else ""
-            out["other threads"] = f"other threads of the process ran {others:.2f} ms of CPU{who}{usual}"
+            window = _get(row, "others_window_ms")
+            cell, typ = _get(ctx, "others_cell"), _get(ctx, "others_typ")
+            share, like = (cell, "copies of this size") if finite(cell) else (typ, "its neighbours")
+            usual = f" ({like}: {share:.1f} CPUs' worth, median)" if finite(share) else ""
+            span = (
+                f" in the {window:.2f} ms around it, {others / window:.1f} CPUs' worth"
+                if finite(window) and window > 0
+                else ""
+            )
+            out["other threads"] = (
+                f"other threads of the process ran {others:.2f} ms of CPU{span}{who}{usual}"
+            )
         else:
             out["other threads"] = f"other threads of the process used {others:.2f} ms of CPU{usual}"
     gc = _get(row, "gc_count")

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from h2dlab.factors_openmp import openmp_wait
 from h2dlab.findings import Finding, spread
 from h2dlab.model import concurrency as concurrency_table
 from h2dlab.model import medians, timed, value_ms
-from h2dlab.outliers import explain
 from h2dlab.units import fmt_bytes
 
 __all__ = [
@@ -291,55 +291,3 @@ def unexplained(explained: pd.DataFrame) -> Finding:
     )
     table = u.assign(ms=value_ms(u))[["order", "strategy", "size_bytes", "ms", "expected_ms", "evidence"]]
     return Finding(verdict, holds, {"unexplained": len(u), "flagged": len(f), "share": share}, table)
-
-
-def openmp_wait(df: pd.DataFrame) -> Finding:
-    """The same plan run under OpenMP's default wait policy and under
-    ``OMP_WAIT_POLICY=PASSIVE`` (the runs of one table; each run's policy is read from its
-    env.json, ``openmp``): how busy the process's other threads were during copies (exact
-    clocks, schema 4), how many copies were flagged, how many left unexplained and how many
-    ``host_blocked``, and which strategy and sizes the default's unexplained ones were.
-    ``holds`` when the passive runs leave fewer unexplained copies than the default ones.
-
-    Raises
-    ------
-    ValueError
-        When the table lacks runs of either policy or the schema-4 columns.
-    """
-    envs = df.attrs.get("envs") or {}
-    policy = {rid: ((envs.get(rid) or {}).get("openmp") or {}).get("OMP_WAIT_POLICY") for rid in envs}
-    passive = df["run_id"].map(lambda r: str(policy.get(r) or "").upper() == "PASSIVE")
-    if passive.all() or not passive.any() or "others_cpu_ms" not in df:
-        raise ValueError("openmp_wait needs schema-4 runs with and without OMP_WAIT_POLICY=PASSIVE")
-    e = explain(df)
-    t = timed(e)
-    share = (t["others_cpu_ms"] / t["others_window_ms"]).groupby(passive[t.index]).median()
-    out: dict[str, Any] = {}
-    for key, is_passive in (("default", False), ("passive", True)):
-        f = e[e["is_outlier"] & (passive == is_passive)]
-        u = f[f["cause"] == "unexplained"]
-        top = u["strategy"].value_counts()
-        out[key] = {
-            "runs": int(e.loc[passive == is_passive, "run_id"].nunique()),
-            "flagged": len(f),
-            "unexplained": len(u),
-            "host_blocked": int((f["cause"] == "host_blocked").sum()),
-            "others_cpus": float(share[is_passive]),
-            "top": top.index[0] if len(top) else "",
-            "top_n": int(top.iloc[0]) if len(top) else 0,
-        }
-        sizes = u.loc[u["strategy"] == out[key]["top"], "size_bytes"]
-        out[key]["top_sizes"] = (int(sizes.min()), int(sizes.max())) if len(sizes) else (0, 0)
-    d, p = out["default"], out["passive"]
-    lo, hi = (fmt_bytes(b) for b in d["top_sizes"])
-    verdict = (
-        f"With OpenMP's default wait policy ({d['runs']} runs), the process's other threads ran a median "
-        f"{d['others_cpus']:.1f} CPUs' worth during each copy, and {d['unexplained']} of {d['flagged']} flagged "
-        f"copies were unexplained ({d['top_n']} of them `{d['top']}`, {lo} to {hi}). With "
-        f"`OMP_WAIT_POLICY=PASSIVE` ({p['runs']} runs of the same plans and seeds) they ran "
-        f"{p['others_cpus']:.1f} CPUs' worth, and {p['unexplained']} of {p['flagged']} flagged copies were "
-        f"unexplained; {p['host_blocked']} were `host_blocked`, the timing thread asleep while it waited. "
-        "A thread that spins while it waits stays on its CPU, so the per-copy evidence cannot see the wait; "
-        "one that sleeps shows in the scheduler's account."
-    )
-    return Finding(verdict, p["unexplained"] < d["unexplained"], out)

@@ -151,9 +151,11 @@ pd.concat(ruled).round(2) if ruled else rec.lacks("forum", "sweep", "allocator")
 #
 # *Could PyTorch itself be behind the copies no cause fits?* Between parallel regions, the
 # OpenMP threads that run PyTorch's CPU work wait for the next one, by default spinning for a
-# while before they sleep. A spinning thread is on a CPU, so a copy that waits on one looks
-# like plain CPU work: no wait to run, no sleep. The bundled `h200_omp` recording (the same
-# H200, whatever `DATA` this notebook shows) ran one interleaved plan three times with the
+# while before they sleep, and the thread that starts a parallel region (here, the one timing
+# the copy) waits for the others to finish it the same way. A thread that waits by spinning
+# stays on its CPU, so in the table its wait looks like plain CPU work: no wait to run, no
+# sleep. The bundled `h200_omp` recording (an H200 of the same model, on a later boot of the
+# lent VM, whatever `DATA` this notebook shows) ran one interleaved plan three times with the
 # default and three times with `OMP_WAIT_POLICY=PASSIVE`, each run in its own process, the
 # policy stored in its env.json; its tables read each other thread's own CPU clock:
 

@@ -38,19 +38,81 @@ def test_openmp_wait_counts_recomputed(omp):
         assert got["others_cpus"] == pytest.approx((t.others_cpu_ms / t.others_window_ms).median())
     d, p = f.values["default"], f.values["passive"]
     assert f.holds == (p["unexplained"] < d["unexplained"]) and f.holds
+    assert (d["runs"], d["flagged"], d["unexplained"], p["flagged"], p["unexplained"], p["host_blocked"]) == (
+        3, 37, 36, 22, 7, 15,
+    )  # fmt: skip
     assert (
-        f"{d['unexplained']} of {d['flagged']} flagged copies were unexplained ({d['top_n']} of them `{d['top']}`"
-        in f.verdict
+        f"{d['unexplained']} of {d['flagged']} flagged copies (18 in default-1, 7 in default-2, 12 in default-3) "
+        f"were unexplained ({d['top_n']} of them `{d['top']}`" in f.verdict
     )
     assert f"{fmt_bytes(d['top_sizes'][0])} to {fmt_bytes(d['top_sizes'][1])}" in f.verdict
     assert (
-        f"{p['unexplained']} of {p['flagged']} flagged copies were unexplained; {p['host_blocked']} were `host_blocked`"
-        in f.verdict
+        f"{p['unexplained']} of {p['flagged']} flagged copies (19 in passive-1, 1 in passive-2, 2 in passive-3) "
+        f"were unexplained; {p['host_blocked']} were `host_blocked`" in f.verdict
     )
     assert (
-        f"median {d['others_cpus']:.1f} CPUs' worth" in f.verdict
-        and f"ran {p['others_cpus']:.1f} CPUs' worth" in f.verdict
+        f"in the median copy the process's other threads ran {d['others_cpus']:.1f} CPUs' worth" in f.verdict
     )
+    assert f"the median copy saw {p['others_cpus']:.1f} CPUs' worth" in f.verdict
+
+
+def test_openmp_wait_evidence_of_spinning_and_sleeping_recomputed(omp):
+    # The sentence's reading of the two policies: under the default the busiest other thread
+    # is on a CPU most of each copy's window and the flagged copies' timing thread never
+    # leaves its CPU; under PASSIVE the host_blocked ones sleep. Each number from the rows.
+    df, f = omp
+    e = outliers.explain(df)
+    envs, names = df.attrs["envs"], df.attrs["run_names"]
+    for key, want in (("default", None), ("passive", "PASSIVE")):
+        part = e[e.run_id.map(lambda r, w=want: envs[r]["openmp"]["OMP_WAIT_POLICY"] == w)]
+        t = part[~part.warmup & (part.error == "")]
+        flagged = part[part.is_outlier]
+        blocked = flagged[flagged.cause == "host_blocked"]
+        got = f.values[key]
+        assert got["busiest_share"] == pytest.approx((t.busiest_cpu_ms / t.others_window_ms).median())
+        assert got["flagged_by_run"] == {
+            names[r]: int((flagged.run_id == r).sum()) for r in part.run_id.unique()
+        }
+        assert got["cpu_share"][0] == pytest.approx((flagged.cpu_ms / flagged.wall_ms).min())
+        assert got["nvcsw"][1] == flagged.nvcsw.max()
+        if len(blocked):
+            share = blocked.cpu_ms / blocked.wall_ms
+            assert got["blocked_cpu_share"] == pytest.approx((share.min(), share.max()))
+            assert got["blocked_nvcsw"] == (blocked.nvcsw.min(), blocked.nvcsw.max())
+    d, p = f.values["default"], f.values["passive"]
+    # On this data: the default's flagged copies never left the CPU; PASSIVE's blocked ones slept.
+    assert d["cpu_share"][0] >= 0.995 and d["nvcsw"] == (0.0, 0.0) and d["run_delay_ms"] == (0.0, 0.0)
+    assert p["blocked_cpu_share"][1] < 0.5 and p["blocked_nvcsw"][0] >= 1
+    assert d["busiest_share"] > 0.5 and p["busiest_share"] == 0
+    assert f"busiest of them on a CPU for {d['busiest_share']:.0%} of the copy's window" in f.verdict
+    assert "no voluntary context switch and no wait to run" in f.verdict
+    assert (
+        f"CPU time {p['blocked_cpu_share'][0]:.0%} to {p['blocked_cpu_share'][1]:.0%} of wall, "
+        f"{p['blocked_nvcsw'][0]:.0f} to {p['blocked_nvcsw'][1]:.0f} voluntary context switches" in f.verdict
+    )
+    # Most of PASSIVE's flagged copies came from one run: the sentence says so.
+    assert p["flagged_by_run"] == {"passive-1": 19, "passive-2": 1, "passive-3": 2}
+    assert "19 of PASSIVE's 22 flagged copies came from one run" in f.verdict
+    assert "of the default's" not in f.verdict  # the default's are spread: 18, 7, 12
+    assert "(19 in passive-1, 1 in passive-2, 2 in passive-3)" in f.verdict
+
+
+def test_openmp_wait_passive_slowdown_recomputed(omp):
+    # PASSIVE makes the default's unexplained strategy slower at the same sizes: the median
+    # per size, PASSIVE over default, from the rows.
+    df, f = omp
+    d = f.values["default"]
+    envs = df.attrs["envs"]
+    t = df[~df.warmup & (df.error == "") & (df.strategy == d["top"])]
+    t = t[t.size_bytes.between(*d["top_sizes"])]
+    ms = t.event_ms.where(t.event_ms.notna(), t.wall_ms)
+    passive = t.run_id.map(lambda r: envs[r]["openmp"]["OMP_WAIT_POLICY"] == "PASSIVE")
+    med = ms.groupby([passive, t.size_bytes]).median().unstack(0)
+    ratio = med[True] / med[False]
+    assert len(ratio) == 6  # 64 KiB .. 2 MiB
+    assert f.values["slowdown"] == pytest.approx((ratio.min(), ratio.max()))
+    assert ratio.min() > 1.2  # slower at every one of those sizes
+    assert f"took {ratio.min():.1f}x to {ratio.max():.1f}x as long as under the default" in f.verdict
 
 
 def test_openmp_wait_needs_both_policies(omp):

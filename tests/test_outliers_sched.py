@@ -200,6 +200,51 @@ def test_schema4_other_threads_reads_each_threads_clock_and_names_the_busiest():
     assert "scheduler tick" not in row["evidence"]  # exact clocks: no lumping caveat
     quiet = e[e["cause"] == "unexplained"]
     assert quiet["evidence"].str.contains("the busiest (worker-3)", regex=False).any()
+    # What was ruled out quotes the copy's own CPUs' worth over the window the clocks were
+    # read in, and the same baseline other_threads compares against (not "% of wall time").
+    checks = outliers.ruled_out(e)["other threads"]
+    t = e[~e["warmup"] & (e["error"] == "")]
+    for i in quiet.index[:5]:
+        row = e.loc[i]
+        like = t[(t["run_id"] == row["run_id"]) & (t["strategy"] == row["strategy"])]
+        cell = like[like["size_bytes"] == row["size_bytes"]]
+        share = cell if len(cell) >= 3 else like
+        usual = (share["others_cpu_ms"] / share["others_window_ms"]).median()
+        rate = row["others_cpu_ms"] / row["others_window_ms"]
+        assert checks[i].startswith(
+            f"other threads of the process ran {row['others_cpu_ms']:.2f} ms of CPU in the "
+            f"{row['others_window_ms']:.2f} ms around it, {rate:.1f} CPUs' worth"
+        ), checks[i]
+        assert checks[i].endswith(f": {usual:.1f} CPUs' worth, median)"), checks[i]
+        assert "of their wall time" not in checks[i]
+
+
+def test_schema4_ruled_out_other_threads_on_h200_omp():
+    # The bundled H200 run (schema 4): a default-policy pin_then_copy left unexplained; its
+    # "other threads" check recomputed from the rows with pandas.
+    df = datasets.load("h200_omp")
+    e = outliers.explain(df)
+    u = e[e["is_outlier"] & (e["cause"] == "unexplained")]
+    i = u.index[(u["strategy"] == "pin_then_copy") & (u["run_id"].map(df.attrs["run_names"]) == "default-1")][
+        0
+    ]
+    row = e.loc[i]
+    t = e[~e["warmup"] & (e["error"] == "")]
+    cell = t[
+        (t["run_id"] == row["run_id"])
+        & (t["strategy"] == "pin_then_copy")
+        & (t["size_bytes"] == row["size_bytes"])
+    ]
+    usual = (cell["others_cpu_ms"] / cell["others_window_ms"]).median()
+    rate = row["others_cpu_ms"] / row["others_window_ms"]
+    want = (
+        f"other threads of the process ran {row['others_cpu_ms']:.2f} ms of CPU in the {row['others_window_ms']:.2f} ms "
+        f"around it, {rate:.1f} CPUs' worth, the busiest ({row['busiest_thread']}) {row['busiest_cpu_ms']:.2f} ms "
+        f"(copies of this size: {usual:.1f} CPUs' worth, median)"
+    )
+    assert outliers.ruled_out(e).loc[i, "other threads"] == want
+    assert want in row["evidence"]
+    assert len(cell) == 10 and rate < 2 * usual  # why other_threads did not fire: at its usual share
 
 
 def test_near_misses_stay_unexplained_and_say_what_was_ruled_out(explained_v3):

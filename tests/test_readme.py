@@ -108,9 +108,12 @@ def expected():
     omp = factors.openmp_wait(datasets.load("h200_omp")).values
     d, p = omp["default"], omp["passive"]
     rows["slow copies no cause fits, and PyTorch's waiting threads"] = [
-        f"other threads spin at {d['others_cpus']:.1f} CPUs' worth, {d['unexplained']} of {d['flagged']} flagged "
-        f"copies unexplained",
+        f"other threads spin at a median {d['others_cpus']:.1f} CPUs' worth, {d['unexplained']} of {d['flagged']} "
+        f"flagged copies unexplained",
         f"`OMP_WAIT_POLICY=PASSIVE`: {p['unexplained']} of {p['flagged']} unexplained, {p['host_blocked']} `host_blocked`",
+        f"({max(p['flagged_by_run'].values())} of the {p['flagged']} from one run)",
+        f"the median `{d['top']}` of {fmt_bytes(d['top_sizes'][0])} to {fmt_bytes(d['top_sizes'][1])} "
+        f"{omp['slowdown'][0]:.1f}x to {omp['slowdown'][1]:.1f}x slower",
         f"{d['runs']} + {p['runs']} runs of one plan",
     ]
     return rows
