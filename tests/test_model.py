@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab import datasets, model, outliers
+from h2dlab import datasets, model, outliers, rows
 
 MiB, GiB = 2**20, 2**30
 #: Synthetic GB/s and overhead (ms) per strategy: made-up numbers.
@@ -151,6 +151,39 @@ def test_missing_columns_are_named():
     for f in (model.fit, outliers.explain):
         with pytest.raises(ValueError, match="missing column.*error"):
             f(df)
+
+
+def test_check_values_messages_say_exactly_what_was_wrong():
+    with pytest.raises(TypeError, match=r"^expected a pandas DataFrame \(a measurement table\), got list$"):
+        rows.check_values([1, 2])
+    df = synthetic_table(["pageable"]).drop(columns=["event_ms", "error"])
+    with pytest.raises(ValueError, match=r"^not a measurement table: missing column\(s\) event_ms, error$"):
+        rows.check_values(df)
+
+
+def test_check_values_without_an_error_column_checks_every_row():
+    """``required`` without ``error``: a table lacking it is taken, each of its rows is a
+    measurement, so a negative value in any row is refused."""
+    req = ("size_bytes", "wall_ms")
+    df = synthetic_table(["pageable"]).drop(columns=["error"])
+    assert rows.check_values(df, req) is None
+    df.loc[4, "wall_ms"] = -1.0
+    with pytest.raises(ValueError, match=r"column 'wall_ms' holds 1 negative or infinite value.*index 4"):
+        rows.check_values(df, req)
+
+
+def test_check_values_reads_each_measured_column_the_table_has():
+    """A measured column the table lacks is skipped, not the end of the check; a value that
+    is not a number (a table built by hand, not read by datasets, which refuses it) counts as
+    not measured, like NaN: check_values refuses only negative or infinite numbers."""
+    df = synthetic_table(["pageable"], cpu_ms=0.01).drop(columns=["host_allocs"])
+    df["gpu_procs"] = "n/a"
+    assert rows.check_values(df) is None
+    df.loc[5, "cpu_ms"] = -0.5
+    with pytest.raises(
+        ValueError, match=r"column 'cpu_ms' holds 1 negative or infinite value.*index 5: .*-0\.5"
+    ):
+        rows.check_values(df)
 
 
 @settings(max_examples=40, deadline=None)

@@ -414,6 +414,10 @@ def test_ruled_out_table_lists_each_check(explained_v3):
         assert table[col].str.len().gt(0).all(), col
     i = table.index[0]
     assert table.at[i, "ms"] == pytest.approx(e.at[i, "event_ms"])
+    # the head columns are the flagged copies' own values, every row
+    assert list(table.columns[:6]) == ["run_id", "order", "strategy", "size_bytes", "ms", "expected_ms"]
+    assert table["expected_ms"].to_numpy() == pytest.approx(u["expected_ms"].to_numpy())
+    assert (table["expected_ms"] > 0).all()
     assert f"{e.at[i, 'issue_ms']:.2f} ms in the timed call" in table.at[i, "time in the call"]
     others = e.at[i, "proc_cpu_ms"] - e.at[i, "cpu_ms"]
     assert f"other threads of the process used {others:.2f} ms of CPU" in table.at[i, "other threads"]
@@ -443,7 +447,8 @@ def test_ruled_out_on_recorded_tables_matches_each_evidence(name):
         assert e.at[i, "evidence"].endswith("an isolated slow copy: " + said), i
     if name == "forum_a100":  # schema 1: no counters beside empty_cache()
         assert checks == ["empty_cache"]
-    with pytest.raises(ValueError, match="run outliers.explain"):
+    whole = r"^ruled_out\(\) reads explain\(\)'s output: run outliers\.explain\(table\) first$"
+    with pytest.raises(ValueError, match=whole):
         outliers.ruled_out(datasets.load(name))
 
 
