@@ -34,16 +34,7 @@ MODE = "replay"
 # %%
 from IPython.display import Markdown, display
 
-from h2dlab import (
-    advice,
-    compare_machines,
-    datasets,
-    factors,
-    findings_speed,
-    findings_transfer,
-    plots,
-    session,
-)
+from h2dlab import advice, compare_machines, datasets, factors, findings_speed, findings_transfer, plots, session
 
 rec = session.recording(DATA, mode=MODE)
 sweep = rec.get("sweep", "pow2-interleaved")
