@@ -20,6 +20,7 @@ from h2dlab import __version__, cli_common, cli_compare, cli_measuring, cli_reco
 from h2dlab.cli_checks import check_folder, check_out, check_plan, check_target, not_the_source
 from h2dlab.cli_common import EXIT_CODES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, failure, finish_measure
 from h2dlab.cli_common import Parser as _Parser
+from h2dlab.cli_common import names as names_list
 from h2dlab.cli_common import sizes_arg as _sizes
 from h2dlab.cli_common import whole_arg as _whole
 from h2dlab.errors import Unavailable, UsageError
@@ -152,9 +153,7 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec | ForumSpec | OverlapSpec
         from h2dlab.concurrent import DEFAULT_SIZES as GPUS_SIZES
         from h2dlab.spec import DEFAULT_SIZES
 
-        names = (
-            None if a.strategies is None else tuple(s.strip() for s in a.strategies.split(",") if s.strip())
-        )
+        names = names_list(a.strategies, "--strategies")
         sizes = a.sizes or (GPUS_SIZES if a.gpus is not None else DEFAULT_SIZES)
         spec = SweepSpec(
             strategies=names,
@@ -244,7 +243,7 @@ def _cmd_explain(a, argv) -> int:
 def _cmd_report(a, argv) -> int:
     from h2dlab import report
 
-    only = None if a.only is None else [n.strip() for n in a.only.split(",") if n.strip()]
+    only = None if a.only is None else list(names_list(a.only, "--only"))
     if only == []:
         raise UsageError(f"--only names no notebook: choose from {', '.join(report.NOTEBOOKS)}")
     unknown = [n for n in only or [] if n not in report.NOTEBOOKS]

@@ -22,6 +22,7 @@ __all__ = [
     "debugging",
     "expand_home",
     "failure",
+    "names",
     "number_arg",
     "one_line_warnings",
     "sizes_arg",
@@ -75,6 +76,26 @@ def sizes_arg(text: str) -> list[int]:
         return parse_sizes(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def names(text: str | None, option: str) -> tuple[str, ...] | None:
+    """The names of a comma list option (``--strategies a,b``), or None when not given;
+    ``()`` when it names nothing (each command then says what it expected).
+
+    Raises
+    ------
+    UsageError
+        An empty entry beside names (``a,,b``, ``a,``): a slip the command would otherwise
+        pass over in silence.
+    """
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
+        return ()
+    if "" in parts:
+        raise UsageError(f"{option} {text!r} has an empty entry: write names separated by single commas")
+    return tuple(parts)
 
 
 _NUMBER = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*|\s*inf\s*", re.IGNORECASE)

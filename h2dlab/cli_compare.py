@@ -168,7 +168,9 @@ def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
         raise UsageError(
             "--strategies is empty: name strategies (e.g. pageable,pinned_reuse), or leave it out"
         )
-    keep = None if a.strategies is None else [s.strip() for s in a.strategies.split(",") if s.strip()]
+    from h2dlab.cli_common import names
+
+    keep = None if a.strategies is None else list(names(a.strategies, "--strategies"))
     tables = []
     for label, df in load_runs(a.runs):
         t = table(df, a.baseline)

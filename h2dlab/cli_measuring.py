@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from h2dlab.cli_common import sizes_arg, whole_arg
+from h2dlab.cli_common import names, sizes_arg, whole_arg
 
 __all__ = ["COMMANDS", "LAYOUTS", "add_parser", "batch_spec", "duplex_spec", "run"]
 
@@ -88,7 +88,7 @@ def batch_spec(a: argparse.Namespace):
     """The :class:`~h2dlab.batch.BatchSpec` the ``batch`` options describe."""
     from h2dlab.batch import DEFAULT_COUNTS, DEFAULT_TOTALS, BatchSpec
 
-    methods = None if a.methods is None else tuple(m.strip() for m in a.methods.split(",") if m.strip())
+    methods = names(a.methods, "--methods")
     return BatchSpec(
         counts=tuple(a.counts or DEFAULT_COUNTS),
         totals=tuple(a.totals or DEFAULT_TOTALS),

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from h2dlab.cli_common import names
 from h2dlab.errors import Unavailable, UsageError
 from h2dlab.record_env import note_resume, write_folder_env
 from h2dlab.record_folder import default_folder, load_manifest, new_manifest, read_manifest, write_manifest
@@ -163,6 +164,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     exps = experiments(args.quick, max(gpus, 1), plan)
     if device == "cpu":
         exps = [e for e in exps if e.kind == "sweep"]
+    names(args.only, "--only")  # refuses an empty entry before select() reads the list
     try:
         exps = select(exps, args.only)
     except ValueError as exc:

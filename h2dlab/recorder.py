@@ -186,7 +186,8 @@ def check_resume(
         diff = differences(recorded_spec, spec)
         if diff:
             raise UsageError(
-                f"cannot resume: this run's spec differs from the first run's ({'; '.join(diff)})"
+                f"cannot resume: this run's spec differs from the first run's ({'; '.join(diff)}): "
+                "resume with the first run's spec, or force a new run to replace it"
             )
     if len(done) > len(planned):
         raise UsageError(f"cannot resume: the file holds {len(done)} rows but the plan has {len(planned)}")

@@ -65,7 +65,11 @@ def _seed(value: Any) -> int:
 def _device_text(device: Any) -> str:
     text = str(device)
     kind, _, index = text.partition(":")
-    if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
+    if (
+        kind not in ("cpu", "cuda")
+        or (index and not (index.isascii() and index.isdigit()))
+        or (kind == "cpu" and index)
+    ):
         raise UsageError(f"unknown device {text!r}: use cpu, cuda or cuda:N")
     return text
 

@@ -302,3 +302,39 @@ def test_a_gpu_index_this_machine_lacks_is_a_usage_error(monkeypatch, capsys):
     assert cli.main(["measure", "--device", "cuda:3", "--sizes", "1KiB", "--out", "x.csv"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["h2dlab: error: there is no cuda:3: this machine has 1 CUDA device(s), 0..0"]
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (
+            [
+                "measure",
+                "--device",
+                "cpu",
+                "--sizes",
+                "1KiB",
+                "--strategies",
+                "pageable,,staged",
+                "--out",
+                "x.csv",
+            ],
+            "--strategies",
+        ),
+        (
+            ["measure", "--device", "cpu", "--sizes", "1KiB", "--strategies", "pageable,", "--out", "x.csv"],
+            "--strategies",
+        ),
+        (["compare", "h200_sweep:pow2", "--strategies", "pageable,,staged"], "--strategies"),
+        (["batch", "--device", "cpu", "--methods", "loop_to,,", "--out", "x.csv"], "--methods"),
+        (["record", "--dry-run", "--only", "sweep,,forum"], "--only"),
+        (["report", "--only", "03-spikes-explained,,"], "--only"),
+    ],
+)
+def test_an_empty_entry_in_a_name_list_is_refused(args, option, tmp_path, monkeypatch, capsys):
+    """A doubled or trailing comma was passed over in silence; now one line, exit 2, and
+    nothing written."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("H2DLAB_RUNS", str(tmp_path / "runs"))
+    line = refused_in_one_line(args, [option, "has an empty entry"], capsys, tmp_path)
+    assert line.startswith("h2dlab: error: ")

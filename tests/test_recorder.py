@@ -135,7 +135,8 @@ def test_check_resume_names_every_changed_field_and_the_way_out():
     with pytest.raises(UsageError) as info:
         check_resume(_done(PLAN[:1]), PLAN, a, b)
     assert str(info.value) == (
-        "cannot resume: this run's spec differs from the first run's (reps was 150, now 9; seed was 0, now 2)"
+        "cannot resume: this run's spec differs from the first run's (reps was 150, now 9; seed was 0, now 2): "
+        "resume with the first run's spec, or force a new run to replace it"
     )
     rows = [dict(r) for r in PLAN[:3]]
     rows[1]["rep"] = 5

@@ -350,3 +350,10 @@ def test_differences_name_a_key_only_one_side_has():
     new = {"kind": "sweep", "reps": 3, "dtype": "uint8"}
     assert differences(old, new) == ["dtype was None, now 'uint8'"]
     assert differences(new, old) == ["dtype was 'uint8', now None"]
+
+
+@pytest.mark.parametrize("device", ["cuda:\u0663", "cuda:\u00b2", "cuda:1_0"])
+def test_a_device_index_is_ascii_digits(device):
+    """str.isdigit() takes other scripts' digits and superscripts; torch does not."""
+    with pytest.raises(UsageError, match="unknown device"):
+        SweepSpec(("pageable",), (1024,), device=device)
