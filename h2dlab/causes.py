@@ -29,6 +29,7 @@ from h2dlab.causes_evidence import (
     ruled_out,
     slow_text,
 )
+from h2dlab.causes_threads import others_share
 
 __all__ = [
     "CAUSES",
@@ -129,11 +130,8 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     asleep = np.maximum(wall - cpu - rd, 0.0)  # NaN stays NaN
     for name, part in (("rd_typ", rd), ("blocked_typ", asleep), ("issue_typ", _col(df, "issue_ms"))):
         ctx[name] = (part / wall).where(timed).groupby(by, sort=False).transform("median")
-    # The process's other threads, in CPUs' worth: schema 4's exact clocks over the window
-    # they were read in, else the process clock less the timing thread's over wall time.
-    exact, window = _col(df, "others_cpu_ms"), _col(df, "others_window_ms")
-    inexact = np.maximum(_col(df, "proc_cpu_ms") - cpu, 0.0) / wall
-    share = (exact / window.where(window > 0)).where(exact.notna(), inexact).where(timed)
+    # The process's other threads, in CPUs' worth (exact clocks where recorded).
+    share = others_share(df).where(timed)
     ctx["others_typ"] = share.groupby(by, sort=False).transform("median")
     # ... per copy size too: whether a copy is split over threads depends on its size.
     cell = share.groupby([*by, df["size_bytes"]], sort=False)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from h2dlab.causes_threads import MIN_OTHERS_RATIO, others_cause, others_ms
+from h2dlab.causes_threads import MIN_OTHERS_RATIO, others_cause, others_ms, usual_share
 
 __all__ = [
     "CHECKS",
@@ -293,8 +293,7 @@ def ruled_out(row: pd.Series, ctx: pd.Series) -> dict[str, str]:
             top, name = _get(row, "busiest_cpu_ms"), row.get("busiest_thread", "")
             who = f", the busiest ({name}) {top:.2f} ms" if name and finite(top) else ""
             window = _get(row, "others_window_ms")
-            cell, typ = _get(ctx, "others_cell"), _get(ctx, "others_typ")
-            share, like = (cell, "copies of this size") if finite(cell) else (typ, "its neighbours")
+            share, like = usual_share(ctx)
             usual = f" ({like}: {share:.1f} CPUs' worth, median)" if finite(share) else ""
             span = (
                 f" in the {window:.2f} ms around it, {others / window:.1f} CPUs' worth"

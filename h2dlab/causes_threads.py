@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["MIN_OTHERS_RATIO", "others_cause", "others_ms"]
+__all__ = ["MIN_OTHERS_RATIO", "others_cause", "others_ms", "others_share", "usual_share"]
 
 #: other_threads: the process's other threads ran at least this multiple of their usual
 #: CPUs' worth for copies like it (besides covering its extra time with extra CPU).
@@ -42,6 +42,27 @@ def others_ms(row: pd.Series) -> tuple[float, bool]:
     return np.nan, False
 
 
+def others_share(df: pd.DataFrame) -> pd.Series:
+    """Per row, the CPUs' worth the process's other threads ran: schema 4's exact
+    ``others_cpu_ms`` over ``others_window_ms`` (the window its reads span), else
+    ``(proc_cpu_ms - cpu_ms) / wall_ms`` (at least 0; schema 3), else NaN."""
+
+    def col(name: str) -> pd.Series:
+        return df[name].astype(float) if name in df.columns else pd.Series(np.nan, index=df.index)
+
+    exact, window = col("others_cpu_ms"), col("others_window_ms")
+    inexact = np.maximum(col("proc_cpu_ms") - col("cpu_ms"), 0.0) / df["wall_ms"].astype(float)
+    return (exact / window.where(window > 0)).where(exact.notna(), inexact)
+
+
+def usual_share(ctx: pd.Series) -> tuple[float, str]:
+    """The other threads' usual CPUs' worth a copy is compared with, and what it is the
+    median of: ``ctx["others_cell"]`` (copies of the same group and size) where there are
+    enough of those, else ``ctx["others_typ"]`` (the whole group)."""
+    cell, typ = ctx.get("others_cell", np.nan), ctx.get("others_typ", np.nan)
+    return (cell, "copies of this size") if np.isfinite(cell) else (typ, "its neighbours")
+
+
 def others_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
     """other_threads for one flagged row, or None.
 
@@ -53,8 +74,7 @@ def others_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple
     CPU during any longer copy, which says nothing about its cause.
     """
     others, exact = others_ms(row)
-    cell, typ = ctx.get("others_cell", np.nan), ctx.get("others_typ", np.nan)
-    share, like = (cell, "copies of this size") if np.isfinite(cell) else (typ, "its neighbours")
+    share, like = usual_share(ctx)
     if not (np.isfinite(others) and np.isfinite(share)):
         return None
     wall, exp = row["wall_ms"], row["expected_ms"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from h2dlab.causes_threads import others_share
 from h2dlab.finding import Finding
 from h2dlab.outliers import explain
 from h2dlab.rows import timed, value_ms
@@ -42,7 +43,7 @@ def _side(e: pd.DataFrame, t: pd.DataFrame, mask: pd.Series, names: dict) -> dic
         "flagged_by_run": {str(names.get(r, r)): int(by_run.get(r, 0)) for r in runs},
         "unexplained": len(u),
         "host_blocked": len(b),
-        "others_cpus": float((tm["others_cpu_ms"] / tm["others_window_ms"]).median()),
+        "others_cpus": float(others_share(tm).median()),
         "busiest_share": float((tm["busiest_cpu_ms"] / tm["others_window_ms"]).median()),
         "top": top.index[0] if len(top) else "",
         "top_n": int(top.iloc[0]) if len(top) else 0,
