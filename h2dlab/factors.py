@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from h2dlab.factors_idle import idle_wake
 from h2dlab.factors_openmp import openmp_wait
 from h2dlab.findings import Finding, spread
 from h2dlab.model import concurrency as concurrency_table
@@ -25,6 +26,7 @@ __all__ = [
     "ON_CPU_SHARE",
     "concurrency",
     "gpu_clocks",
+    "idle_wake",
     "machine",
     "non_blocking_pageable",
     "on_cpu_throughout",

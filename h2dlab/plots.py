@@ -30,6 +30,7 @@ from h2dlab.plots_compare import (
     pin_cost,
 )
 from h2dlab.plots_fastpath import staged_timeline
+from h2dlab.plots_idle import idle_pause
 from h2dlab.plots_style import (
     CAUSE_COLORS,
     PALETTE,
@@ -55,9 +56,9 @@ __all__ = [
     "footnote", "forum_columns", "hline_label", "latency", "legend_outside", "palette_for",
     "pcie_limit_gbps", "place_labels", "pow2_boundaries", "provenance", "size_axis", "size_label",
     "subplots", "timed_rows", "timeline",
-    # re-exported figures of plots_compare, plots_fastpath and plots_transfer
+    # re-exported figures of plots_compare, plots_fastpath, plots_idle and plots_transfer
     "advice_bars", "batch_overhead", "benchmark", "cache_kept_vs_emptied", "concurrency", "device_alloc_cost",
-    "directions", "duplex_aggregate", "machines", "overlap", "pin_cost", "staged_timeline",
+    "directions", "duplex_aggregate", "idle_pause", "machines", "overlap", "pin_cost", "staged_timeline",
 ]  # fmt: skip
 
 

@@ -1,0 +1,112 @@
+"""What a pause costs the next copy: the ``idle`` runs of a recording (``h2dlab measure
+--pause MS``: the kit wakes the GPU, spins MS ms with the GPU idle, then times the copy),
+compared from the tables. Re-exported by :mod:`h2dlab.factors`. No torch here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from h2dlab.finding import Finding
+from h2dlab.rows import timed, value_ms
+from h2dlab.units import fmt_bytes
+
+__all__ = ["SLOW_RATIO", "idle_wake", "pauses"]
+
+#: A copy counts as slowed by the pause at this multiple of the same cell's median after
+#: the shortest pause.
+SLOW_RATIO = 1.5
+
+
+def pauses(df: pd.DataFrame) -> pd.Series:
+    """Per row, the pause (ms) its run spun with the GPU idle before each timed copy, read
+    from the run's env.json (``spec.pause_ms``); NaN for runs measured without ``--pause``."""
+    envs = df.attrs.get("envs") or {}
+
+    def of(run_id: object) -> float:
+        v = ((envs.get(run_id) or {}).get("spec") or {}).get("pause_ms")
+        return float(v) if v is not None else np.nan
+
+    return df["run_id"].map(of).astype(float)
+
+
+def _us(ms: float) -> str:
+    return f"{ms * 1e3:.0f} µs" if ms < 1 else f"{ms:.2f} ms"
+
+
+def idle_wake(df: pd.DataFrame) -> Finding:
+    """Median time of each (strategy, size) after each pause, from runs measured with
+    ``--pause`` (the ``idle`` kind of a recording).
+
+    ``values["cells"]``: one row per strategy, size and pause with ``median_ms``,
+    ``p90_ms``, ``n``, ``ratio`` (median over the same cell's median after the shortest
+    pause) and ``slow_share`` (share of copies at least :data:`SLOW_RATIO` times that
+    median). ``values["pauses"]``: the pauses, ascending; ``values["extra_p90_ms"]``: over
+    every cell, the largest p90 less the shortest pause's median, after pauses of at least
+    ``values["pauses"][1]`` (how much a pause can add). ``holds`` when, for every
+    strategy, the smallest size's median after the longest pause is at least
+    :data:`SLOW_RATIO` times its median after the shortest.
+
+    Raises
+    ------
+    ValueError
+        When the table holds fewer than two distinct pauses.
+    """
+    t = timed(df)
+    p = pauses(t)
+    levels = sorted(p.dropna().unique())
+    if len(levels) < 2:
+        raise ValueError(
+            "idle_wake needs runs measured with at least two different pauses (h2dlab measure --pause MS); "
+            f"this table has {len(levels)}"
+        )
+    t = t.assign(pause_ms=p, v=value_ms(t)).dropna(subset=["pause_ms"])
+    g = t.groupby(["strategy", "size_bytes", "pause_ms"])["v"]
+    cells = pd.DataFrame({"median_ms": g.median(), "p90_ms": g.quantile(0.9), "n": g.size()}).reset_index()
+    base = cells[cells["pause_ms"] == levels[0]].set_index(["strategy", "size_bytes"])["median_ms"]
+    key = pd.MultiIndex.from_frame(cells[["strategy", "size_bytes"]])
+    cells["ratio"] = cells["median_ms"].to_numpy() / base.reindex(key).to_numpy()
+    tb = base.reindex(pd.MultiIndex.from_frame(t[["strategy", "size_bytes"]])).to_numpy()
+    t = t.assign(slow=t["v"].to_numpy() >= SLOW_RATIO * tb)
+    share = t.groupby(["strategy", "size_bytes", "pause_ms"])["slow"].mean().reset_index(name="slow_share")
+    cells = cells.merge(share, on=["strategy", "size_bytes", "pause_ms"])
+    longer = cells[cells["pause_ms"] >= levels[1]]
+    extra = longer["p90_ms"].to_numpy() - base.reindex(
+        pd.MultiIndex.from_frame(longer[["strategy", "size_bytes"]])
+    )
+    values: dict[str, Any] = {"cells": cells, "pauses": levels, "extra_p90_ms": float(np.nanmax(extra))}
+    parts, holds, smaller_hurt = [], True, True
+    for strategy, c in cells.groupby("strategy", sort=True):
+        small, large = c["size_bytes"].min(), c["size_bytes"].max()
+        s = c[c["size_bytes"] == small].set_index("pause_ms")
+        lg = c[c["size_bytes"] == large].set_index("pause_ms")
+        steps = ", ".join(
+            f"{_us(s.loc[q, 'median_ms'])} after {q:g} ms ({s.loc[q, 'slow_share']:.0%} of copies at least "
+            f"{SLOW_RATIO:g}x the first)"
+            for q in levels[1:]
+        )
+        holds &= bool(s.loc[levels[-1], "ratio"] >= SLOW_RATIO)
+        add = lg.loc[levels[-1], "median_ms"] - lg.loc[levels[0], "median_ms"]
+        smaller_hurt &= bool(s.loc[levels[-1], "ratio"] > lg.loc[levels[-1], "ratio"])
+        parts.append(
+            f"a {fmt_bytes(small)} `{strategy}` copy took a median {_us(s.loc[levels[0], 'median_ms'])} after "
+            f"{levels[0]:g} ms, {steps}; at {fmt_bytes(large)} the longest pause added {_us(add)} to "
+            f"{_us(lg.loc[levels[0], 'median_ms'])} ({lg.loc[levels[-1], 'ratio']:.2f}x)"
+        )
+    verdict = (
+        "With the GPU woken and then left idle for a pause before each timed copy (the CPU spinning "
+        "meanwhile): "
+        + "; ".join(parts)
+        + f". After pauses of {levels[1]:g} ms or more, the slowest tenth of "
+        f"copies took at most {_us(values['extra_p90_ms'])} more than the same copy right after a wake."
+    )
+    if smaller_hurt:
+        verdict += (
+            " For every strategy the pause slowed the smallest copy by a larger factor than the largest: "
+            "what it costs is a delay before the copy, which weighs on short copies."
+        )
+    values["smaller_hurt"] = smaller_hurt
+    return Finding(verdict, holds, values, cells)

@@ -1,0 +1,60 @@
+"""The figure of what a pause costs the next copy: median time against the pause the GPU sat
+idle before it, one line per strategy and size, from ``factors.idle_wake``'s cells.
+Re-exported by :mod:`h2dlab.plots`.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from h2dlab.factors_idle import idle_wake
+from h2dlab.plots_style import axes_or_new, footnote, legend_outside, palette_for
+from h2dlab.units import fmt_bytes
+
+__all__ = ["idle_pause"]
+
+
+def idle_pause(df: pd.DataFrame, *, ax=None, name: str | None = None):
+    """Median time of each strategy and size (solid) and its 90th percentile (dotted)
+    against the pause before the copy, on a log time axis, each line labelled at its end
+    with the longest pause's ratio to the shortest.
+
+    Parameters
+    ----------
+    df
+        Runs measured with ``h2dlab measure --pause`` (a recording's ``idle`` kind).
+    ax
+        Axes to draw on (a new figure when None).
+    name
+        The table's name, for the provenance footnote.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    cells = idle_wake(df)["cells"]
+    ax = axes_or_new(ax)
+    colors = palette_for(sorted(cells["strategy"].unique()))
+    styles = ["o", "s", "^", "D", "v"]
+    for (strategy, size), c in cells.groupby(["strategy", "size_bytes"], sort=True):
+        c = c.sort_values("pause_ms")
+        marker = styles[sorted(cells["size_bytes"].unique()).index(size) % len(styles)]
+        label = f"{strategy} {fmt_bytes(size)}"
+        ax.plot(c["pause_ms"], c["median_ms"] * 1e3, marker=marker, color=colors[strategy], label=label)
+        ax.plot(c["pause_ms"], c["p90_ms"] * 1e3, ls=":", color=colors[strategy], lw=1)
+        last = c.iloc[-1]
+        ax.annotate(f"{last['ratio']:.2f}x", (last["pause_ms"], last["median_ms"] * 1e3), xytext=(4, 0),
+                    textcoords="offset points", fontsize=7, color=colors[strategy], va="center")  # fmt: skip
+    ax.set_yscale("log")
+    ax.set_xlabel("GPU idle before the copy (ms of pause after waking it)")
+    ax.set_ylabel("time per copy (µs, CUDA events)")
+    ax.grid(True, alpha=0.3)
+    ax.set_title("The first copy after a pause pays for the GPU's idle time")
+    legend_outside(ax)
+    footnote(
+        ax,
+        df,
+        name,
+        extra="solid: median · dotted: 90th percentile · label: median after the longest pause / shortest",
+    )
+    return ax
