@@ -80,6 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--empty-host-cache", action="store_true", help="free PyTorch's cached pinned blocks before each size"
     )
     m.add_argument("--dtype", default="uint8", help="element type of the copied tensor [uint8]")
+    m.add_argument(
+        "--pause",
+        type=cli_common.pause_arg,
+        default=None,
+        metavar="MS",
+        help="spin MS ms with the GPU idle before each timed copy (after waking it), "
+        "to measure what a pause costs the next copy",
+    )
     m.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
     m.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     m.add_argument(
@@ -167,6 +175,7 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec | ForumSpec | OverlapSpec
             empty_cache=a.empty_cache,
             empty_host_cache_each_size=a.empty_host_cache,
             dtype=a.dtype,
+            pause_ms=a.pause,
         )
         cli_strategies.check_runnable(spec.strategies, spec.device)
         return spec

@@ -25,6 +25,7 @@ __all__ = [
     "names",
     "number_arg",
     "one_line_warnings",
+    "pause_arg",
     "sizes_arg",
     "whole_arg",
 ]
@@ -107,6 +108,16 @@ def number_arg(text: str) -> float:
     if not _NUMBER.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number: write digits 0-9, e.g. 24 or 0.5")
     return float(text)
+
+
+def pause_arg(text: str) -> float:
+    """argparse type: a pause in milliseconds, a number from 0 to ``spec.MAX_PAUSE_MS``."""
+    from h2dlab.spec import MAX_PAUSE_MS
+
+    v = number_arg(text)
+    if not 0 <= v <= MAX_PAUSE_MS:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range: give 0 to {MAX_PAUSE_MS} milliseconds")
+    return v
 
 
 def whole_arg(least: int | None):

@@ -18,6 +18,7 @@ from h2dlab.errors import UsageError
 __all__ = [
     "DEFAULT_SIZES",
     "FLOOR_GBPS",
+    "MAX_PAUSE_MS",
     "MAX_PLAN_ROWS",
     "SEED_RANGE",
     "FORUM_ORDERS",
@@ -41,6 +42,8 @@ DEFAULT_SIZES = tuple(2**k for k in range(10, 27))
 MAX_PLAN_ROWS = 10_000_000
 #: The bandwidth (GB/s = 1e9 bytes/s) a plan's duration is estimated at: slow on purpose.
 FLOOR_GBPS = 1.0
+#: The longest pause before each timed copy, in milliseconds (``SweepSpec.pause_ms``).
+MAX_PAUSE_MS = 1000
 #: Seeds are what torch.Generator takes: a signed or unsigned 64-bit integer.
 SEED_RANGE = (-(2**63), 2**64 - 1)
 
@@ -95,6 +98,14 @@ def _dtype_size(name: str) -> int:
     return dt.itemsize
 
 
+def _pause_ms(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"pause_ms must be a number of milliseconds, not {value!r}")
+    if not 0 <= value <= MAX_PAUSE_MS:  # NaN fails this too
+        raise UsageError(f"pause_ms must be from 0 to {MAX_PAUSE_MS} milliseconds, got {value}")
+    return float(value)
+
+
 def _sizes(sizes: Any) -> tuple[int, ...]:
     out = tuple(sizes)
     if not out:
@@ -134,6 +145,9 @@ class SweepSpec:
         Free PyTorch's cached pinned blocks before each cell (untimed).
     dtype
         Element type of the copied tensor, by name (``'uint8'``, ``'float16'``, ...).
+    pause_ms
+        ``None``: no pause. Else milliseconds (0 to :data:`MAX_PAUSE_MS`) the GPU idles
+        before each timed copy, after being woken (``timing.Timer``'s ``pause_s``).
 
     Examples
     --------
@@ -152,6 +166,7 @@ class SweepSpec:
     empty_cache: bool = False
     empty_host_cache_each_size: bool = False
     dtype: str = "uint8"
+    pause_ms: float | None = None
 
     def __post_init__(self) -> None:
         from h2dlab import strategies as registry
@@ -188,6 +203,8 @@ class SweepSpec:
             raise UsageError(f"size {bad[0]} is not a multiple of {dtype}'s {item} bytes")
         object.__setattr__(self, "empty_cache", bool(self.empty_cache))
         object.__setattr__(self, "empty_host_cache_each_size", bool(self.empty_host_cache_each_size))
+        if self.pause_ms is not None:
+            object.__setattr__(self, "pause_ms", _pause_ms(self.pause_ms))
         rows = self.planned_rows()
         if rows > MAX_PLAN_ROWS:
             raise UsageError(
@@ -211,11 +228,13 @@ class SweepSpec:
         return k * sum(copies for _, copies in self._per_size())
 
     def estimated_hours(self, n_strategies: int | None = None) -> float:
-        """A rough duration: every copy at :data:`FLOOR_GBPS` GB/s plus 10 us, no set-up."""
+        """A rough duration: every copy at :data:`FLOOR_GBPS` GB/s plus 10 us (and the
+        pause, if any), no set-up."""
         from h2dlab import strategies as registry
 
         k = n_strategies or (len(self.strategies) if self.strategies is not None else len(registry.names()))
-        seconds = sum(copies * (n / (FLOOR_GBPS * 1e9) + 10e-6) for n, copies in self._per_size())
+        each = 10e-6 + (self.pause_ms or 0) / 1e3
+        seconds = sum(copies * (n / (FLOOR_GBPS * 1e9) + each) for n, copies in self._per_size())
         return k * seconds / 3600
 
     def resolved(self, device: Any, strategy_names: list[str]) -> SweepSpec:
@@ -229,6 +248,8 @@ class SweepSpec:
         d = dataclasses.asdict(self)
         d["strategies"] = list(self.strategies) if self.strategies is not None else None
         d["sizes"] = list(self.sizes)
+        if self.pause_ms is None:  # absent, so that specs recorded before it stay equal
+            del d["pause_ms"]
         return {"kind": "sweep", **d}
 
 

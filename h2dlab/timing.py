@@ -204,10 +204,20 @@ class Timer:
         The device copied to.
     clock
         Host clock in seconds (tests pass a seeded fake one).
+    pause_s
+        ``None`` (the default): no pause. Otherwise each call, after its first
+        synchronisation and before any counter is read, wakes the GPU (on CUDA, once the
+        context is live: records an event on the current stream and waits for it, a tiny
+        submission the GPU must process) and then spins on ``time.perf_counter`` (a busy
+        wait, not a sleep: only the GPU idles, the CPU keeps running) for ``pause_s``
+        seconds from the wake's return. The GPU thus idles ``pause_s`` plus the counter
+        reads (about 0.1-0.2 ms) before the timed copy; the pause is outside ``wall_ms``.
     """
 
-    def __init__(self, dev: torch.device, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.dev, self.clock = dev, clock
+    def __init__(
+        self, dev: torch.device, clock: Callable[[], float] = time.perf_counter, pause_s: float | None = None
+    ) -> None:
+        self.dev, self.clock, self.pause_s = dev, clock, pause_s
         self.cuda = dev.type == "cuda"
         self._procs, self._procs_at = np.nan, -np.inf
         if self.cuda:
@@ -227,6 +237,8 @@ class Timer:
         live = cuda and torch.cuda.is_initialized()
         if live:
             torch.cuda.synchronize(self.dev)
+        if self.pause_s is not None:
+            self.pause(live)
         h0 = host_alloc_count() if live else (0.0 if cuda else np.nan)
         d0 = device_segment_count(self.dev) if live else (0.0 if cuda else np.nan)
         q0 = resource.getrusage(resource.RUSAGE_SELF) if _WHO is not None else None
@@ -285,6 +297,17 @@ class Timer:
             "n_threads": n_threads,
         }
         return out, rec
+
+    def pause(self, live: bool) -> None:
+        """Wake the GPU (when ``live``: an event recorded and waited for), then spin
+        ``pause_s`` seconds on ``time.perf_counter`` with the GPU idle."""
+        if live:
+            woken = torch.cuda.Event()
+            woken.record()
+            woken.synchronize()
+        until = time.perf_counter() + self.pause_s
+        while time.perf_counter() < until:
+            pass
 
     def gpu_procs(self) -> float:
         """Other processes on this GPU (see :func:`gpu_other_processes`), re-read at most

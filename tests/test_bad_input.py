@@ -89,6 +89,13 @@ CLI_CASES = [
     ([*M, "--device", "cpu:0"], ["unknown device"]),
     ([*M, "--gpus", "1..2"], ["--gpus", "cuda"]),
     ([*M, "--gpus", "2", "--resume"], ["--resume", "--gpus"]),
+    ([*M, "--pause", "-1"], ["--pause", "'-1' is out of range: give 0 to 1000 milliseconds"]),
+    ([*M, "--pause=-0.5"], ["--pause", "'-0.5' is out of range"]),
+    ([*M, "--pause", "nan"], ["--pause", "'nan' is not a number"]),
+    ([*M, "--pause", "abc"], ["--pause", "'abc' is not a number"]),
+    ([*M, "--pause", "2000"], ["--pause", "'2000' is out of range: give 0 to 1000 milliseconds"]),
+    ([*M, "--pause", "inf"], ["--pause", "out of range"]),
+    ([*M, "--pause", "٣"], ["--pause", "not a number"]),
     ([*M, "--max-hours", "0"], ["--max-hours"]),
     ([*M, "--max-hours", "nan"], ["--max-hours"]),
     ([*M, "--max-hours", "٣"], ["--max-hours", "'٣' is not a number"]),  # float() took it (attack5)

@@ -154,6 +154,18 @@ def test_measure_cpu_writes_all_columns(tmp_path):
     assert "measure" in env["command"] and env["cpu_count"] >= 1 and env["gpu_name"] is None
 
 
+def test_measure_pause_is_recorded_in_the_spec_and_left_out_without_it(tmp_path):
+    paused, plain = tmp_path / "p.csv", tmp_path / "n.csv"
+    common = [*M, "--sizes", "1KiB,4KiB", "--strategies", "pageable", "--reps", "3", "--warmup", "0"]
+    r = run_cli(*common, "--pause", "1", "--out", str(paused))
+    assert r.returncode == 0, r.stderr
+    assert datasets.read_env(paused)["spec"]["pause_ms"] == 1.0
+    assert len(datasets.read(paused)) == 6
+    r = run_cli(*common, "--out", str(plain))
+    assert r.returncode == 0, r.stderr
+    assert "pause_ms" not in datasets.read_env(plain)["spec"]
+
+
 def _start_and_interrupt(tmp_path, sig):
     out = tmp_path / "i.csv.gz"
     args = [

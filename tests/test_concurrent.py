@@ -62,6 +62,7 @@ OTHER = {
     "--empty-cache": None,
     "--empty-host-cache": None,
     "--dtype": "float16",
+    "--pause": "1",
 }
 # Options that say where and how to run, not what: they are not part of the spec.
 NOT_SPEC = {"--out", "--resume", "--force", "--max-hours", "--gpus", "--no-progress", "--help"}

@@ -12,6 +12,7 @@ from h2dlab import strategies
 from h2dlab.errors import UsageError
 from h2dlab.spec import (
     DEFAULT_SIZES,
+    MAX_PAUSE_MS,
     MAX_PLAN_ROWS,
     ORDERS,
     SEED_RANGE,
@@ -105,12 +106,24 @@ def test_resolved_fills_strategies_only_when_none():
     seed=st.integers(-(2**31), 2**31),
     flags=st.tuples(st.booleans(), st.booleans()),
     dtype=st.sampled_from(["uint8", "float16", "float32", "bfloat16"]),
+    pause=st.none() | st.floats(0, 1000),
 )
 def test_sweep_spec_round_trips_through_json(
-    names, sizes, reps, warmup, reps_large, order, seed, flags, dtype
+    names, sizes, reps, warmup, reps_large, order, seed, flags, dtype, pause
 ):
     s = SweepSpec(
-        tuple(names), tuple(sizes), "cuda:1", reps, warmup, reps_large, order, seed, flags[0], flags[1], dtype
+        tuple(names),
+        tuple(sizes),
+        "cuda:1",
+        reps,
+        warmup,
+        reps_large,
+        order,
+        seed,
+        flags[0],
+        flags[1],
+        dtype,
+        pause,
     )
     d = json.loads(json.dumps(s.to_dict()))
     assert spec_from_dict(d) == s
@@ -357,3 +370,54 @@ def test_a_device_index_is_ascii_digits(device):
     """str.isdigit() takes other scripts' digits and superscripts; torch does not."""
     with pytest.raises(UsageError, match="unknown device"):
         SweepSpec(("pageable",), (1024,), device=device)
+
+
+@pytest.mark.parametrize(
+    "pause,message",
+    [
+        (-0.001, "pause_ms must be from 0 to 1000 milliseconds, got -0.001"),
+        (1000.5, "pause_ms must be from 0 to 1000 milliseconds, got 1000.5"),
+        (float("nan"), "pause_ms must be from 0 to 1000 milliseconds, got nan"),
+        (float("inf"), "pause_ms must be from 0 to 1000 milliseconds, got inf"),
+        ("3", "pause_ms must be a number of milliseconds, not '3'"),
+        (True, "pause_ms must be a number of milliseconds, not True"),
+    ],
+)
+def test_pause_is_refused_outside_0_to_1000_ms_with_the_whole_message(pause, message):
+    with pytest.raises(UsageError) as info:
+        SweepSpec(("pageable",), (1024,), device="cpu", pause_ms=pause)
+    assert str(info.value) == message
+    assert isinstance(info.value, ValueError)
+
+
+def test_pause_takes_both_ends_of_its_range_as_a_float():
+    assert MAX_PAUSE_MS == 1000
+    for ok in (0, 1000, 2.5):
+        s = SweepSpec(("pageable",), (1024,), device="cpu", pause_ms=ok)
+        assert s.pause_ms == float(ok) and type(s.pause_ms) is float
+        assert s.to_dict()["pause_ms"] == float(ok)
+        assert spec_from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    assert SweepSpec(("pageable",), (1024,), device="cpu").pause_ms is None
+
+
+def test_no_pause_leaves_the_spec_dict_as_recorded_before_it_existed():
+    """``pause_ms=None`` is left out of env.json's spec, so specs recorded before the
+    field existed still equal (resume, hashes) a spec made today without a pause."""
+    s = SweepSpec(("pageable",), (1024,), device="cpu")
+    assert "pause_ms" not in s.to_dict()
+    recorded = {k: v for k, v in s.to_dict().items()}
+    assert differences(recorded, s.to_dict()) == []
+    paused = SweepSpec(("pageable",), (1024,), device="cpu", pause_ms=3).to_dict()
+    assert differences(recorded, paused) == ["pause_ms was None, now 3.0"]
+    assert differences(paused, SweepSpec(("pageable",), (1024,), device="cpu", pause_ms=0).to_dict()) == [
+        "pause_ms was 3.0, now 0.0"
+    ]
+
+
+def test_a_pause_adds_to_the_estimated_hours_per_copy():
+    base = SweepSpec(("pageable",), (10**6,), device="cpu", reps=8, warmup=2)
+    paused = SweepSpec(("pageable",), (10**6,), device="cpu", reps=8, warmup=2, pause_ms=250)
+    assert paused.estimated_hours() - base.estimated_hours() == pytest.approx(10 * 0.25 / 3600, rel=1e-9)
+    assert SweepSpec(
+        ("pageable",), (10**6,), device="cpu", reps=8, warmup=2, pause_ms=0
+    ).estimated_hours() == (base.estimated_hours())

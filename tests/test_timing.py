@@ -169,3 +169,69 @@ def test_nvml_device_is_matched_by_pci_bus_id(monkeypatch, known, masked, want):
     assert (found[1] if found else None) == want
     assert fake.asked[0] == "00000000:3B:00.0"
     assert timing._nvml(torch.device("cuda", 0)) is found  # looked up once
+
+
+def test_a_pause_spins_before_the_timed_call_and_stays_out_of_wall_ms():
+    """``pause_s``: a busy wait of at least ``pause_s`` before the clock starts, so the
+    timed call's wall time does not include it."""
+    log = []
+
+    def clock():
+        log.append(time.perf_counter())
+        return log[-1]
+
+    timer = Timer(CPU, clock=clock, pause_s=0.005)
+    start = time.perf_counter()
+    c0 = time.thread_time()
+    _, rec = timer(lambda: log.append(("fn", time.perf_counter())))
+    spun = time.thread_time() - c0
+    assert log[0] - start >= 0.005  # t0 is read only after the pause
+    assert log[1][0] == "fn" and log[1][1] >= start + 0.005
+    assert rec["wall_ms"] == pytest.approx((log[2] - log[0]) * 1e3)
+    assert rec["wall_ms"] < 5  # the pause is not in it (a no-op call takes microseconds)
+    assert spun > 0.0005  # the CPU kept running: a spin, not a sleep
+
+
+def test_a_longer_pause_waits_at_least_that_long(monkeypatch):
+    timer = Timer(CPU, pause_s=0.03)
+    t = time.perf_counter()
+    timer(lambda: None)
+    assert time.perf_counter() - t >= 0.03
+    slept = []
+    monkeypatch.setattr(time, "sleep", lambda s: slept.append(s))
+    timer(lambda: None)
+    assert slept == []
+
+
+def test_no_pause_by_default(monkeypatch):
+    timer = Timer(CPU)
+    assert timer.pause_s is None
+    called = []
+    monkeypatch.setattr(Timer, "pause", lambda self, live: called.append(live))
+    timer(lambda: None)
+    assert called == []
+    Timer(CPU, pause_s=0.0)(lambda: None)
+    assert called == [False]  # on the CPU nothing to wake
+
+
+def test_the_pause_wakes_the_gpu_first_then_spins_from_its_return(monkeypatch):
+    """On CUDA: an event recorded on the current stream and waited for, then the spin
+    counted from when that wait returned (fake events: synthetic, nothing measured)."""
+    log = []
+
+    class Event:
+        def record(self, stream=None):
+            log.append(("record", stream))
+
+        def synchronize(self):
+            time.sleep(0.002)
+            log.append(("woken", time.perf_counter()))
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    Timer(CPU, pause_s=0.004).pause(live=True)
+    done = time.perf_counter()
+    assert [e[0] for e in log] == ["record", "woken"] and log[0][1] is None
+    assert done - log[1][1] >= 0.004
+    log.clear()
+    Timer(CPU, pause_s=0.0).pause(live=False)
+    assert log == []
