@@ -11,7 +11,8 @@ experiments finished. No torch here: the plan is read on machines without CUDA t
 Estimated seconds are wall times measured on the 16-core H200 (each process's start-up
 included): the full plan's are ``wall_s`` in the bundled ``data/h200/recording.json``, the
 ``--quick`` ones those of a quick recording made by ``h2dlab report --mode live`` (see
-:data:`PLAN`); only the concurrent run's, which needs two GPUs, are not measured.
+:data:`PLAN`); only the concurrent run's, which needs two GPUs, and the ``idle`` runs' (plan 3,
+not recorded yet) are estimates.
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ __all__ = [
 #: Bump when an experiment's arguments change (stored in recording.json).
 #: 2: the full plan's forum-grid sweeps thinned (sweep/forum-sizes every third forum size,
 #: the pin_then_copy allocator runs every other one) to fit 7.5 minutes on an H200.
-PLAN_VERSION = 2
-#: What a recording may hold, in reading order; each kind is a sub-folder.
-KINDS = ("forum", "sweep", "allocator", "overlap", "concurrent", "d2h", "bidir", "batch")
+#: 3: the ``idle`` kind added (four ``measure --pause`` runs: what a pause with the GPU idle
+#: costs the next small copy); the earlier runs' arguments are unchanged.
+PLAN_VERSION = 3
+#: What a recording may hold, in reading order; each kind is a sub-folder (new kinds go last).
+KINDS = ("forum", "sweep", "allocator", "overlap", "concurrent", "d2h", "bidir", "batch", "idle")
 #: ``--quick`` caps the forum grid here: 73 of its 210 sizes, up to 135.4 MiB, which
 #: still crosses the power-of-two block sizes at 17.25, 32.25, 64.1 and 129.75 MiB.
 QUICK_CAP_BYTES = 136 * 2**20
@@ -181,6 +184,13 @@ _GPUS = "measure --gpus 1..2 --strategies pinned_reuse,pageable,staged --sizes 6
 _REG = REGISTER_CONF
 _D2H = "measure --strategies d2h_pageable,d2h_pinned_reuse,d2h_non_blocking,d2h_staged,pinned_reuse,pageable --order shuffled --seed 0 --sizes"
 _BQ = "--counts 1,64,1024 --totals 1MiB,64MiB --reps 3 --reps-large 3 --warmup 1"
+_IDLE = "measure --sizes 4KiB,64KiB,1MiB --strategies pinned_reuse,pageable --reps {reps} --order interleaved --seed 1"
+#: The idle runs' pauses (ms) and estimated seconds. ESTIMATES, not yet measured: 252 rows
+#: (2 strategies x 3 sizes x (40 reps + 2 warm-ups)) at ~4 ms of the kit's own work per row
+#: plus the pause, and ~12 s of process start-up. ``--quick`` leaves them out: four more
+#: processes would take the quick plan past its 150 s (one GPU); its arguments would be the
+#: same with ``--reps 10``.
+_PAUSES = {0: 13.0, 1: 13.3, 3: 13.8, 10: 15.5}
 
 #: Runs of the first session's (schema 1) H200 recording that the plan no longer makes, and why.
 RETIRED: dict[tuple[str, str], str] = {
@@ -199,7 +209,8 @@ RETIRED: dict[tuple[str, str], str] = {
 #: ``wall_s`` of each run in data/h200/recording.json (``h2dlab record --out /tmp/h200`` at commit
 #: 927e467, plan 2: 380 s in all); --quick, the ``wall_s`` of the quick recording that
 #: ``h2dlab report --mode live`` made at commit bde0182 (140 s; not bundled). The concurrent
-#: run (two GPUs) is an estimate: plan 2 was not recorded on the 2-GPU host.
+#: run (two GPUs) is an estimate: plan 2 was not recorded on the 2-GPU host; so are the idle
+#: runs' (plan 3: see ``_PAUSES``).
 #: To add an experiment, add a row (its CLI must exist: a test parses every row).
 PLAN: tuple[Experiment, ...] = (
     *(
@@ -219,6 +230,10 @@ PLAN: tuple[Experiment, ...] = (
     Experiment("bidir", "duplex", _a("duplex --sizes 1MiB,4MiB,16MiB,64MiB,256MiB,1GiB --reps 10 --warmup 2"), 11.3, 5.3, _a("duplex --sizes 1MiB,256MiB --reps 3 --warmup 1"), fresh=False, what="both directions at once on two streams, beside each alone"),
     Experiment("batch", "equal", _a("batch --layout equal --reps 5 --reps-large 3 --warmup 1 --seed 0"), 71.4, 14.8, _a(f"batch --layout equal {_BQ} --seed 0"), fresh=False, what="1-1024 equal tensors, 1 MiB-1 GiB in all, seven ways"),
     Experiment("batch", "mixed", _a("batch --layout mixed --totals 1MiB,16MiB,256MiB --reps 5 --reps-large 3 --warmup 1 --seed 1"), 27.6, 0, _SKIP, fresh=False, what="the same with seeded mixed sizes"),
+    *(
+        Experiment("idle", f"pause-{ms}ms", _a(f"{_IDLE} --pause {ms}", reps="40"), est, 0, _SKIP, fresh=False, what=f"4 KiB-1 MiB, each copy after the GPU idled {ms} ms (time estimated, not measured)")
+        for ms, est in _PAUSES.items()
+    ),
     Experiment("concurrent", "concurrent", _a(f"{_GPUS} --reps 5 --reps-large 3 --warmup 2"), 20, 15, _a(f"{_GPUS} --reps 3 --reps-large 2 --warmup 1"), min_gpus=2, what="1 then 2 GPUs copying at once"),
 )  # fmt: skip
 

@@ -64,19 +64,54 @@ def test_plan_reproduces_the_bundled_recording():
             assert dict(e.env).get("PYTORCH_CUDA_ALLOC_CONF") == conf, e.run
 
 
-def test_full_plan_estimates_are_the_bundled_recordings_wall_times():
-    # the estimates are documented as measured: each one-GPU run's is its wall time in
-    # data/h200/recording.json, recorded by this very plan (same arguments, same environment)
+def _bundled_manifest() -> dict:
     import json
 
-    manifest = json.loads((Path(__file__).resolve().parent.parent / "data/h200/recording.json").read_text())
+    return json.loads((Path(__file__).resolve().parent.parent / "data/h200/recording.json").read_text())
+
+
+#: Runs the plan has that the bundled data/h200/recording.json does not have yet: their
+#: estimates are estimates (record_plan._PAUSES says how they were made) until the plan is
+#: recorded again; then these names must come off this list (the test below says so).
+NOT_RECORDED_YET = {"idle/pause-0ms", "idle/pause-1ms", "idle/pause-3ms", "idle/pause-10ms"}
+
+
+def test_full_plan_estimates_are_the_bundled_recordings_wall_times():
+    # the estimates are documented as measured: each one-GPU run's is its wall time in
+    # data/h200/recording.json, recorded by this very plan (same arguments, same environment).
+    # Runs the bundled recording does not have yet (NOT_RECORDED_YET: plan 3's idle kind) are
+    # skipped here, not failed; every other run must match exactly.
+    manifest = _bundled_manifest()
     assert manifest["status"] == "complete" and not manifest["quick"]
     recorded = {r["name"]: r for r in manifest["experiments"]}
-    for e in experiments(gpus=1):
+    assert not NOT_RECORDED_YET & set(recorded), "recorded now: take them off NOT_RECORDED_YET"
+    checked = [e for e in experiments(gpus=1) if e.name not in NOT_RECORDED_YET]
+    assert {e.name for e in experiments(gpus=1)} - {e.name for e in checked} == NOT_RECORDED_YET
+    for e in checked:
         r = recorded[e.name]
         assert r["args"] == e.argv() and r["env"] == dict(e.env), e.name
         assert e.seconds == r["wall_s"], e.name
-    assert round(total_seconds(experiments(gpus=1))) == round(sum(r["wall_s"] for r in recorded.values()))
+    assert round(total_seconds(checked)) == round(sum(r["wall_s"] for r in recorded.values()))
+
+
+def test_idle_kind_is_four_pauses_of_the_same_small_copies():
+    from h2dlab.record_plan import PLAN_VERSION
+
+    assert PLAN_VERSION == 3 and KINDS[-1] == "idle" and KINDS.count("idle") == 1
+    idle = [e for e in PLAN if e.kind == "idle"]
+    assert [e.name for e in idle] == ["idle/pause-0ms", "idle/pause-1ms", "idle/pause-3ms", "idle/pause-10ms"]
+    assert PLAN[-len(idle) - 1 : -1] == tuple(idle)  # after batch, before the two-GPU run
+    base = "measure --sizes 4KiB,64KiB,1MiB --strategies pinned_reuse,pageable --reps 40 --order interleaved --seed 1"
+    parser = build_parser()
+    for e, ms in zip(idle, (0, 1, 3, 10), strict=True):
+        assert e.argv() == [*base.split(), "--pause", str(ms)]
+        assert not e.in_quick() and e not in experiments(quick=True, gpus=2)  # the quick budget
+        assert e.min_gpus == 1 and dict(e.env) == {} and "estimated" in e.what
+        spec = spec_from_args(parser.parse_args([*e.argv(), "--out", "a.csv"]))
+        assert spec.pause_ms == float(ms) and spec.sizes == (4096, 65536, 2**20)
+        assert spec.planned_rows() == 2 * 3 * 42
+        # the estimate: ~4 ms of bookkeeping per row plus the pause, plus ~12 s of start-up
+        assert e.seconds == pytest.approx(12 + spec.planned_rows() * (0.004 + ms / 1e3), abs=0.06)
 
 
 def test_time_budget_on_an_h200():
@@ -166,7 +201,7 @@ def test_data_readme_plan_table_states_each_runs_estimate():
     rows = {ln.split(" | ")[0].strip("| `").split("`")[0]: ln.split(" | ") for ln in text.splitlines()}
     for e in PLAN:
         cells = rows[e.name]
-        est = " (est.)" if e.min_gpus > 1 else ""
+        est = " (est.)" if e.min_gpus > 1 or e.name in NOT_RECORDED_YET else ""
         full, quick = (
             (f"{e.seconds:.1f}", f"{e.quick_seconds:.1f}")
             if not est

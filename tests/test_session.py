@@ -213,3 +213,27 @@ def test_same_machine_ignores_case_and_spacing_of_the_gpu_name():
     assert not session.same_machine(
         {"hostname": "a", "gpu_name": "NVIDIA H100"}, {"hostname": "a", "gpu_name": "NVIDIA H200"}
     )
+
+
+def test_an_idle_kind_loads_where_a_recording_has_it_and_is_absent_from_the_bundled_one(tmp_path):
+    """Plan 3's ``idle`` runs (``measure --pause``), made here on the CPU (synthetic as
+    data: nothing idles on a CPU), load by kind, as a dataset folder and in explain; the
+    bundled recording, which has none yet, says so."""
+    from h2dlab import cli, factors_idle
+    from h2dlab.measure import sweep
+    from h2dlab.spec import SweepSpec
+
+    assert not session.recording("h200").has("idle")
+    folder = tmp_path / "rec"
+    (folder / "idle").mkdir(parents=True)
+    for ms in (0, 1):
+        spec = SweepSpec(("pageable",), (4096, 65536), device="cpu", reps=3, warmup=0, pause_ms=ms)
+        sweep(spec, out=folder / "idle" / f"pause-{ms}ms.csv.gz", progress=False)
+    rec = session.recording(str(folder), environ={})
+    assert rec.kinds() == ["idle"] and rec.runs("idle") == ["pause-0ms", "pause-1ms"]
+    idle = rec.table("idle")
+    assert len(idle) == 2 * 2 * 3
+    assert sorted(factors_idle.pauses(idle).unique()) == [0.0, 1.0]
+    assert rec.env("idle", "pause-1ms")["spec"]["pause_ms"] == 1.0
+    assert len(datasets.load(folder / "idle")) == 12
+    assert cli.main(["explain", str(folder / "idle")]) == 0
