@@ -8,7 +8,10 @@ of table schemas 2 and 3 (``h2dlab.causes_evidence``) — ``page_faults``,
 column a table does not have (older tables) or a NaN in it (not measured) makes its rule
 unavailable, never a guess. Every rule compares the row with its neighbours (same run
 and strategy, or same run for the GPU's state), so a condition that holds for every copy
-of a run does not explain one slow copy.
+of a run does not explain one slow copy. A flagged copy none of them explains is then
+``episode`` when it lies in a time-ordered stretch of slow copies, else ``gpu_wake`` when
+the GPU sat idle long enough before it and its extra time is small
+(``h2dlab.causes_wake``), else ``unexplained``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from h2dlab.causes_evidence import (
     slow_text,
 )
 from h2dlab.causes_threads import others_share
+from h2dlab.causes_wake import WAKE_EXTRA_MS, WAKE_IDLE_MS, idle_gap_ms, wake_cause
 
 __all__ = [
     "CAUSES",
@@ -43,6 +47,8 @@ __all__ = [
     "PAGE_BYTES",
     "PINNING_STRATEGIES",
     "PREEMPTED_SHARE",
+    "WAKE_EXTRA_MS",
+    "WAKE_IDLE_MS",
     "generic_cause",
     "group_columns",
     "neighbours",
@@ -65,6 +71,10 @@ CAUSES: dict[str, str] = {
     "gpu_shared": "other processes used the GPU during the copy, more than during its neighbours",
     "gpu_clock_low": "the GPU's SM clock was well below the run's median",
     "episode": "part of a time-ordered stretch of slow copies",
+    "gpu_wake": (
+        "a little slow after the GPU sat idle a few ms: the first work after an idle GPU pays for waking it "
+        "(likely, not certain: only the idle gap points to it)"
+    ),
     "unexplained": "no evidence points anywhere; the evidence says what was ruled out",
 }
 
@@ -95,7 +105,11 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     the process where the table has ``proc_faults``, else of the timing thread),
     ``fault_typ`` (median faults per 4 KiB page of the payload), ``cpu_share`` (cpu_ms /
     wall_ms) and ``cpu_typ`` (its median), ``gc_typ``, per run ``clock_med`` and
-    ``procs_med``, and from schema 3 the medians of ``rd_typ`` (the run-queue wait that fits in the copy, ``causes_evidence.run_delay_inside``, / wall_ms),
+    ``procs_med``, ``idle_gap_ms`` (host time since the previous timed copy of the run
+    ended, ``causes_wake.idle_gap_ms``), ``issue_cell`` (median ``issue_ms`` over the timed
+    rows of the same group and size, NaN below :data:`MIN_CELL_ROWS`), and from schema 3
+    the medians of ``rd_typ`` (the run-queue wait that fits in the copy,
+    ``causes_evidence.run_delay_inside``, / wall_ms),
     ``blocked_typ`` (time asleep, wall - CPU - run delay, / wall_ms), ``issue_typ``
     (issue_ms / wall_ms) and ``others_typ`` (CPUs' worth the process's other threads ran:
     ``others_cpu_ms / others_window_ms`` where recorded (schema 4), else
@@ -136,6 +150,9 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     # ... per copy size too: whether a copy is split over threads depends on its size.
     cell = share.groupby([*by, df["size_bytes"]], sort=False)
     ctx["others_cell"] = cell.transform("median").where(cell.transform("count") >= MIN_CELL_ROWS)
+    issue = _col(df, "issue_ms").where(timed).groupby([*by, df["size_bytes"]], sort=False)
+    ctx["issue_cell"] = issue.transform("median").where(issue.transform("count") >= MIN_CELL_ROWS)
+    ctx["idle_gap_ms"] = idle_gap_ms(df)
     run = df["run_id"]
     ctx["clock_med"] = _col(df, "sm_clock_mhz").where(timed).groupby(run, sort=False).transform("median")
     ctx["procs_med"] = _col(df, "gpu_procs").where(timed).groupby(run, sort=False).transform("median")
@@ -212,13 +229,15 @@ def specific_cause(row: pd.Series, ctx: pd.Series, val: float) -> tuple[str, str
 
 
 def generic_cause(row: pd.Series, ctx: pd.Series, val: float, episode: int) -> tuple[str, str]:
-    """``episode`` (when the row lies in one) or ``unexplained``, with evidence.
+    """``episode`` (when the row lies in one), else ``gpu_wake`` (a small extra after the
+    GPU sat idle, ``causes_wake.wake_cause``), else ``unexplained``, with evidence.
 
     An unexplained row's evidence lists what the table lets us rule out
     (``causes_evidence.ruled_out``): the allocator counters and, where measured, page
     faults, CPU time, the run-queue wait, context switches, GC, the SM clock, other
     processes on the GPU and how the time split between the call and the wait for the
-    GPU. Same parameters as ``specific_cause`` plus the row's episode id (-1 for none).
+    GPU, and the idle gap before it. Same parameters as ``specific_cause`` plus the
+    row's episode id (-1 for none).
     """
     slow = slow_text(row, val)
     if episode >= 0:
@@ -226,6 +245,9 @@ def generic_cause(row: pd.Series, ctx: pd.Series, val: float, episode: int) -> t
             f"{slow}; one of a stretch of consecutive slow copies in time order (episode {episode}): a "
             f"time-correlated slowdown, not a property of this size"
         )
+    wake = wake_cause(row, ctx, val, slow)
+    if wake:
+        return wake
     why = ruled_out(row, ctx)
     tail = "; ".join(why.values()) if why else "the table carries no counters for it"
     return "unexplained", f"{slow}; an isolated slow copy: {tail}"

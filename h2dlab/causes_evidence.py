@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from h2dlab.causes_threads import MIN_OTHERS_RATIO, others_cause, others_ms, usual_share
+from h2dlab.causes_wake import wake_check
 
 __all__ = [
     "CHECKS",
@@ -61,6 +62,7 @@ CHECKS = (
     "SM clock",
     "GPU processes",
     "time in the call",
+    "idle gap",
 )
 #: host_preempted / host_blocked (schema 3): the time the thread waited to run, or slept,
 #: beyond its neighbours' must cover at least this share of the copy's extra time.
@@ -324,4 +326,7 @@ def ruled_out(row: pd.Series, ctx: pd.Series) -> dict[str, str]:
             f"{issue:.2f} ms in the timed call (its neighbours: {ctx['issue_typ']:.0%} of their time), then "
             f"{wall - issue:.2f} ms waiting for the GPU"
         )
+    idle = wake_check(row, ctx)
+    if idle:
+        out["idle gap"] = idle
     return out

@@ -33,6 +33,7 @@ def _side(e: pd.DataFrame, t: pd.DataFrame, mask: pd.Series, names: dict) -> dic
     f = e[e["is_outlier"] & mask]
     u = f[f["cause"] == "unexplained"]
     b = f[f["cause"] == "host_blocked"]
+    w = f[f["cause"] == "gpu_wake"]
     top = u["strategy"].value_counts()
     tm = t[mask[t.index]]
     runs = sorted(e.loc[mask, "run_id"].unique(), key=lambda r: str(names.get(r, r)))
@@ -43,6 +44,7 @@ def _side(e: pd.DataFrame, t: pd.DataFrame, mask: pd.Series, names: dict) -> dic
         "flagged_by_run": {str(names.get(r, r)): int(by_run.get(r, 0)) for r in runs},
         "unexplained": len(u),
         "host_blocked": len(b),
+        "gpu_wake": len(w),
         "others_cpus": float(others_share(tm).median()),
         "busiest_share": float((tm["busiest_cpu_ms"] / tm["others_window_ms"]).median()),
         "top": top.index[0] if len(top) else "",
@@ -75,10 +77,10 @@ def openmp_wait(df: pd.DataFrame) -> Finding:
     env.json, ``openmp``).
 
     Per policy (``values["default"]``, ``values["passive"]``): ``runs``; ``flagged`` copies
-    and ``flagged_by_run`` (run name to count); ``unexplained`` and ``host_blocked`` among
-    them; ``others_cpus``, the median over timed copies of the CPUs' worth the process's
-    other threads ran (``others_cpu_ms / others_window_ms``, exact clocks, schema 4), and
-    ``busiest_share``, the median share of that window the busiest other thread was on a
+    and ``flagged_by_run`` (run name to count); ``unexplained``, ``host_blocked`` and
+    ``gpu_wake`` (a small extra after the GPU sat idle) among them; ``others_cpus``, the
+    median over timed copies of the CPUs' worth the process's other threads ran
+    (``others_cpu_ms / others_window_ms``, exact clocks, schema 4), and ``busiest_share``, the median share of that window the busiest other thread was on a
     CPU; ``top``/``top_n``/``top_sizes``, the strategy most of the unexplained copies used
     and their size range; for the flagged copies' timing thread ``cpu_share`` (min, max of
     CPU time / wall time), ``nvcsw`` (min, max voluntary context switches) and
@@ -109,15 +111,16 @@ def openmp_wait(df: pd.DataFrame) -> Finding:
     nv, rd = d["nvcsw"][1], d["run_delay_ms"][1]
     switches = "no voluntary context switch" if nv == 0 else f"at most {nv:.0f} voluntary context switches"
     waits = "no wait to run" if rd == 0 else f"at most {rd:.2f} ms waiting to run"
+    woke = {k: f" and {v['gpu_wake']} `gpu_wake`" if v["gpu_wake"] else "" for k, v in (("d", d), ("p", p))}
     verdict = (
         f"With OpenMP's default wait policy ({d['runs']} runs), in the median copy the process's other threads "
         f"ran {d['others_cpus']:.1f} CPUs' worth, the busiest of them on a CPU for {d['busiest_share']:.0%} of "
         f"the copy's window; {d['unexplained']} of {d['flagged']} flagged copies ({d_runs}) were unexplained "
-        f"({d['top_n']} of them `{d['top']}`, {fmt_bytes(lo)} to {fmt_bytes(hi)}), and in every flagged copy "
+        f"({d['top_n']} of them `{d['top']}`, {fmt_bytes(lo)} to {fmt_bytes(hi)}){woke['d']}, and in every flagged copy "
         f"the timing thread's CPU time was at least {d['cpu_share'][0]:.0%} of its wall time, with {switches} "
         f"and {waits}. With `OMP_WAIT_POLICY=PASSIVE` ({p['runs']} runs of the same plan and seeds) the median "
         f"copy saw {p['others_cpus']:.1f} CPUs' worth (the busiest other thread {p['busiest_share']:.0%}), and "
-        f"{p['unexplained']} of {p['flagged']} flagged copies ({p_runs}) were unexplained; {p['host_blocked']} "
+        f"{p['unexplained']} of {p['flagged']} flagged copies ({p_runs}) were unexplained{woke['p']}; {p['host_blocked']} "
         f"were `host_blocked`, the timing thread asleep (CPU time {p['blocked_cpu_share'][0]:.0%} to "
         f"{p['blocked_cpu_share'][1]:.0%} of wall, {p['blocked_nvcsw'][0]:.0f} to {p['blocked_nvcsw'][1]:.0f} "
         f"voluntary context switches). PASSIVE is no cure: the median `{d['top']}` copy of {fmt_bytes(lo)} to "

@@ -25,6 +25,9 @@ explain() gives every flagged row one cause from ``CAUSES`` with an evidence sen
   the SM clock), where the table has those columns;
 - ``episode``: part of a time-ordered stretch of slow rows, found with a change-point
   method (ruptures' kernel change-point search with a linear kernel: the l2 cost, PELT);
+- ``gpu_wake``: none of the above, the GPU had sat idle a few ms before the copy (the host
+  time since the previous copy ended, ``causes_wake.idle_gap_ms``) and the copy was slow
+  by no more than a wake-up costs (``causes_wake``);
 - ``unexplained``: none of the above, said plainly, with what was ruled out.
 """
 
@@ -227,7 +230,10 @@ def explain(df: pd.DataFrame) -> pd.DataFrame:
     evidence (context start-up, allocator growth, and the per-copy evidence of schema-2
     tables) are decided first; episodes are then looked for among the rows those causes
     leave unexplained, so a burst of first-time allocations is not called a
-    time-correlated episode.
+    time-correlated episode. A flagged row in no episode and with no direct evidence is
+    ``gpu_wake`` when the idle gap before it and its small extra time fit a wake-up, else
+    ``unexplained``: episodes win over ``gpu_wake`` (a stretch of slow copies is not one
+    copy's wake-up).
 
     Raises
     ------

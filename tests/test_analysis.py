@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from h2dlab import datasets, model, outliers
+from tests.test_outliers_synthetic import back_to_back_t_s
 
 GiB = 1024**3
 
@@ -13,8 +14,9 @@ GiB = 1024**3
 def synthetic_run(seed, *, reps=10, n_sizes=21, spikes=5, episode_len=15, noise=0.03):
     """A synthetic (made-up, not measured) run: latency = 10 us + bytes / 50 GB/s with
     lognormal noise, rows in random time order, with isolated spikes (x2-x10) and one
-    decaying episode (x5 falling towards x1) injected. Returns the table and the injected
-    factor per row."""
+    decaying episode (x5 falling towards x1) injected. Copies run back to back, each
+    0.3-1.8 ms after the previous one ended (too soon for a GPU wake-up). Returns the
+    table and the injected factor per row."""
     rng = np.random.default_rng(seed)
     if reps == 1:
         sizes = np.unique(np.round(np.logspace(10, 30, n_sizes, base=2)).astype(np.int64))
@@ -41,7 +43,7 @@ def synthetic_run(seed, *, reps=10, n_sizes=21, spikes=5, episode_len=15, noise=
             "dtype": "uint8",
             "rep": pd.Series(size).groupby(size).cumcount().to_numpy(),
             "warmup": False,
-            "t_s": np.arange(n) * 0.01,
+            "t_s": back_to_back_t_s(ms * 1.01, seed),
             "wall_ms": ms * 1.01,
             "event_ms": ms,
             "host_allocs": 0.0,

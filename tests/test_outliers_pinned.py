@@ -5,9 +5,12 @@ an episode on the bundled datasets, its key (dataset, run, strategy, order, rep,
 what explain() said (is_outlier, episode, cause, evidence). It was written by this file's
 ``__main__`` with ruptures' PELT change-point search and the cause rules of commit 4eedb13,
 before the search was replaced by a faster one and the schema-2 causes were added: the
-test proves the new code gives the same answers, word for word, on the old recordings. Regenerate it only
-when the recordings themselves change (``python tests/test_outliers_pinned.py``), and say
-so in the commit.
+test proves the new code gives the same answers, word for word, on the old recordings.
+Regenerated once since, deliberately, for the ``gpu_wake`` cause (helper wake): 16 copies
+went from ``unexplained`` to ``gpu_wake`` and the other unexplained copies' evidence gained
+the idle-gap check; nothing else changed. Regenerate it only when the recordings or the
+cause rules change on purpose (``python tests/test_outliers_pinned.py``), and say so in the
+commit.
 """
 
 from pathlib import Path

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from h2dlab import causes, datasets, outliers
 from h2dlab.causes_evidence import MIN_OTHERS_RATIO, evidence_cause, run_delay_inside, slow_text
-from tests.test_outliers_synthetic import cause_scores
+from tests.test_outliers_synthetic import back_to_back_t_s, cause_scores
 
 SCHED_CAUSES = ("host_preempted", "host_blocked", "page_faults", "gc_pause", "other_threads")
 #: Injected slow rows per kind in one synthetic run; "none" are near misses.
@@ -39,8 +39,9 @@ def synthetic_v3_run(seed: int, *, reps: int = 8, noise: float = 0.03):
     run-queue wait, a sleep and, on half of them, a collection of up to 30 % of the extra
     each, up to 5 extra faults, other threads' CPU of up to 15 % of the extra; on pinned rows a run-queue wait as long as the extra but *after* the
     call returned, where it cannot stretch the GPU's timing). Decoys: long run-queue
-    waits after the call on pinned rows that are not slow. Returns the table and the
-    injected kind per row."""
+    waits after the call on pinned rows that are not slow. Copies run back to back, each
+    0.3-1.8 ms after the previous one ended (``back_to_back_t_s``). Returns the table and
+    the injected kind per row."""
     rng = np.random.default_rng(seed)
     sizes = 2 ** np.arange(12, 30)
     strategy = np.repeat(STRATEGIES, len(sizes) * reps)
@@ -126,7 +127,7 @@ def synthetic_v3_run(seed: int, *, reps: int = 8, noise: float = 0.03):
             "dtype": "uint8",
             "rep": pd.Series(size).groupby([strategy, size]).cumcount().to_numpy(),
             "warmup": False,
-            "t_s": np.arange(n) * 0.01,
+            "t_s": back_to_back_t_s(wall, seed),
             "wall_ms": wall,
             "event_ms": ms,
             "host_allocs": 0.0,
@@ -410,8 +411,11 @@ def test_ruled_out_table_lists_each_check(explained_v3):
         "other threads",
         "GC",
         "time in the call",
+        "idle gap",
     ):
         assert table[col].str.len().gt(0).all(), col
+    # back-to-back synthetic copies: every idle gap too short for a wake-up
+    assert table["idle gap"].str.endswith("ms before it (too short for a wake-up: under 2 ms)").all()
     i = table.index[0]
     assert table.at[i, "ms"] == pytest.approx(e.at[i, "event_ms"])
     # the head columns are the flagged copies' own values, every row
@@ -455,13 +459,21 @@ def test_ruled_out_on_recorded_tables_matches_each_evidence(name):
 def test_h200_sweep_slow_pin_then_copy_with_busy_worker_threads_is_other_threads():
     """Recorded data (H200, data/h200/sweep): the 512 KiB pin_then_copy at order 743 took
     3.55 ms where 0.40 ms was expected, while the process's other threads used 42.12 ms
-    of CPU (their usual share at that size is about 1 %); it is ``other_threads``, and
-    the 1 KiB one at order 160, with no other-thread CPU, stays unexplained."""
+    of CPU (their usual share at that size is about 1 %); it is ``other_threads``. The
+    1 KiB one at order 160, with no other-thread CPU, is not: since ``gpu_wake`` (the GPU
+    sat idle 2.19 ms before it, its extra 0.05 ms) it is that, no longer unexplained; the
+    64 KiB one at order 648 (idle 1.59 ms) stays unexplained."""
     e = outliers.explain(datasets.load(Path(__file__).resolve().parents[1] / "data" / "h200" / "sweep"))
     flagged = e[e["is_outlier"]]
     got = flagged.set_index(["order", "strategy"])["cause"]
     assert got.loc[(743, "pin_then_copy")] == "other_threads"
-    assert got.loc[(160, "pin_then_copy")] == "unexplained"
+    assert got.loc[(160, "pin_then_copy")] == "gpu_wake"
+    assert got.loc[(648, "pin_then_copy")] == "unexplained"
+    assert (
+        flagged.set_index("order")
+        .loc[648, "evidence"]
+        .endswith("; the GPU idle 1.59 ms before it (too short for a wake-up: under 2 ms)")
+    )
     ev = flagged.set_index("order").loc[743, "evidence"]
     assert (
         "advanced 42.12 ms in its 3.62 ms by the host clock, 11.6 CPUs' worth, where for copies of this "

@@ -15,6 +15,15 @@ NEW_CAUSES = ("page_faults", "host_preempted", "gc_pause", "gpu_clock_low", "gpu
 EVENTS = {**dict.fromkeys(NEW_CAUSES, 5), "none": 5}
 
 
+def back_to_back_t_s(wall_ms, seed: int, gap_ms: tuple[float, float] = (0.3, 1.8)) -> np.ndarray:
+    """``t_s`` (s) for synthetic rows run one after another in row order, each starting
+    ``gap_ms`` (uniform) after the previous one ended: by default idle gaps too short for a
+    GPU wake-up (``causes_wake.WAKE_IDLE_MS``), so that no row is a ``gpu_wake``."""
+    wall = np.asarray(wall_ms, float)
+    gaps = np.random.default_rng([seed, 7]).uniform(*gap_ms, len(wall))
+    return np.concatenate([[0.0], np.cumsum(wall[:-1] + gaps[1:])]) / 1000
+
+
 def synthetic_v2_run(seed: int, *, reps: int = 10, noise: float = 0.03):
     """A synthetic schema-2 run (made-up numbers): two strategies, latency = 10 us + bytes /
     (12 GB/s host-bound ``pageable``, 50 GB/s GPU-bound ``pinned``), lognormal noise, rows
@@ -24,8 +33,9 @@ def synthetic_v2_run(seed: int, *, reps: int = 10, noise: float = 0.03):
     each with its evidence: page faults (8 + 0.1-1 per 4 KiB page), preemption (the thread
     ran about its usual CPU time; pageable only), GC, a low SM clock (900-1400 MHz),
     another GPU process, and ``none``: slow with near misses only (up to 5 extra faults,
-    CPU time 70-100 % of usual, SM clock 1700-1900 MHz). Returns the table and the
-    injected kind per row."""
+    CPU time 70-100 % of usual, SM clock 1700-1900 MHz). Copies run back to back, each
+    0.3-1.8 ms after the previous one ended (``back_to_back_t_s``). Returns the table and
+    the injected kind per row."""
     rng = np.random.default_rng(seed)
     sizes = 2 ** np.arange(10, 31)
     strategy = np.repeat(["pageable", "pinned"], len(sizes) * reps)
@@ -82,7 +92,7 @@ def synthetic_v2_run(seed: int, *, reps: int = 10, noise: float = 0.03):
             "dtype": "uint8",
             "rep": pd.Series(size).groupby([strategy, size]).cumcount().to_numpy(),
             "warmup": False,
-            "t_s": np.arange(n) * 0.01,
+            "t_s": back_to_back_t_s(ms * 1.01, seed),
             "wall_ms": ms * 1.01,
             "event_ms": ms,
             "host_allocs": np.nan,
@@ -232,8 +242,9 @@ def test_pelt_l2_exact_ties_and_a_first_segment_of_one():
 
 
 def pin_run_without_counters(sizes, slow_at, *, ms_per_mib=0.5):
-    """A synthetic pin_memory run (made-up numbers) with no allocator counters (like the
-    forum's table): one copy per size in the given order, rows ``slow_at`` 6x slower."""
+    """A synthetic pin_memory run (made-up numbers) with no allocator counters and no
+    start times (like the forum's table): one copy per size in the given order, rows
+    ``slow_at`` 6x slower."""
     sizes = np.asarray(sizes, dtype=np.int64)
     ms = 0.02 + sizes / 2**20 * ms_per_mib
     ms[list(slow_at)] *= 6
@@ -249,7 +260,7 @@ def pin_run_without_counters(sizes, slow_at, *, ms_per_mib=0.5):
                 "dtype": "uint8",
                 "rep": pd.Series(sizes).groupby(sizes).cumcount().to_numpy(),
                 "warmup": False,
-                "t_s": np.arange(n) * 0.01,
+                "t_s": np.nan,
                 "wall_ms": ms,
                 "event_ms": np.nan,
                 "host_allocs": np.nan,
