@@ -33,7 +33,7 @@ from h2dlab.causes_evidence import (
     slow_text,
 )
 from h2dlab.causes_threads import others_share
-from h2dlab.causes_wake import WAKE_EXTRA_MS, WAKE_IDLE_MS, idle_gap_ms, wake_cause
+from h2dlab.causes_wake import WAKE_EXTRA_MS, WAKE_IDLE_MS, idle_gap_ms, run_pauses, wake_cause
 
 __all__ = [
     "CAUSES",
@@ -95,7 +95,7 @@ def _col(df: pd.DataFrame, name: str) -> pd.Series:
     return df[name].astype(float) if name in df.columns else pd.Series(np.nan, index=df.index)
 
 
-def neighbours(df: pd.DataFrame) -> pd.DataFrame:
+def neighbours(df: pd.DataFrame, pauses: dict[object, float] | None = None) -> pd.DataFrame:
     """Per row, what its neighbours looked like (the rules compare a row with these).
 
     Returns a frame on ``df``'s index: ``first_order`` (the run's first ``order``),
@@ -106,7 +106,8 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     ``fault_typ`` (median faults per 4 KiB page of the payload), ``cpu_share`` (cpu_ms /
     wall_ms) and ``cpu_typ`` (its median), ``gc_typ``, per run ``clock_med`` and
     ``procs_med``, ``idle_gap_ms`` (host time since the previous timed copy of the run
-    ended, ``causes_wake.idle_gap_ms``), ``issue_cell`` (median ``issue_ms`` over the timed
+    ended, or the run's ``--pause``: ``causes_wake.idle_gap_ms``, given ``pauses`` or
+    reading them from ``df.attrs``) and ``idle_paused`` (the row's run paused), ``issue_cell`` (median ``issue_ms`` over the timed
     rows of the same group and size, NaN below :data:`MIN_CELL_ROWS`), and from schema 3
     the medians of ``rd_typ`` (the run-queue wait that fits in the copy,
     ``causes_evidence.run_delay_inside``, / wall_ms),
@@ -152,7 +153,9 @@ def neighbours(df: pd.DataFrame) -> pd.DataFrame:
     ctx["others_cell"] = cell.transform("median").where(cell.transform("count") >= MIN_CELL_ROWS)
     issue = _col(df, "issue_ms").where(timed).groupby([*by, df["size_bytes"]], sort=False)
     ctx["issue_cell"] = issue.transform("median").where(issue.transform("count") >= MIN_CELL_ROWS)
-    ctx["idle_gap_ms"] = idle_gap_ms(df)
+    pauses = run_pauses(df) if pauses is None else pauses
+    ctx["idle_gap_ms"] = idle_gap_ms(df, pauses)
+    ctx["idle_paused"] = df["run_id"].isin(list(pauses))
     run = df["run_id"]
     ctx["clock_med"] = _col(df, "sm_clock_mhz").where(timed).groupby(run, sort=False).transform("median")
     ctx["procs_med"] = _col(df, "gpu_procs").where(timed).groupby(run, sort=False).transform("median")

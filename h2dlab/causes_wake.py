@@ -24,7 +24,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["TIMELINE_COLUMNS", "WAKE_EXTRA_MS", "WAKE_IDLE_MS", "idle_gap_ms", "wake_cause", "wake_check"]
+__all__ = [
+    "TIMELINE_COLUMNS",
+    "WAKE_EXTRA_MS",
+    "WAKE_IDLE_MS",
+    "idle_gap_ms",
+    "run_pauses",
+    "wake_cause",
+    "wake_check",
+]
 
 #: gpu_wake: the host time since the previous copy ended (ms) is at least this ...
 WAKE_IDLE_MS = 2.0
@@ -44,7 +52,30 @@ def _num(x: object) -> float:
         return np.nan
 
 
-def idle_gap_ms(df: pd.DataFrame) -> pd.Series:
+def run_pauses(df: pd.DataFrame) -> dict[object, float]:
+    """The runs of ``df`` measured with ``--pause MS``: run_id to its pause (ms), read from
+    each run's env.json (``df.attrs["envs"][run_id]["spec"]["pause_ms"]``); runs without
+    one are left out.
+
+    Parameters
+    ----------
+    df
+        A measurement table as ``datasets.load`` returns it (its ``attrs`` hold ``envs``).
+
+    Returns
+    -------
+    dict
+        run_id to pause in ms (empty when no run paused or the table carries no envs).
+    """
+    out: dict[object, float] = {}
+    for run_id, env in (df.attrs.get("envs") or {}).items():
+        v = _num(((env or {}).get("spec") or {}).get("pause_ms"))
+        if np.isfinite(v):
+            out[run_id] = v
+    return out
+
+
+def idle_gap_ms(df: pd.DataFrame, pauses: dict[object, float] | None = None) -> pd.Series:
     """Per row, the host time (ms) between the end of the previous timed copy of its run
     and the start of this one's timing.
 
@@ -64,11 +95,19 @@ def idle_gap_ms(df: pd.DataFrame) -> pd.Series:
     threads. A negative gap means this copy's timing began before the previous one ended
     (overlapping copies).
 
+    A run measured with ``--pause MS`` (see :func:`run_pauses`) is different: its timer
+    woke the GPU after ``t_s`` and then spun MS ms with the GPU idle before the copy, so
+    every row it timed (finite ``wall_ms``) gets MS, the first one too (the GPU idled that
+    plus the counter reads, about 0.1-0.2 ms); a row it did not time keeps its host gap.
+
     Parameters
     ----------
     df
         A measurement table with ``run_id`` and ``wall_ms``; ``t_s`` (seconds on the run's
         host clock when the copy's timing began) where recorded.
+    pauses
+        run_id to pause (ms) for runs measured with ``--pause``; None (the default) reads
+        them from ``df.attrs`` (:func:`run_pauses`).
 
     Returns
     -------
@@ -86,8 +125,9 @@ def idle_gap_ms(df: pd.DataFrame) -> pd.Series:
     if missing:
         raise ValueError(f"idle_gap_ms needs the column(s) {', '.join(missing)}")
     out = np.full(len(df), np.nan)
+    pauses = run_pauses(df) if pauses is None else pauses
     if "t_s" not in df.columns or df.empty:
-        return pd.Series(out, index=df.index, name="idle_gap_ms")
+        return _paused(df, pd.Series(out, index=df.index, name="idle_gap_ms"), pauses)
     t = pd.to_numeric(df["t_s"], errors="coerce").to_numpy(float)
     wall = pd.to_numeric(df["wall_ms"], errors="coerce").to_numpy(float)
     keys = [c for c in TIMELINE_COLUMNS if c in df.columns]
@@ -108,7 +148,16 @@ def idle_gap_ms(df: pd.DataFrame) -> pd.Series:
     out[prev["pos"].to_numpy(int)] = 1000.0 * (prev["t"] - prev["t_prev"]).to_numpy(float) - prev[
         "w"
     ].to_numpy(float)
-    return pd.Series(out, index=df.index, name="idle_gap_ms")
+    return _paused(df, pd.Series(out, index=df.index, name="idle_gap_ms"), pauses)
+
+
+def _paused(df: pd.DataFrame, gap: pd.Series, pauses: dict[object, float]) -> pd.Series:
+    """``gap`` with each timed row of a paused run set to its run's pause."""
+    if not pauses:
+        return gap
+    pause = df["run_id"].map(pauses).astype(float)
+    ran = np.isfinite(pd.to_numeric(df["wall_ms"], errors="coerce").astype(float))
+    return gap.where(~(pause.notna() & ran), pause)
 
 
 def _issue_text(row: pd.Series, ctx: pd.Series) -> str:
@@ -154,8 +203,13 @@ def wake_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[s
     gap, extra = _num(ctx.get("idle_gap_ms")), val - _num(row["expected_ms"])
     if not (np.isfinite(gap) and gap >= WAKE_IDLE_MS and 0 < extra <= WAKE_EXTRA_MS):
         return None
+    since = (
+        "the run's --pause: the GPU was woken, then left idle"
+        if ctx.get("idle_paused", False)
+        else "host time since the previous copy ended"
+    )
     return "gpu_wake", (
-        f"{slow}; the GPU had sat idle {gap:.2f} ms before it (host time since the previous copy ended), and "
+        f"{slow}; the GPU had sat idle {gap:.2f} ms before it ({since}), and "
         f"the extra {extra:.2f} ms is within the {WAKE_EXTRA_MS:.2f} ms a wake-up costs: the first work after the "
         f"GPU idles a few ms pays for waking it (NVML shows no change of clock, P-state or PCIe link); the gap "
         f"makes a wake-up likely, not certain, and no other evidence points anywhere{_issue_text(row, ctx)}"

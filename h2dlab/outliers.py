@@ -41,6 +41,7 @@ import pandas as pd
 
 from h2dlab import causes_evidence
 from h2dlab.causes import CAUSES, generic_cause, group_columns, neighbours, specific_cause
+from h2dlab.causes_wake import run_pauses
 from h2dlab.model import MODEL_COLUMNS, check_values, fit_line, value_ms
 
 __all__ = [
@@ -250,7 +251,7 @@ def explain(df: pd.DataFrame) -> pd.DataFrame:
     out["cause"] = ""
     out["evidence"] = ""
     v = value_ms(out)
-    ctx = neighbours(out)
+    ctx = neighbours(out, run_pauses(df))  # the runs' --pause, from the attrs out no longer has
 
     flagged = out.index[out["is_outlier"].to_numpy(bool)]
     specific: dict = {}

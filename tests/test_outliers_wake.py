@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from h2dlab import causes, datasets, outliers
 from h2dlab.causes_evidence import CHECKS, slow_text
-from h2dlab.causes_wake import WAKE_EXTRA_MS, WAKE_IDLE_MS, idle_gap_ms, wake_cause, wake_check
+from h2dlab.causes_wake import WAKE_EXTRA_MS, WAKE_IDLE_MS, idle_gap_ms, run_pauses, wake_cause, wake_check
 from tests.test_outliers_synthetic import NEW_CAUSES, cause_scores, synthetic_v2_run
 
 # --- the idle gap ------------------------------------------------------------------------
@@ -325,3 +325,50 @@ def test_tables_without_start_times_never_say_gpu_wake():
         assert not (e["cause"] == "gpu_wake").any()
         pd.testing.assert_series_equal(e["cause"], full["cause"].replace("gpu_wake", "unexplained"))
         assert "idle gap" not in outliers.ruled_out(e).columns
+
+
+# --- runs measured with --pause ---------------------------------------------------------
+
+
+def test_a_paused_run_idles_its_pause():
+    """``measure --pause MS`` wakes the GPU after t_s and then idles MS ms: every row the
+    timer ran gets MS, whatever the host gap; a row it did not time (no wall_ms) and
+    other runs keep their host gaps."""
+    df = gap_table(
+        [("p", 0.0, 1.0), ("p", 0.004, 1.0), ("p", 0.008, np.nan), ("q", 0.0, 1.0), ("q", 0.004, 1.0)]
+    )
+    np.testing.assert_allclose(
+        idle_gap_ms(df, {"p": 10.0}).to_numpy(), [10.0, 10.0, 3.0, np.nan, 3.0], rtol=1e-9, equal_nan=True
+    )
+    df.attrs["envs"] = {"p": {"spec": {"pause_ms": 0}}, "q": {"spec": {}}, "r": None}
+    assert run_pauses(df) == {"p": 0.0}
+    np.testing.assert_allclose(idle_gap_ms(df).to_numpy(), [0, 0, 3.0, np.nan, 3.0], equal_nan=True)
+    assert run_pauses(gap_table([("a", 0.0, 1.0)])) == {}
+
+
+def test_explain_reads_the_pause_from_the_runs_env():
+    """Synthetic back-to-back copies (gaps under 2 ms): measured with --pause 10, the near
+    misses a wake-up's size are gpu_wake and say so; with --pause 0 they stay unexplained."""
+    df, kind = synthetic_v2_run(6)
+    plain = outliers.explain(df)
+    small = (
+        (kind == "none") & plain["is_outlier"] & (plain["event_ms"] - plain["expected_ms"] <= WAKE_EXTRA_MS)
+    )
+    assert small.sum() >= 2 and (plain.loc[small, "cause"] == "unexplained").all()
+    run = df["run_id"].iloc[0]
+    for pause, want in ((10.0, "gpu_wake"), (0.0, "unexplained")):
+        df.attrs["envs"] = {run: {"spec": {"pause_ms": pause}}}
+        e = outliers.explain(df)
+        assert (e.loc[small, "cause"] == want).all(), pause
+        ev = e.loc[small, "evidence"]
+        if want == "gpu_wake":
+            assert ev.str.contains(
+                "idle 10.00 ms before it (the run's --pause: the GPU was woken, then left idle)", regex=False
+            ).all()
+        else:
+            assert ev.str.endswith(
+                "the GPU idle 0.00 ms before it (too short for a wake-up: under 2 ms)"
+            ).all()
+        # nothing else moves
+        others = ~small
+        pd.testing.assert_series_equal(e.loc[others, "cause"], plain.loc[others, "cause"])
