@@ -4,7 +4,8 @@ row, each giving a cause from ``CAUSES`` and an evidence sentence that quotes th
 Rules with direct evidence come first, in this order: ``context_init``,
 ``host_alloc_growth``, ``device_alloc`` (allocator counters), then the per-copy evidence
 of table schemas 2 and 3 (``h2dlab.causes_evidence``) — ``page_faults``,
-``host_preempted``, ``host_blocked``, ``gc_pause``, ``gpu_shared``, ``gpu_clock_low``. A
+``host_preempted``, ``host_blocked``, ``gc_pause``, ``other_threads``, ``host_parallel``,
+``gpu_shared``, ``gpu_clock_low``. A
 column a table does not have (older tables) or a NaN in it (not measured) makes its rule
 unavailable, never a guess. Every rule compares the row with its neighbours (same run
 and strategy, or same run for the GPU's state), so a condition that holds for every copy
@@ -32,6 +33,7 @@ from h2dlab.causes_evidence import (
     ruled_out,
     slow_text,
 )
+from h2dlab.causes_parallel import busiest_share
 from h2dlab.causes_threads import others_share
 from h2dlab.causes_wake import WAKE_EXTRA_MS, WAKE_IDLE_MS, idle_gap_ms, run_pauses, wake_cause
 
@@ -68,6 +70,10 @@ CAUSES: dict[str, str] = {
     "host_blocked": "the timing thread slept during the copy (a lock, the kernel, another thread)",
     "gc_pause": "Python's garbage collector ran during the copy",
     "other_threads": "the process's other threads ran far more CPUs' worth during the copy than during copies like it",
+    "host_parallel": (
+        "the time went into the timed host call while PyTorch's worker threads ran beside it (a parallel CPU "
+        "copy waits for its slowest worker)"
+    ),
     "gpu_shared": "other processes used the GPU during the copy, more than during its neighbours",
     "gpu_clock_low": "the GPU's SM clock was well below the run's median",
     "episode": "part of a time-ordered stretch of slow copies",
@@ -115,7 +121,9 @@ def neighbours(df: pd.DataFrame, pauses: dict[object, float] | None = None) -> p
     (issue_ms / wall_ms) and ``others_typ`` (CPUs' worth the process's other threads ran:
     ``others_cpu_ms / others_window_ms`` where recorded (schema 4), else
     ``(proc_cpu_ms - cpu_ms) / wall_ms``), and ``others_cell``, that share's median over the
-    timed rows of the same group and size (NaN below :data:`MIN_CELL_ROWS` such rows). Medians are over timed rows (no warm-up, no error); NaN where
+    timed rows of the same group and size (NaN below :data:`MIN_CELL_ROWS` such rows), and
+    ``busiest_cell`` likewise of the busiest other thread's share of that window
+    (``causes_parallel.busiest_share``, schema 4). Medians are over timed rows (no warm-up, no error); NaN where
     unmeasured.
     """
     ctx = pd.DataFrame(index=df.index)
@@ -151,6 +159,8 @@ def neighbours(df: pd.DataFrame, pauses: dict[object, float] | None = None) -> p
     # ... per copy size too: whether a copy is split over threads depends on its size.
     cell = share.groupby([*by, df["size_bytes"]], sort=False)
     ctx["others_cell"] = cell.transform("median").where(cell.transform("count") >= MIN_CELL_ROWS)
+    busiest = busiest_share(df).where(timed).groupby([*by, df["size_bytes"]], sort=False)
+    ctx["busiest_cell"] = busiest.transform("median").where(busiest.transform("count") >= MIN_CELL_ROWS)
     issue = _col(df, "issue_ms").where(timed).groupby([*by, df["size_bytes"]], sort=False)
     ctx["issue_cell"] = issue.transform("median").where(issue.transform("count") >= MIN_CELL_ROWS)
     pauses = run_pauses(df) if pauses is None else pauses

@@ -34,6 +34,7 @@ def _side(e: pd.DataFrame, t: pd.DataFrame, mask: pd.Series, names: dict) -> dic
     u = f[f["cause"] == "unexplained"]
     b = f[f["cause"] == "host_blocked"]
     w = f[f["cause"] == "gpu_wake"]
+    hp = f[f["cause"] == "host_parallel"]
     top = u["strategy"].value_counts()
     tm = t[mask[t.index]]
     runs = sorted(e.loc[mask, "run_id"].unique(), key=lambda r: str(names.get(r, r)))
@@ -45,6 +46,7 @@ def _side(e: pd.DataFrame, t: pd.DataFrame, mask: pd.Series, names: dict) -> dic
         "unexplained": len(u),
         "host_blocked": len(b),
         "gpu_wake": len(w),
+        "host_parallel": len(hp),
         "others_cpus": float(others_share(tm).median()),
         "busiest_share": float((tm["busiest_cpu_ms"] / tm["others_window_ms"]).median()),
         "top": top.index[0] if len(top) else "",
@@ -59,6 +61,13 @@ def _side(e: pd.DataFrame, t: pd.DataFrame, mask: pd.Series, names: dict) -> dic
     sizes = u.loc[u["strategy"] == out["top"], "size_bytes"]
     out["top_sizes"] = (int(sizes.min()), int(sizes.max())) if len(sizes) else (0, 0)
     return out
+
+
+def _also(side: dict[str, Any]) -> str:
+    """ " and 7 `gpu_wake`" / " and 2 `host_parallel`" / ", 7 `gpu_wake` and 2 `host_parallel`": the
+    flagged copies two generic-looking causes took, where there are any."""
+    parts = [f"{side[c]} `{c}`" for c in ("gpu_wake", "host_parallel") if side[c]]
+    return ", " + " and ".join(parts) if len(parts) == 2 else "".join(f" and {x}" for x in parts)
 
 
 def _lumped(side: dict[str, Any], label: str) -> str:
@@ -78,7 +87,8 @@ def openmp_wait(df: pd.DataFrame) -> Finding:
 
     Per policy (``values["default"]``, ``values["passive"]``): ``runs``; ``flagged`` copies
     and ``flagged_by_run`` (run name to count); ``unexplained``, ``host_blocked`` and
-    ``gpu_wake`` (a small extra after the GPU sat idle) among them; ``others_cpus``, the
+    ``gpu_wake`` (a small extra after the GPU sat idle) and ``host_parallel`` (host-side
+    work beside busy worker threads) among them; ``others_cpus``, the
     median over timed copies of the CPUs' worth the process's other threads ran
     (``others_cpu_ms / others_window_ms``, exact clocks, schema 4), and ``busiest_share``, the median share of that window the busiest other thread was on a
     CPU; ``top``/``top_n``/``top_sizes``, the strategy most of the unexplained copies used
@@ -111,7 +121,7 @@ def openmp_wait(df: pd.DataFrame) -> Finding:
     nv, rd = d["nvcsw"][1], d["run_delay_ms"][1]
     switches = "no voluntary context switch" if nv == 0 else f"at most {nv:.0f} voluntary context switches"
     waits = "no wait to run" if rd == 0 else f"at most {rd:.2f} ms waiting to run"
-    woke = {k: f" and {v['gpu_wake']} `gpu_wake`" if v["gpu_wake"] else "" for k, v in (("d", d), ("p", p))}
+    woke = {k: _also(v) for k, v in (("d", d), ("p", p))}
     verdict = (
         f"With OpenMP's default wait policy ({d['runs']} runs), in the median copy the process's other threads "
         f"ran {d['others_cpus']:.1f} CPUs' worth, the busiest of them on a CPU for {d['busiest_share']:.0%} of "

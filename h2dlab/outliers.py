@@ -23,6 +23,9 @@ explain() gives every flagged row one cause from ``CAUSES`` with an evidence sen
   faults, CPU time beside wall time, the scheduler's run-queue wait and context switches,
   Python GC, the CPU time of the process's other threads, other processes on the GPU,
   the SM clock), where the table has those columns;
+- ``host_parallel``: (tables that read each thread's own CPU clock) the extra time went
+  into the timed host call, the timing thread on its CPU, while PyTorch's worker threads
+  ran beside it (``causes_parallel``; tried after ``other_threads``, before ``gpu_shared``);
 - ``episode``: part of a time-ordered stretch of slow rows, found with a change-point
   method (ruptures' kernel change-point search with a linear kernel: the l2 cost, PELT);
 - ``gpu_wake``: none of the above, the GPU had sat idle a few ms before the copy (the host

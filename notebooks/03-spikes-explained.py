@@ -23,6 +23,7 @@
 # | `device_alloc` | the copy waited on more `cudaMalloc` than its neighbours (after `empty_cache()`) |
 # | `page_faults`, `host_preempted`, `host_blocked`, `gc_pause`, `gpu_shared`, `gpu_clock_low` | where the table records page faults, CPU time, the scheduler's run-queue wait and context switches, garbage collections and the GPU's state |
 # | `other_threads` | the process's other threads ran far more CPUs' worth during the copy than during copies of its size (tables that read each thread's own CPU clock name the busiest; older ones cannot say which) |
+# | `host_parallel` | the extra time went into the timed host call while PyTorch's worker threads ran beside it, the busiest on a CPU nearly the whole copy: a parallel CPU copy (`pin_memory()`, `torch.cat`, `copy_` into pinned memory) waits for its slowest worker (tables that read each thread's own CPU clock only) |
 # | `episode` | part of a stretch of slow copies in time order, found by change-point detection |
 # | `gpu_wake` | a copy a little slow after the GPU sat idle a few ms: the first work after an idle GPU pays for waking it (likely, not certain: only the idle gap points to it) |
 # | `unexplained` | none of the above; the evidence says what was ruled out |
