@@ -11,8 +11,8 @@ unavailable, never a guess. Every rule compares the row with its neighbours (sam
 and strategy, or same run for the GPU's state), so a condition that holds for every copy
 of a run does not explain one slow copy. A flagged copy none of them explains is then
 ``episode`` when it lies in a time-ordered stretch of slow copies, else ``gpu_wake`` when
-the GPU sat idle long enough before it and its extra time is small
-(``h2dlab.causes_wake``), else ``unexplained``.
+the GPU sat idle long enough before it and its extra time is small, as this machine's idle
+runs calibrate (``h2dlab.causes_wake``; never without them), else ``unexplained``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from h2dlab.causes_evidence import (
 )
 from h2dlab.causes_parallel import busiest_share
 from h2dlab.causes_threads import others_share
-from h2dlab.causes_wake import WAKE_EXTRA_MS, WAKE_IDLE_MS, idle_gap_ms, run_pauses, wake_cause
+from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, run_pauses, wake_cause
 
 __all__ = [
     "CAUSES",
@@ -49,8 +49,6 @@ __all__ = [
     "PAGE_BYTES",
     "PINNING_STRATEGIES",
     "PREEMPTED_SHARE",
-    "WAKE_EXTRA_MS",
-    "WAKE_IDLE_MS",
     "generic_cause",
     "group_columns",
     "neighbours",
@@ -78,8 +76,9 @@ CAUSES: dict[str, str] = {
     "gpu_clock_low": "the GPU's SM clock was well below the run's median",
     "episode": "part of a time-ordered stretch of slow copies",
     "gpu_wake": (
-        "a little slow after the GPU sat idle a few ms: the first work after an idle GPU pays for waking it "
-        "(likely, not certain: only the idle gap points to it)"
+        "a little slow after the GPU sat idle: the first work after an idle GPU pays for waking it; named only "
+        "where idle runs recorded beside the table show after how long a pause, and at what cost (likely, not "
+        "certain: only the idle gap points to it)"
     ),
     "unexplained": "no evidence points anywhere; the evidence says what was ruled out",
 }
@@ -101,7 +100,9 @@ def _col(df: pd.DataFrame, name: str) -> pd.Series:
     return df[name].astype(float) if name in df.columns else pd.Series(np.nan, index=df.index)
 
 
-def neighbours(df: pd.DataFrame, pauses: dict[object, float] | None = None) -> pd.DataFrame:
+def neighbours(
+    df: pd.DataFrame, pauses: dict[object, float] | None = None, wake: WakeCalibration | None = None
+) -> pd.DataFrame:
     """Per row, what its neighbours looked like (the rules compare a row with these).
 
     Returns a frame on ``df``'s index: ``first_order`` (the run's first ``order``),
@@ -113,7 +114,9 @@ def neighbours(df: pd.DataFrame, pauses: dict[object, float] | None = None) -> p
     wall_ms) and ``cpu_typ`` (its median), ``gc_typ``, per run ``clock_med`` and
     ``procs_med``, ``idle_gap_ms`` (host time since the previous timed copy of the run
     ended, or the run's ``--pause``: ``causes_wake.idle_gap_ms``, given ``pauses`` or
-    reading them from ``df.attrs``) and ``idle_paused`` (the row's run paused), ``issue_cell`` (median ``issue_ms`` over the timed
+    reading them from ``df.attrs``), ``idle_paused`` (the row's run paused), ``wake`` (the
+    same ``causes_wake.WakeCalibration`` on every row: ``wake``, else
+    ``df.attrs["wake_calibration"]``; None without idle runs), ``issue_cell`` (median ``issue_ms`` over the timed
     rows of the same group and size, NaN below :data:`MIN_CELL_ROWS`), and from schema 3
     the medians of ``rd_typ`` (the run-queue wait that fits in the copy,
     ``causes_evidence.run_delay_inside``, / wall_ms),
@@ -166,6 +169,8 @@ def neighbours(df: pd.DataFrame, pauses: dict[object, float] | None = None) -> p
     pauses = run_pauses(df) if pauses is None else pauses
     ctx["idle_gap_ms"] = idle_gap_ms(df, pauses)
     ctx["idle_paused"] = df["run_id"].isin(list(pauses))
+    wake = df.attrs.get("wake_calibration") if wake is None else wake
+    ctx["wake"] = pd.Series([wake] * len(df), index=df.index, dtype=object)
     run = df["run_id"]
     ctx["clock_med"] = _col(df, "sm_clock_mhz").where(timed).groupby(run, sort=False).transform("median")
     ctx["procs_med"] = _col(df, "gpu_procs").where(timed).groupby(run, sort=False).transform("median")

@@ -1,48 +1,86 @@
 """The ``gpu_wake`` rule: a small copy is slow when the GPU sat idle just before it.
 
-A probe on the H200 (4 KiB pinned copies timed with CUDA events) found that the first
-work after the GPU idles a few milliseconds pays for waking it: back to back a copy took
-a median 11 us; after the host busy-waited 0.5-2 ms, 15 us; after 3 ms, 30 us (half of
-the copies at least 30 us); after 10 ms, 53 us, and the host call itself 98 us. NVML saw
-no change of SM or memory clock, P-state or PCIe link. h2dlab's measuring loop spends a
-few ms between copies, about that threshold, so some of its small copies pay the
-wake-up and others do not.
+The first work after the GPU idles pays for waking it. A probe outside the kit first
+showed it on the H200; the kit measures it itself with ``h2dlab measure --pause MS`` (the
+``idle`` kind of a recording: the timer wakes the GPU, spins MS ms with it idle, then
+times the copy). How long an idle GPU takes to need waking, and what the wake-up costs,
+is a property of the machine and even of the VM's boot: one H200 boot showed it after
+2 ms, the kit's own recording on another after 10 ms but not after 3 ms. So the rule uses
+only a :class:`WakeCalibration` made from idle runs recorded beside the table
+(``factors_idle.wake_calibration``, attached by ``datasets.load`` as
+``attrs["wake_calibration"]``); without one, ``gpu_wake`` never fires.
 
 The table records no GPU idle time, but it records when each copy's timing began
 (``t_s``) and how long it took (``wall_ms``): :func:`idle_gap_ms` is the host time from
-the end of the previous timed copy to the start of this one. :func:`wake_cause` names a
-flagged copy ``gpu_wake`` when that gap is at least :data:`WAKE_IDLE_MS` and the copy's
-extra time is at most :data:`WAKE_EXTRA_MS`; ``outliers.explain`` tries it after every
-rule with direct evidence and after the episode search, so it only names copies nothing
-else explains. :func:`wake_check` is what an ``unexplained`` copy's evidence says about it.
+the end of the previous timed copy to the start of this one (or a run's ``--pause``).
+:func:`wake_cause` names a flagged copy ``gpu_wake`` when that gap is at least the
+calibration's ``idle_ms`` and the copy's extra time at most its ``extra_ms``;
+``outliers.explain`` tries it after every rule with direct evidence and after the episode
+search, so it only names copies nothing else explains. :func:`wake_check` is what an
+``unexplained`` copy's evidence says about it.
 
 This module imports no other module of the kit (``causes_evidence`` imports it).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 __all__ = [
     "TIMELINE_COLUMNS",
-    "WAKE_EXTRA_MS",
-    "WAKE_IDLE_MS",
+    "WakeCalibration",
+    "calibration_of",
     "idle_gap_ms",
     "run_pauses",
     "wake_cause",
     "wake_check",
 ]
 
-#: gpu_wake: the host time since the previous copy ended (ms) is at least this ...
-WAKE_IDLE_MS = 2.0
-#: ... and the copy's extra time (its timing less the expected) at most this many ms: what
-#: a wake-up can cost.
-WAKE_EXTRA_MS = 0.25
 #: The columns whose values make one timeline of copies, where the table has them: the
 #: run, and in a concurrent run the process count and the GPU (each GPU's copies have
 #: their own clock and do not wake another GPU).
 TIMELINE_COLUMNS = ("run_id", "world", "gpu")
+
+
+@dataclass(frozen=True)
+class WakeCalibration:
+    """What a pause with the GPU idle cost the next copy on one machine, from its idle
+    runs (``factors_idle.wake_calibration`` makes it).
+
+    Attributes
+    ----------
+    idle_ms
+        The shortest recorded pause after which, for every strategy, at least
+        ``min_share`` of the smallest size's copies took ``slow_ratio`` times their
+        median after the shortest pause; None when no pause did (no wake-up cost shown).
+    extra_ms
+        Over the cells after pauses of at least ``idle_ms``, the largest p90 less the
+        same cell's median after the shortest pause; None with ``idle_ms``.
+    pauses
+        The recorded pauses (ms), ascending.
+    shares
+        Per pause, the smallest share over strategies of the smallest size's copies at
+        least ``slow_ratio`` times that median.
+    source
+        Which runs it was made from, in words.
+    slow_ratio, min_share
+        The thresholds it was made with.
+    """
+
+    idle_ms: float | None
+    extra_ms: float | None
+    pauses: tuple[float, ...]
+    shares: tuple[float, ...]
+    source: str
+    slow_ratio: float
+    min_share: float
+
+    def share_at(self, pause: float) -> float:
+        """The share (see ``shares``) after ``pause`` ms, NaN for a pause not recorded."""
+        return dict(zip(self.pauses, self.shares, strict=True)).get(pause, np.nan)
 
 
 def _num(x: object) -> float:
@@ -176,13 +214,29 @@ def _issue_text(row: pd.Series, ctx: pd.Series) -> str:
     return ""
 
 
+def calibration_of(ctx: pd.Series) -> WakeCalibration | None:
+    """The :class:`WakeCalibration` in a row of ``causes.neighbours()`` (``ctx["wake"]``),
+    or None when the table has no idle runs beside it."""
+    cal = ctx.get("wake")
+    return cal if isinstance(cal, WakeCalibration) else None
+
+
+def _calibrated(cal: WakeCalibration) -> str:
+    return (
+        f"in this machine's idle runs, after pauses of {cal.idle_ms:g} ms, {cal.share_at(cal.idle_ms):.0%} "
+        f"of the smallest copies took at least {cal.slow_ratio:g}x their median right after a wake, and the "
+        f"slowest tenth at most {cal.extra_ms:.2f} ms more ({cal.source})"
+    )
+
+
 def wake_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
     """``gpu_wake`` with its evidence sentence for one flagged row, or None.
 
-    It fires when the row's idle gap (``ctx["idle_gap_ms"]``, :func:`idle_gap_ms`) is at
-    least :data:`WAKE_IDLE_MS` and its extra time ``val - row["expected_ms"]`` is above 0
-    and at most :data:`WAKE_EXTRA_MS`. The caller tries it only when no other cause
-    applies: the gap makes a wake-up likely, not certain.
+    It fires only with a calibration (``ctx["wake"]``, a :class:`WakeCalibration` whose
+    ``idle_ms`` is not None): when the row's idle gap (``ctx["idle_gap_ms"]``,
+    :func:`idle_gap_ms`) is at least its ``idle_ms`` and the row's extra time
+    ``val - row["expected_ms"]`` is above 0 and at most its ``extra_ms``. The caller tries
+    it only when no other cause applies: the gap makes a wake-up likely, not certain.
 
     Parameters
     ----------
@@ -200,8 +254,11 @@ def wake_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[s
     tuple of str or None
         ``("gpu_wake", evidence)``.
     """
+    cal = calibration_of(ctx)
+    if cal is None or cal.idle_ms is None or cal.extra_ms is None:
+        return None
     gap, extra = _num(ctx.get("idle_gap_ms")), val - _num(row["expected_ms"])
-    if not (np.isfinite(gap) and gap >= WAKE_IDLE_MS and 0 < extra <= WAKE_EXTRA_MS):
+    if not (np.isfinite(gap) and gap >= cal.idle_ms and 0 < extra <= cal.extra_ms):
         return None
     since = (
         "the run's --pause: the GPU was woken, then left idle"
@@ -209,17 +266,18 @@ def wake_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[s
         else "host time since the previous copy ended"
     )
     return "gpu_wake", (
-        f"{slow}; the GPU had sat idle {gap:.2f} ms before it ({since}), and "
-        f"the extra {extra:.2f} ms is within the {WAKE_EXTRA_MS:.2f} ms a wake-up costs: the first work after the "
-        f"GPU idles a few ms pays for waking it (NVML shows no change of clock, P-state or PCIe link); the gap "
-        f"makes a wake-up likely, not certain, and no other evidence points anywhere{_issue_text(row, ctx)}"
+        f"{slow}; the GPU had sat idle {gap:.2f} ms before it ({since}), and the extra {extra:.2f} ms is "
+        f"within what a wake-up costs: {_calibrated(cal)}; the first work after the GPU idles pays for waking "
+        f"it; the gap makes a wake-up likely, not certain, and no other evidence points anywhere"
+        f"{_issue_text(row, ctx)}"
     )
 
 
 def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
     """What the idle gap rules out for one copy, in words that quote the numbers, or
     None where the gap or the timing is unknown (``causes_evidence.ruled_out``'s
-    ``idle gap`` check).
+    ``idle gap`` check). Without a calibration (``ctx["wake"]``) it says that no idle
+    runs tell what a pause costs on this machine.
 
     Parameters
     ----------
@@ -231,7 +289,8 @@ def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
     Returns
     -------
     str or None
-        E.g. ``"the GPU idle 0.40 ms before it (too short for a wake-up: under 2 ms)"``.
+        E.g. ``"the GPU idle 3.60 ms before it, under the 10 ms after which this
+        machine's idle runs show a wake-up"``.
     """
     gap = _num(ctx.get("idle_gap_ms"))
     event, wall = _num(row.get("event_ms")), _num(row.get("wall_ms"))
@@ -241,10 +300,21 @@ def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
     if gap < 0:
         return f"no idle time before it (its timing began {-gap:.2f} ms before the previous copy ended)"
     idle = f"the GPU idle {gap:.2f} ms before it"
-    if gap < WAKE_IDLE_MS:
-        return f"{idle} (too short for a wake-up: under {WAKE_IDLE_MS:g} ms)"
+    cal = calibration_of(ctx)
+    if cal is None:
+        return f"{idle}; no idle runs recorded beside this table to tell what a pause costs on this machine"
+    if cal.idle_ms is None or cal.extra_ms is None:
+        return (
+            f"{idle}; this machine's idle runs show no wake-up cost after pauses up to {max(cal.pauses):g} ms "
+            f"({cal.source})"
+        )
+    if gap < cal.idle_ms:
+        return f"{idle}, under the {cal.idle_ms:g} ms after which this machine's idle runs show a wake-up"
     if not np.isfinite(extra):
         return None
-    if extra > WAKE_EXTRA_MS:
-        return f"{idle}, but the extra {extra:.2f} ms is more than a wake-up's {WAKE_EXTRA_MS:.2f} ms"
+    if extra > cal.extra_ms:
+        return (
+            f"{idle}, but the extra {extra:.2f} ms is more than the {cal.extra_ms:.2f} ms a wake-up cost in the "
+            f"idle runs"
+        )
     return f"{idle}: long enough for a wake-up, which can cost the extra {extra:.2f} ms"

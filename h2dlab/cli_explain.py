@@ -166,17 +166,20 @@ def report(source: str, n_boot: int = 100) -> dict[str, Any]:
     tables behind it under keys starting ``_`` (``_env``, ``_fit``, ``_explained``,
     ``_flagged``), which the JSON leaves out."""
     from h2dlab import model, outliers
+    from h2dlab.causes_wake import run_pauses
     from h2dlab.env import describe
 
     df = load_source(source)
     env = datasets.run_env(df)
     names = _run_names(df)
     # Analyse a copy without attrs: pandas deep-copies attrs (every run's env.json) on each
-    # column access, which cost more CPU than the fit itself; nothing below reads them.
+    # column access, which cost more CPU than the fit itself; explain gets what it reads of
+    # them (the runs' --pause, the idle runs' calibration) as arguments.
+    wake, pauses = df.attrs.get("wake_calibration"), run_pauses(df)
     df = df.copy(deep=False)
     df.attrs = {}
     fitted = _fit(df, names, n_boot)
-    e = outliers.explain(df)
+    e = outliers.explain(df, wake=wake, pauses=pauses)
     e = e.assign(run=e["run_id"].map(names), value_ms=model.value_ms(e))
     flagged = e[e["is_outlier"]].sort_values(["run_id", "order"], kind="stable")
     flagged = flagged.sort_values("run_id", key=lambda s: s.map(list(names).index), kind="stable")

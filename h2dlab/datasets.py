@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 
 from h2dlab.catalog import DATASETS, TIMELINES
+from h2dlab.causes_wake import WakeCalibration
+from h2dlab.factors_idle import wake_calibration
 from h2dlab.schema import (
     ADDED_V2,
     ADDED_V3,
@@ -169,7 +171,11 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
     """Load a recorded dataset by name, or any table or folder of tables by path.
 
     Every run's fingerprint is in ``df.attrs['envs']`` (run_id -> env dict), and the
-    dataset name in ``df.attrs['dataset']``.
+    dataset name in ``df.attrs['dataset']``. A kind of a recording (a folder beside
+    ``recording.json``; or one of its tables) whose recording has an ``idle`` kind gets
+    ``df.attrs['wake_calibration']``, ``factors_idle.wake_calibration`` of those idle runs
+    (None when they hold fewer than two pauses): what ``outliers.explain`` needs to name a
+    copy ``gpu_wake`` on this machine. The ``idle`` kind gets it from its own runs.
 
     Raises
     ------
@@ -199,6 +205,17 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
                 f"(it has {', '.join(kinds)})"
             )
         raise SchemaError(f"{folder}: holds no measurement table ({', '.join(SUFFIXES)})")
+    out = _read_runs(paths, os.fspath(name))
+    idle = _idle_beside(folder)
+    if idle is not None:
+        out.attrs["wake_calibration"] = _calibrate(
+            out if idle == folder else _read_runs(_tables(idle), ""), idle
+        )
+    return out
+
+
+def _read_runs(paths: list[Path], label: str) -> pd.DataFrame:
+    """The tables at ``paths`` as one, with each run's env and file name in ``attrs``."""
     frames, envs, run_names = [], {}, {}
     for p in paths:
         df = read(p)
@@ -209,8 +226,29 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
     out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     out.attrs["envs"] = envs
     out.attrs["run_names"] = run_names
-    out.attrs["dataset"] = os.fspath(name)
+    out.attrs["dataset"] = label
     return out
+
+
+def _idle_beside(where: Path) -> Path | None:
+    """The ``idle`` kind of the recording a kind folder (or one of its tables) lies in,
+    when that recording has one with tables; else None."""
+    kind = where.parent if where.is_file() else where
+    idle = kind.parent / "idle"
+    if (kind.parent / "recording.json").is_file() and idle.is_dir() and _tables(idle):
+        return idle
+    return None
+
+
+def _calibrate(idle_runs: pd.DataFrame, idle: Path) -> WakeCalibration | None:
+    """``factors_idle.wake_calibration`` of a recording's idle runs, None when they cannot
+    make one (fewer than two pauses recorded)."""
+    runs = idle_runs.copy(deep=False)
+    runs.attrs = {**idle_runs.attrs, "dataset": f"{idle.parent.name}/idle"}
+    try:
+        return wake_calibration(runs)
+    except ValueError:
+        return None
 
 
 FORUM_COLUMNS = {

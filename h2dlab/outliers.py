@@ -29,8 +29,9 @@ explain() gives every flagged row one cause from ``CAUSES`` with an evidence sen
 - ``episode``: part of a time-ordered stretch of slow rows, found with a change-point
   method (ruptures' kernel change-point search with a linear kernel: the l2 cost, PELT);
 - ``gpu_wake``: none of the above, the GPU had sat idle a few ms before the copy (the host
-  time since the previous copy ended, ``causes_wake.idle_gap_ms``) and the copy was slow
-  by no more than a wake-up costs (``causes_wake``);
+  time since the previous copy ended, ``causes_wake.idle_gap_ms``) at least as long as,
+  and the copy slower by no more than, the machine's own idle runs show a wake-up needs
+  and costs (``causes_wake``; never without such runs);
 - ``unexplained``: none of the above, said plainly, with what was ruled out.
 """
 
@@ -44,7 +45,7 @@ import pandas as pd
 
 from h2dlab import causes_evidence
 from h2dlab.causes import CAUSES, generic_cause, group_columns, neighbours, specific_cause
-from h2dlab.causes_wake import run_pauses
+from h2dlab.causes_wake import WakeCalibration, run_pauses
 from h2dlab.model import MODEL_COLUMNS, check_values, fit_line, value_ms
 
 __all__ = [
@@ -226,7 +227,9 @@ def _episodes(r: np.ndarray, sigma: float, min_len: int = 4) -> list[tuple[int, 
     return out
 
 
-def explain(df: pd.DataFrame) -> pd.DataFrame:
+def explain(
+    df: pd.DataFrame, wake: WakeCalibration | None = None, pauses: dict[object, float] | None = None
+) -> pd.DataFrame:
     """Add ``episode`` (id or -1), ``cause`` and ``evidence`` to ``detect()``'s output.
 
     ``cause`` (from ``CAUSES``) and ``evidence`` are filled for flagged rows
@@ -237,7 +240,12 @@ def explain(df: pd.DataFrame) -> pd.DataFrame:
     time-correlated episode. A flagged row in no episode and with no direct evidence is
     ``gpu_wake`` when the idle gap before it and its small extra time fit a wake-up, else
     ``unexplained``: episodes win over ``gpu_wake`` (a stretch of slow copies is not one
-    copy's wake-up).
+    copy's wake-up). ``gpu_wake`` needs a calibration from idle runs recorded on the same
+    machine: ``wake`` (``factors_idle.wake_calibration``), else
+    ``df.attrs["wake_calibration"]``, which ``datasets.load`` attaches to a kind of a
+    recording that has an ``idle`` kind; without one no copy is ``gpu_wake``. ``pauses``
+    (run_id to ``--pause`` ms) is read from ``df.attrs["envs"]`` when None
+    (``causes_wake.run_pauses``).
 
     Raises
     ------
@@ -254,7 +262,9 @@ def explain(df: pd.DataFrame) -> pd.DataFrame:
     out["cause"] = ""
     out["evidence"] = ""
     v = value_ms(out)
-    ctx = neighbours(out, run_pauses(df))  # the runs' --pause, from the attrs out no longer has
+    wake = df.attrs.get("wake_calibration") if wake is None else wake
+    pauses = run_pauses(df) if pauses is None else pauses
+    ctx = neighbours(out, pauses, wake)  # --pause and calibration, from the attrs out no longer has
 
     flagged = out.index[out["is_outlier"].to_numpy(bool)]
     specific: dict = {}
@@ -278,7 +288,7 @@ def explain(df: pd.DataFrame) -> pd.DataFrame:
         cause, ev = specific.get(i) or generic_cause(row, ctx.loc[i], v[i], int(row["episode"]))
         out.at[i, "cause"] = cause
         out.at[i, "evidence"] = ev
-    out.attrs = dict(df.attrs)
+    out.attrs = {**df.attrs, "wake_calibration": wake} if wake is not None else dict(df.attrs)
     return out
 
 

@@ -25,7 +25,7 @@
 # | `other_threads` | the process's other threads ran far more CPUs' worth during the copy than during copies of its size (tables that read each thread's own CPU clock name the busiest; older ones cannot say which) |
 # | `host_parallel` | the extra time went into the timed host call while PyTorch's worker threads ran beside it, the busiest on a CPU nearly the whole copy: a parallel CPU copy (`pin_memory()`, `torch.cat`, `copy_` into pinned memory) waits for its slowest worker (tables that read each thread's own CPU clock only) |
 # | `episode` | part of a stretch of slow copies in time order, found by change-point detection |
-# | `gpu_wake` | a copy a little slow after the GPU sat idle a few ms: the first work after an idle GPU pays for waking it (likely, not certain: only the idle gap points to it) |
+# | `gpu_wake` | a copy a little slow after the GPU sat idle: the first work after an idle GPU pays for waking it; named only where idle runs recorded beside the table (`h2dlab measure --pause`) show after how long a pause, and at what cost, on this machine (likely, not certain: only the idle gap points to it) |
 # | `unexplained` | none of the above; the evidence says what was ruled out |
 
 # %% tags=["parameters"]

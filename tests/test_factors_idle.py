@@ -113,3 +113,58 @@ def test_idle_pause_figure_draws_the_cells():
     assert list(line.get_ydata()) == pytest.approx(list(c.median_ms * 1e3))
     labels = sorted(t.get_text() for t in ax.texts if t.get_text().endswith("x"))
     assert labels == sorted(f"{r:.2f}x" for r in cells[cells.pause_ms == 10.0].ratio)
+
+
+# --- wake_calibration (synthetic tables only; the recorded idle runs are not bundled yet) ---
+
+
+def test_wake_calibration_of_a_synthetic_table():
+    """A 2 us extra after 3 ms slows no copy 1.5x; 50 us after 10 ms slows the half that pay
+    it: the GPU needs waking after 10 ms, at most the largest p90 less the 0-ms median."""
+    from h2dlab.factors_idle import WAKE_SHARE, wake_calibration
+
+    cal = wake_calibration(synthetic(extra_small=(0.0, 0.002, 0.05)))
+    assert WAKE_SHARE == 0.2
+    assert cal.idle_ms == 10.0 and cal.pauses == (0.0, 3.0, 10.0)
+    assert cal.shares == pytest.approx((0.0, 0.0, 0.5))
+    # every cell after 10 ms: +0.05 ms on the even half, p90 at k=14..16, median at 0 ms at k=9.5
+    assert cal.extra_ms == pytest.approx((0.05 + 0.00142) - 0.00095)
+    assert cal.source == "idle runs of a table: pauses 0, 3, 10 ms"
+    assert (cal.slow_ratio, cal.min_share) == (SLOW_RATIO, WAKE_SHARE)
+    assert cal.share_at(10.0) == 0.5 and np.isnan(cal.share_at(5.0))
+    # the default extras slow half the small copies already after 3 ms
+    df = synthetic()
+    df.attrs["dataset"] = "synthetic/idle"
+    early = wake_calibration(df)
+    assert early.idle_ms == 3.0 and early.shares == pytest.approx((0.0, 0.5, 0.5))
+    assert early.source == "idle runs of synthetic/idle: pauses 0, 3, 10 ms"
+    assert wake_calibration(df, source="synthetic runs").source == "synthetic runs"
+
+
+def test_wake_calibration_needs_every_strategys_smallest_copies():
+    """Only pinned_reuse's 4 KiB copies slowed after 3 ms (synthetic): that pause does not
+    qualify; a strategy missing a pause's runs does not qualify it either."""
+    from h2dlab.factors_idle import wake_calibration
+
+    df = synthetic()
+    calm = (df.strategy == "pageable") & (df.size_bytes == 4096) & (df.run_id == "synthetic-1")
+    df.loc[calm, "event_ms"] = 0.020 + 0.0001 * np.arange(20)
+    cal = wake_calibration(df)
+    assert cal.idle_ms == 10.0 and cal.shares == pytest.approx((0.0, 0.0, 0.5))
+    gone = df[~((df.strategy == "pageable") & (df.run_id == "synthetic-2"))]
+    gone.attrs = df.attrs
+    cal = wake_calibration(gone)
+    assert cal.idle_ms is None and cal.extra_ms is None
+    assert cal.shares[:2] == pytest.approx((0.0, 0.0)) and np.isnan(cal.shares[2])
+
+
+def test_wake_calibration_without_a_wake_up_cost():
+    from h2dlab.factors_idle import wake_calibration
+
+    cal = wake_calibration(synthetic(extra_small=(0.0, 0.002, 0.004)))
+    assert cal.idle_ms is None and cal.extra_ms is None and cal.shares == (0.0, 0.0, 0.0)
+    one = synthetic()
+    one = one[one.run_id == "synthetic-0"]
+    one.attrs["envs"] = {"synthetic-0": {"spec": {"pause_ms": 0.0}}}
+    with pytest.raises(ValueError, match="^wake_calibration needs runs measured with at least two"):
+        wake_calibration(one)

@@ -40,29 +40,30 @@ def test_openmp_wait_counts_recomputed(omp):
         assert got["others_cpus"] == pytest.approx((t.others_cpu_ms / t.others_window_ms).median())
     d, p = f.values["default"], f.values["passive"]
     assert f.holds == (p["unexplained"] < d["unexplained"]) and f.holds
-    # Since gpu_wake (a small extra after the GPU sat idle): 7 of the default's 36 and 4 of
-    # PASSIVE's 7 unexplained copies are gpu_wake. Since host_parallel (host-side work beside
-    # busy worker threads): 2 more of the default's (two `staged` copies of default-3, their
-    # busiest worker on a CPU for 92 % and 96 % of the window); none of PASSIVE's (no worker
-    # spins there).
+    # gpu_wake needs idle runs recorded beside the table (a calibration), and h200_omp has none:
+    # no copy is gpu_wake (before the calibration, 7 of the default's 36 and 4 of PASSIVE's 7
+    # unexplained copies were, by a fixed 2 ms threshold no data of this machine supported).
+    # Since host_parallel (host-side work beside busy worker threads): 2 of the default's (two
+    # `staged` copies of default-3, their busiest worker on a CPU for 92 % and 96 % of the
+    # window); none of PASSIVE's (no worker spins there).
     assert (d["runs"], d["flagged"], d["unexplained"], p["flagged"], p["unexplained"], p["host_blocked"]) == (
-        3, 37, 27, 22, 3, 15,
+        3, 37, 34, 22, 7, 15,
     )  # fmt: skip
-    assert (d["gpu_wake"], p["gpu_wake"]) == (7, 4)
+    assert (d["gpu_wake"], p["gpu_wake"]) == (0, 0)
     assert (d["host_parallel"], p["host_parallel"]) == (2, 0)
     assert (
         f"{d['unexplained']} of {d['flagged']} flagged copies (18 in default-1, 7 in default-2, 12 in default-3) "
         f"were unexplained ({d['top_n']} of them `{d['top']}`" in f.verdict
     )
     assert (
-        f"`, 64 KiB to 2 MiB), {d['gpu_wake']} `gpu_wake` and {d['host_parallel']} `host_parallel`, and in every "
-        "flagged copy" in f.verdict
+        f"`, 64 KiB to 2 MiB) and {d['host_parallel']} `host_parallel`, and in every flagged copy"
+        in f.verdict
     )
+    assert "gpu_wake" not in f.verdict
     assert f"{fmt_bytes(d['top_sizes'][0])} to {fmt_bytes(d['top_sizes'][1])}" in f.verdict
     assert (
         f"{p['unexplained']} of {p['flagged']} flagged copies (19 in passive-1, 1 in passive-2, 2 in passive-3) "
-        f"were unexplained and {p['gpu_wake']} `gpu_wake`; {p['host_blocked']} were `host_blocked`"
-        in f.verdict
+        f"were unexplained; {p['host_blocked']} were `host_blocked`" in f.verdict
     )
     assert (
         f"in the median copy the process's other threads ran {d['others_cpus']:.1f} CPUs' worth" in f.verdict

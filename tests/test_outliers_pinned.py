@@ -8,7 +8,11 @@ before the search was replaced by a faster one and the schema-2 causes were adde
 test proves the new code gives the same answers, word for word, on the old recordings.
 Regenerated once since, deliberately, for the ``gpu_wake`` cause (helper wake): 16 copies
 went from ``unexplained`` to ``gpu_wake`` and the other unexplained copies' evidence gained
-the idle-gap check; nothing else changed. Regenerate it only when the recordings or the
+the idle-gap check; nothing else changed. Regenerated again (helper wake2) when
+``gpu_wake`` began to need a calibration from idle runs recorded beside the table: these
+recordings have none, so those 16 copies are ``unexplained`` again and every idle-gap
+check says no idle runs tell what a pause costs on this machine; nothing else changed.
+Regenerate it only when the recordings or the
 cause rules change on purpose (``python tests/test_outliers_pinned.py``), and say so in the
 commit.
 """

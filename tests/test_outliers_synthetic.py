@@ -17,8 +17,9 @@ EVENTS = {**dict.fromkeys(NEW_CAUSES, 5), "none": 5}
 
 def back_to_back_t_s(wall_ms, seed: int, gap_ms: tuple[float, float] = (0.3, 1.8)) -> np.ndarray:
     """``t_s`` (s) for synthetic rows run one after another in row order, each starting
-    ``gap_ms`` (uniform) after the previous one ended: by default idle gaps too short for a
-    GPU wake-up (``causes_wake.WAKE_IDLE_MS``), so that no row is a ``gpu_wake``."""
+    ``gap_ms`` (uniform) after the previous one ended: by default idle gaps shorter than the
+    2 ms after which the synthetic calibration of ``tests/test_outliers_wake.py`` has a
+    wake-up (without a calibration no row is a ``gpu_wake`` anyway)."""
     wall = np.asarray(wall_ms, float)
     gaps = np.random.default_rng([seed, 7]).uniform(*gap_ms, len(wall))
     return np.concatenate([[0.0], np.cumsum(wall[:-1] + gaps[1:])]) / 1000

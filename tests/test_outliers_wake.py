@@ -11,8 +11,25 @@ from hypothesis import strategies as st
 
 from h2dlab import causes, datasets, outliers
 from h2dlab.causes_evidence import CHECKS, slow_text
-from h2dlab.causes_wake import WAKE_EXTRA_MS, WAKE_IDLE_MS, idle_gap_ms, run_pauses, wake_cause, wake_check
+from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, run_pauses, wake_cause, wake_check
 from tests.test_outliers_synthetic import NEW_CAUSES, cause_scores, synthetic_v2_run
+
+#: A synthetic calibration (made up, as if from idle runs): a wake-up after 2 ms idle,
+#: costing at most 0.25 ms.
+SYNTHETIC_WAKE = WakeCalibration(
+    idle_ms=2.0,
+    extra_ms=0.25,
+    pauses=(0.0, 1.0, 2.0, 10.0),
+    shares=(0.0, 0.05, 0.4, 0.6),
+    source="synthetic idle runs: pauses 0, 1, 2, 10 ms",
+    slow_ratio=1.5,
+    min_share=0.2,
+)
+SYNTHETIC_SAID = (
+    "in this machine's idle runs, after pauses of 2 ms, 40% of the smallest copies took at least 1.5x their "
+    "median right after a wake, and the slowest tenth at most 0.25 ms more (synthetic idle runs: pauses 0, 1, "
+    "2, 10 ms)"
+)
 
 # --- the idle gap ------------------------------------------------------------------------
 
@@ -151,7 +168,10 @@ def synthetic_wake_run(seed: int):
 
 @pytest.fixture(scope="module")
 def explained_wake():
-    return [(outliers.explain(df), kind) for df, kind in (synthetic_wake_run(s) for s in range(10))]
+    return [
+        (outliers.explain(df, wake=SYNTHETIC_WAKE), kind)
+        for df, kind in (synthetic_wake_run(s) for s in range(10))
+    ]
 
 
 def test_gpu_wake_precision_recall_synthetic(explained_wake):
@@ -184,12 +204,13 @@ def test_near_misses_of_a_wake_up_stay_unexplained_and_say_why(explained_wake):
                 if k == "wake_too_big":
                     extra = e.at[i, "event_ms"] - e.at[i, "expected_ms"]
                     assert check == (
-                        f"the GPU idle {gap:.2f} ms before it, but the extra {extra:.2f} ms is more than a "
-                        f"wake-up's 0.25 ms"
+                        f"the GPU idle {gap:.2f} ms before it, but the extra {extra:.2f} ms is more than the "
+                        f"0.25 ms a wake-up cost in the idle runs"
                     )
                 else:
-                    assert (
-                        check == f"the GPU idle {gap:.2f} ms before it (too short for a wake-up: under 2 ms)"
+                    assert check == (
+                        f"the GPU idle {gap:.2f} ms before it, under the 2 ms after which this machine's idle "
+                        "runs show a wake-up"
                     )
     for k, causes_said in said.items():
         assert len(causes_said) >= 30, k
@@ -208,9 +229,9 @@ def test_gpu_wake_evidence_quotes_the_numbers(explained_wake):
         val, exp = e.at[i, "event_ms"], e.at[i, "expected_ms"]
         assert e.at[i, "evidence"] == (
             f"{slow_text(e.loc[i], val)}; the GPU had sat idle {gap[i]:.2f} ms before it (host time since the "
-            f"previous copy ended), and the extra {val - exp:.2f} ms is within the 0.25 ms a wake-up costs: the "
-            "first work after the GPU idles a few ms pays for waking it (NVML shows no change of clock, P-state "
-            "or PCIe link); the gap makes a wake-up likely, not certain, and no other evidence points anywhere"
+            f"previous copy ended), and the extra {val - exp:.2f} ms is within what a wake-up costs: "
+            f"{SYNTHETIC_SAID}; the first work after the GPU idles pays for waking it; the gap makes a wake-up "
+            "likely, not certain, and no other evidence points anywhere"
         )
 
 
@@ -219,15 +240,17 @@ def _row(**kw) -> pd.Series:
 
 
 def _ctx(**kw) -> pd.Series:
-    return pd.Series({"idle_gap_ms": 3.7, "issue_cell": np.nan, "issue_typ": np.nan, **kw})
+    return pd.Series(
+        {"idle_gap_ms": 3.7, "issue_cell": np.nan, "issue_typ": np.nan, "wake": SYNTHETIC_WAKE, **kw}
+    )
 
 
 @pytest.mark.parametrize(
     "gap,val,fires",
     [
-        (WAKE_IDLE_MS, 0.10 + WAKE_EXTRA_MS, True),  # both bounds are inclusive
-        (WAKE_IDLE_MS - 1e-9, 0.18, False),
-        (3.7, 0.10 + WAKE_EXTRA_MS + 1e-9, False),
+        (2.0, 0.10 + 0.25, True),  # both bounds (the calibration's) are inclusive
+        (2.0 - 1e-9, 0.18, False),
+        (3.7, 0.10 + 0.25 + 1e-9, False),
         (3.7, 0.10, False),  # no extra time
         (np.nan, 0.18, False),  # no start times in the table
     ],
@@ -254,10 +277,11 @@ def test_wake_evidence_compares_the_host_call_where_recorded():
 
 def test_wake_check_sentences():
     assert wake_check(_row(), _ctx(idle_gap_ms=0.4)) == (
-        "the GPU idle 0.40 ms before it (too short for a wake-up: under 2 ms)"
+        "the GPU idle 0.40 ms before it, under the 2 ms after which this machine's idle runs show a wake-up"
     )
     assert wake_check(_row(event_ms=0.7), _ctx()) == (
-        "the GPU idle 3.70 ms before it, but the extra 0.60 ms is more than a wake-up's 0.25 ms"
+        "the GPU idle 3.70 ms before it, but the extra 0.60 ms is more than the 0.25 ms a wake-up cost in the "
+        "idle runs"
     )
     assert wake_check(_row(event_ms=np.nan), _ctx()) == (
         "the GPU idle 3.70 ms before it: long enough for a wake-up, which can cost the extra 0.10 ms"
@@ -299,7 +323,7 @@ def test_an_episode_wins_over_gpu_wake():
             }
         )
     )
-    e = outliers.explain(df)
+    e = outliers.explain(df, wake=SYNTHETIC_WAKE)
     assert list(e.index[e["is_outlier"]]) == list(range(30, 38))
     assert (e.loc[30:37, "cause"] == "episode").all()
     spread = [3, 11, 19, 27, 35, 43, 51, 59]
@@ -309,7 +333,7 @@ def test_an_episode_wins_over_gpu_wake():
     gaps2[spread] = 5.0
     wall2 = ms2 * 1.01
     t2 = np.concatenate([[0.0], np.cumsum(wall2[:-1] + gaps2[1:])]) / 1000
-    e2 = outliers.explain(df.assign(event_ms=ms2, wall_ms=wall2, t_s=t2))
+    e2 = outliers.explain(df.assign(event_ms=ms2, wall_ms=wall2, t_s=t2), wake=SYNTHETIC_WAKE)
     assert list(e2.index[e2["is_outlier"]]) == spread
     assert (e2.loc[spread, "cause"] == "gpu_wake").all()
 
@@ -318,10 +342,10 @@ def test_tables_without_start_times_never_say_gpu_wake():
     """Without start times (the forum's A100 table) a copy that would be gpu_wake is
     unexplained, and nothing else changes."""
     df, kind = synthetic_wake_run(2)
-    full = outliers.explain(df)
+    full = outliers.explain(df, wake=SYNTHETIC_WAKE)
     assert (full["cause"] == "gpu_wake").sum() >= 5
     for blank in (df.assign(t_s=np.nan), df.drop(columns="t_s")):
-        e = outliers.explain(blank)
+        e = outliers.explain(blank, wake=SYNTHETIC_WAKE)
         assert not (e["cause"] == "gpu_wake").any()
         pd.testing.assert_series_equal(e["cause"], full["cause"].replace("gpu_wake", "unexplained"))
         assert "idle gap" not in outliers.ruled_out(e).columns
@@ -350,15 +374,13 @@ def test_explain_reads_the_pause_from_the_runs_env():
     """Synthetic back-to-back copies (gaps under 2 ms): measured with --pause 10, the near
     misses a wake-up's size are gpu_wake and say so; with --pause 0 they stay unexplained."""
     df, kind = synthetic_v2_run(6)
-    plain = outliers.explain(df)
-    small = (
-        (kind == "none") & plain["is_outlier"] & (plain["event_ms"] - plain["expected_ms"] <= WAKE_EXTRA_MS)
-    )
+    plain = outliers.explain(df, wake=SYNTHETIC_WAKE)
+    small = (kind == "none") & plain["is_outlier"] & (plain["event_ms"] - plain["expected_ms"] <= 0.25)
     assert small.sum() >= 2 and (plain.loc[small, "cause"] == "unexplained").all()
     run = df["run_id"].iloc[0]
     for pause, want in ((10.0, "gpu_wake"), (0.0, "unexplained")):
         df.attrs["envs"] = {run: {"spec": {"pause_ms": pause}}}
-        e = outliers.explain(df)
+        e = outliers.explain(df, wake=SYNTHETIC_WAKE)
         assert (e.loc[small, "cause"] == want).all(), pause
         ev = e.loc[small, "evidence"]
         if want == "gpu_wake":
@@ -367,7 +389,7 @@ def test_explain_reads_the_pause_from_the_runs_env():
             ).all()
         else:
             assert ev.str.endswith(
-                "the GPU idle 0.00 ms before it (too short for a wake-up: under 2 ms)"
+                "the GPU idle 0.00 ms before it, under the 2 ms after which this machine's idle runs show a wake-up"
             ).all()
         # nothing else moves
         others = ~small

@@ -109,9 +109,9 @@ def expected():
     d, p = omp["default"], omp["passive"]
     rows["slow copies no cause fits, and PyTorch's waiting threads"] = [
         f"other threads spin at a median {d['others_cpus']:.1f} CPUs' worth, {d['unexplained']} of {d['flagged']} "
-        f"flagged copies unexplained ({d['gpu_wake']} more `gpu_wake`, {d['host_parallel']} `host_parallel`)",
-        f"`OMP_WAIT_POLICY=PASSIVE`: {p['unexplained']} of {p['flagged']} unexplained ({p['gpu_wake']} more "
-        f"`gpu_wake`), {p['host_blocked']} `host_blocked`",
+        f"flagged copies unexplained ({d['host_parallel']} more `host_parallel`)",
+        f"`OMP_WAIT_POLICY=PASSIVE`: {p['unexplained']} of {p['flagged']} unexplained, {p['host_blocked']} "
+        "`host_blocked`",
         f"({max(p['flagged_by_run'].values())} of the {p['flagged']} from one run)",
         f"the median `{d['top']}` of {fmt_bytes(d['top_sizes'][0])} to {fmt_bytes(d['top_sizes'][1])} "
         f"{omp['slowdown'][0]:.1f}x to {omp['slowdown'][1]:.1f}x slower",

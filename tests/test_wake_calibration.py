@@ -1,0 +1,189 @@
+"""``gpu_wake`` only with a calibration from idle runs recorded on the same machine: no
+calibration, or one showing no wake-up cost, names no copy ``gpu_wake``; a gap under the
+calibrated threshold is not one; ``datasets.load`` and ``session`` attach the calibration
+of a recording's ``idle`` kind. Every table and calibration here is synthetic (made up)."""
+
+import dataclasses
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from h2dlab import causes, cli, datasets, outliers, session
+from h2dlab.factors_idle import wake_calibration
+from h2dlab.record_folder import new_manifest, write_manifest
+from h2dlab.tableio import save
+from tests.test_outliers_wake import SYNTHETIC_WAKE, synthetic_wake_run
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return [synthetic_wake_run(s) for s in range(3)]
+
+
+def test_no_calibration_no_gpu_wake_and_ruled_out_says_so(runs):
+    for df, _kind in runs:
+        with_cal = outliers.explain(df, wake=SYNTHETIC_WAKE)
+        assert (with_cal["cause"] == "gpu_wake").sum() >= 5
+        assert "wake_calibration" not in df.attrs
+        e = outliers.explain(df)
+        assert not (e["cause"] == "gpu_wake").any()
+        # nothing else moves: the copies gpu_wake named are unexplained
+        pd.testing.assert_series_equal(e["cause"], with_cal["cause"].replace("gpu_wake", "unexplained"))
+        table = outliers.ruled_out(e)
+        gap = causes.neighbours(e)["idle_gap_ms"]
+        for i in e.index[(with_cal["cause"] == "gpu_wake").to_numpy()]:
+            want = (
+                f"the GPU idle {gap[i]:.2f} ms before it; no idle runs recorded beside this table to tell what a "
+                "pause costs on this machine"
+            )
+            assert table.at[i, "idle gap"] == want
+            assert e.at[i, "evidence"].endswith(want)
+
+
+def test_a_calibration_without_a_wake_up_names_no_gpu_wake(runs):
+    none = dataclasses.replace(SYNTHETIC_WAKE, idle_ms=None, extra_ms=None, shares=(0.0, 0.0, 0.05, 0.1))
+    df, _ = runs[0]
+    plain = outliers.explain(df)
+    e = outliers.explain(df, wake=none)
+    pd.testing.assert_series_equal(e["cause"], plain["cause"])
+    i = e.index[e["is_outlier"] & (e["cause"] == "unexplained")][0]
+    gap = causes.neighbours(e).at[i, "idle_gap_ms"]
+    assert outliers.ruled_out(e).at[i, "idle gap"] == (
+        f"the GPU idle {gap:.2f} ms before it; this machine's idle runs show no wake-up cost after pauses up "
+        "to 10 ms (synthetic idle runs: pauses 0, 1, 2, 10 ms)"
+    )
+
+
+def test_a_gap_under_the_calibrated_threshold_is_not_gpu_wake(runs):
+    """The synthetic wake-ups follow gaps of 2.5-30 ms: with a threshold of 10 ms, those
+    after shorter gaps are unexplained and say so, the others stay gpu_wake."""
+    late = dataclasses.replace(SYNTHETIC_WAKE, idle_ms=10.0)
+    moved = kept = 0
+    for df, _kind in runs:
+        early = outliers.explain(df, wake=SYNTHETIC_WAKE)
+        e = outliers.explain(df, wake=late)
+        gap = causes.neighbours(e)["idle_gap_ms"]
+        woke = early["cause"] == "gpu_wake"
+        assert (e.loc[woke & (gap >= 10), "cause"] == "gpu_wake").all()
+        under = woke & (gap < 10)
+        assert (e.loc[under, "cause"] == "unexplained").all()
+        for i in e.index[under]:
+            assert e.at[i, "evidence"].endswith(
+                f"the GPU idle {gap[i]:.2f} ms before it, under the 10 ms after which this machine's idle runs "
+                "show a wake-up"
+            )
+        moved += int(under.sum())
+        kept += int((woke & (gap >= 10)).sum())
+        assert not ((e["cause"] == "gpu_wake") & (gap < 10)).any()
+    assert moved >= 3 and kept >= 3, (moved, kept)
+
+
+# --- a synthetic recording folder ------------------------------------------------------
+
+
+def _row_table(run_id, ms, t_s, size=4096, strategy="pinned_reuse"):
+    n = len(ms)
+    return datasets.validate(
+        pd.DataFrame(
+            {
+                "run_id": run_id,
+                "order": np.arange(n),
+                "strategy": strategy,
+                "size_bytes": size,
+                "shape": "",
+                "dtype": "uint8",
+                "rep": np.arange(n),
+                "warmup": False,
+                "t_s": t_s,
+                "wall_ms": np.asarray(ms) * 1.01,
+                "event_ms": ms,
+                "host_allocs": 0.0,
+                "device_allocs": 0.0,
+                "empty_cache": False,
+                "error": "",
+            }
+        )
+    )
+
+
+def synthetic_recording(folder):
+    """recording.json, an ``idle`` kind (pauses 0, 3 and 10 ms; after 10 ms half the 4 KiB
+    copies are 0.05 ms slower) and a ``sweep`` kind of 4 KiB copies 1 ms apart, one of them
+    0.04 ms slower after 12 ms idle, written with the kit's own writers."""
+    folder.mkdir()
+    write_manifest(
+        folder,
+        new_manifest([], quick=False, device="cuda", gpus=1, gpu_name="synthetic GPU", command="synthetic"),
+    )
+    (folder / "idle").mkdir()
+    k = np.arange(20)
+    for pause in (0, 3, 10):
+        for strategy, base in (("pinned_reuse", 0.010), ("pageable", 0.020)):
+            ms = base + 0.0001 * k + (0.05 * (k % 2 == 0) if pause == 10 else 0.0)
+            t = _row_table(f"synthetic-{pause}-{strategy}", ms, k * 0.01, strategy=strategy)
+            env = {"spec": {"pause_ms": float(pause)}}
+            save(t, folder / "idle" / f"pause-{pause}ms-{strategy}.csv.gz", env=env)
+    (folder / "sweep").mkdir()
+    n = 60
+    ms = np.full(n, 0.05) * np.exp(np.random.default_rng(3).normal(0, 0.02, n))
+    ms[30] += 0.04
+    gaps = np.full(n, 1.0)
+    gaps[30] = 12.0
+    wall = ms * 1.01
+    t_s = np.concatenate([[0.0], np.cumsum(wall[:-1] + gaps[1:])]) / 1000
+    save(_row_table("synthetic-sweep", ms, t_s), folder / "sweep" / "pow2.csv.gz", env={"spec": {}})
+    return folder
+
+
+def test_load_attaches_the_recordings_idle_calibration(tmp_path, capsys):
+    folder = synthetic_recording(tmp_path / "rec")
+    want = wake_calibration(datasets.load(folder / "idle"), source="x")
+    assert want.idle_ms == 10.0 and want.shares == pytest.approx((0.0, 0.0, 0.5))
+    assert want.extra_ms == pytest.approx(0.05 + 0.00142 - 0.00095)
+    for where in (folder / "sweep", folder / "sweep" / "pow2.csv.gz", folder / "idle"):
+        cal = datasets.load(where).attrs["wake_calibration"]
+        assert dataclasses.replace(cal, source="x") == want, where
+        assert cal.source == "idle runs of rec/idle: pauses 0, 3, 10 ms"
+    rec = session.recording(str(folder), environ={})
+    assert (
+        rec.table("sweep").attrs["wake_calibration"]
+        == datasets.load(folder / "sweep").attrs["wake_calibration"]
+    )
+    e = outliers.explain(datasets.load(folder / "sweep"))
+    assert list(e.index[e["is_outlier"]]) == [30]
+    assert e.at[30, "cause"] == "gpu_wake"
+    assert (
+        "(idle runs of rec/idle: pauses 0, 3, 10 ms); the first work after the GPU idles"
+        in e.at[30, "evidence"]
+    )
+    assert "likely, not certain" in e.at[30, "evidence"]
+    for source in (str(folder / "sweep"), f"{folder}:sweep"):  # a kind's folder, RECORDING:KIND
+        capsys.readouterr()
+        assert cli.main(["explain", source]) == 0
+        said = capsys.readouterr().out
+        assert (
+            "pinned_reuse 4 KiB: gpu_wake" in said and "idle runs of rec/idle: pauses 0, 3, 10 ms" in said
+        ), said
+    # without the idle kind, or outside a recording, nothing is attached and nothing is gpu_wake
+    shutil.rmtree(folder / "idle")
+    alone = datasets.load(folder / "sweep")
+    assert "wake_calibration" not in alone.attrs
+    e = outliers.explain(alone)
+    assert e.at[30, "cause"] == "unexplained"
+    assert e.at[30, "evidence"].endswith(
+        "no idle runs recorded beside this table to tell what a pause costs on this machine"
+    )
+    synthetic_recording(tmp_path / "bare")
+    (tmp_path / "bare" / "recording.json").unlink()
+    assert "wake_calibration" not in datasets.load(tmp_path / "bare" / "sweep").attrs
+
+
+def test_idle_runs_with_one_pause_attach_no_calibration(tmp_path):
+    folder = synthetic_recording(tmp_path / "rec")
+    for p in (folder / "idle").iterdir():
+        if "pause-0ms" not in p.name:
+            p.unlink()
+    assert datasets.load(folder / "sweep").attrs["wake_calibration"] is None
+    assert outliers.explain(datasets.load(folder / "sweep")).at[30, "cause"] == "unexplained"
