@@ -10,7 +10,8 @@ column a table does not have (older tables) or a NaN in it (not measured) makes 
 unavailable, never a guess. Every rule compares the row with its neighbours (same run
 and strategy, or same run for the GPU's state), so a condition that holds for every copy
 of a run does not explain one slow copy. A flagged copy none of them explains is then
-``episode`` when it lies in a time-ordered stretch of slow copies, else ``gpu_wake`` when
+``episode`` when it lies in a time-ordered stretch of slow copies (of its own strategy, or
+across strategies and sizes in the run's time order: ``h2dlab.episodes``), else ``gpu_wake`` when
 the GPU sat idle long enough before it and its extra time is small, as this machine's idle
 runs calibrate (``h2dlab.causes_wake``; never without them), else ``unexplained``.
 """
@@ -36,6 +37,7 @@ from h2dlab.causes_evidence import (
 from h2dlab.causes_parallel import busiest_share
 from h2dlab.causes_threads import others_share
 from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, run_pauses, wake_cause
+from h2dlab.episodes import Stretch
 
 __all__ = [
     "CAUSES",
@@ -49,6 +51,7 @@ __all__ = [
     "PAGE_BYTES",
     "PINNING_STRATEGIES",
     "PREEMPTED_SHARE",
+    "across_text",
     "generic_cause",
     "group_columns",
     "neighbours",
@@ -246,18 +249,26 @@ def specific_cause(row: pd.Series, ctx: pd.Series, val: float) -> tuple[str, str
     return evidence_cause(row, ctx, val, slow)
 
 
-def generic_cause(row: pd.Series, ctx: pd.Series, val: float, episode: int) -> tuple[str, str]:
+def generic_cause(
+    row: pd.Series, ctx: pd.Series, val: float, episode: int, stretch: Stretch | None = None
+) -> tuple[str, str]:
     """``episode`` (when the row lies in one), else ``gpu_wake`` (a small extra after the
     GPU sat idle, ``causes_wake.wake_cause``), else ``unexplained``, with evidence.
+
+    An episode found across strategies in the run's time order (``stretch``, from
+    ``episodes.across_curves``) says so, with the stretch's length, span and median ratio;
+    one found in the row's own curve (``stretch`` None) keeps the per-curve sentence.
 
     An unexplained row's evidence lists what the table lets us rule out
     (``causes_evidence.ruled_out``): the allocator counters and, where measured, page
     faults, CPU time, the run-queue wait, context switches, GC, the SM clock, other
     processes on the GPU and how the time split between the call and the wait for the
     GPU, and the idle gap before it. Same parameters as ``specific_cause`` plus the
-    row's episode id (-1 for none).
+    row's episode id (-1 for none) and its cross-strategy stretch, if any.
     """
     slow = slow_text(row, val)
+    if episode >= 0 and stretch is not None:
+        return "episode", f"{slow}; {across_text(stretch, episode)}"
     if episode >= 0:
         return "episode", (
             f"{slow}; one of a stretch of consecutive slow copies in time order (episode {episode}): a "
@@ -269,3 +280,17 @@ def generic_cause(row: pd.Series, ctx: pd.Series, val: float, episode: int) -> t
     why = ruled_out(row, ctx)
     tail = "; ".join(why.values()) if why else "the table carries no counters for it"
     return "unexplained", f"{slow}; an isolated slow copy: {tail}"
+
+
+def across_text(stretch: Stretch, episode: int) -> str:
+    """The evidence for a copy in a stretch of slow copies across strategies in the run's time
+    order: its length, the strategies and sizes in it, where it lies in the run (``t_s``)
+    and its median copy's time over expected."""
+    kinds = f"{stretch.strategies} strateg{'y' if stretch.strategies == 1 else 'ies'}"
+    sizes = f"{stretch.sizes} size{'' if stretch.sizes == 1 else 's'}"
+    return (
+        f"one of a stretch of {stretch.n} consecutive slow copies in time order across {kinds} and {sizes} "
+        f"(episode {episode}, {stretch.start_s:.2f} s to {stretch.end_s:.2f} s of the run; the median copy in "
+        f"it took {stretch.median_ratio:.1f}x its expected time): the machine was slow for a while, whatever "
+        f"was copied"
+    )

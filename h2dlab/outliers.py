@@ -27,7 +27,11 @@ explain() gives every flagged row one cause from ``CAUSES`` with an evidence sen
   into the timed host call, the timing thread on its CPU, while PyTorch's worker threads
   ran beside it (``causes_parallel``; tried after ``other_threads``, before ``gpu_shared``);
 - ``episode``: part of a time-ordered stretch of slow rows, found with a change-point
-  method (ruptures' kernel change-point search with a linear kernel: the l2 cost, PELT);
+  method (ruptures' kernel change-point search with a linear kernel: the l2 cost, PELT;
+  ``h2dlab.episodes``) in two passes: per curve (one strategy's copies in ``order``),
+  then across curves (each run's timed copies of every strategy and size in ``t_s`` order;
+  tables with start times only), so a machine-wide slow period in a run that interleaves
+  many strategies, where each curve has only a few rows, is an episode too;
 - ``gpu_wake``: none of the above, the GPU had sat idle a few ms before the copy (the host
   time since the previous copy ended, ``causes_wake.idle_gap_ms``) at least as long as,
   and the copy slower by no more than, the machine's own idle runs show a wake-up needs
@@ -37,15 +41,15 @@ explain() gives every flagged row one cause from ``CAUSES`` with an evidence sen
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
-from h2dlab import causes_evidence
+from h2dlab import causes_evidence, episodes
 from h2dlab.causes import CAUSES, generic_cause, group_columns, neighbours, specific_cause
 from h2dlab.causes_wake import WakeCalibration, run_pauses
+from h2dlab.episodes import pelt_l2
 from h2dlab.model import MODEL_COLUMNS, check_values, fit_line, value_ms
 
 __all__ = [
@@ -142,91 +146,6 @@ def detect(
     return out
 
 
-def pelt_l2(x: np.ndarray, pen: float, min_size: int = 3) -> list[int]:
-    """Change points of ``x`` by PELT with the l2 cost (sum of squared deviations from
-    each segment's mean) and a penalty ``pen`` per segment.
-
-    Written after ``ruptures.Pelt(model="l2", min_size=min_size, jump=1)`` (its admissible
-    set, pruning and tie-breaking), with each step's costs computed at once from cumulative
-    sums instead of one numpy call per candidate: milliseconds instead of seconds on a few
-    thousand points, and no ruptures (or its scipy.stats import) needed. It is not always
-    the same: on 3000 random short integer series (penalty 1, ``min_size`` 3) 5 differed
-    from ruptures, 4 of them ties of equal cost broken the other way and one a costlier
-    segmentation (``[0,2,0,1,2,1,0,0,0,2]``: ``[6, 10]``, cost 9.0, where ruptures finds
-    ``[10]``, 8.6), probably pruning that is not exact when ``min_size`` > 1; not yet
-    fixed (tests/mutation-report.md, run 3).
-
-    Returns
-    -------
-    list of int
-        Segment ends, increasing; the last is ``len(x)``.
-    """
-    x = np.asarray(x, float).ravel()
-    n = len(x)
-    if n < min_size:
-        raise ValueError(f"pelt_l2 needs at least min_size={min_size} points, got {n}")
-    x = x - x.mean()  # centred, so the cumulative sums lose little precision
-    s1 = np.concatenate([[0.0], np.cumsum(x)])
-    s2 = np.concatenate([[0.0], np.cumsum(x * x)])
-    best = np.full(n + 1, np.nan)  # best[t]: optimal penalised cost of x[:t]
-    best[0] = 0.0
-    prev = np.zeros(n + 1, dtype=np.int64)
-    admissible = np.empty(0, dtype=np.int64)
-    for end in [*range(min_size, n), n]:
-        admissible = np.append(admissible, end - min_size)
-        admissible = admissible[~np.isnan(best[admissible])]  # no partition of x[:t] exists
-        length = end - admissible
-        cost = (s2[end] - s2[admissible]) - (s1[end] - s1[admissible]) ** 2 / length
-        total = best[admissible] + (cost + pen)
-        k = int(np.argmin(total))  # the first of equals, as ruptures' min()
-        best[end], prev[end] = total[k], admissible[k]
-        admissible = admissible[total <= best[end] + pen]
-    out = [n]
-    while prev[out[-1]] > 0:
-        out.append(int(prev[out[-1]]))
-    return out[::-1]
-
-
-def _episodes(r: np.ndarray, sigma: float, min_len: int = 4) -> list[tuple[int, int]]:
-    """Stretches [start, end) of slow rows in time order.
-
-    PELT (l2 cost, ``pelt_l2``) cuts the residual series where its level changes; a
-    segment is slow when at least 3/4 of its rows are slow (residual above both 3
-    noise scales and log 1.25), so two isolated spikes never make an episode.
-    Adjacent slow segments (a decay seen as steps) are merged, and each stretch is
-    grown over slow neighbours and trimmed of normal rows at its ends.
-    """
-    n = len(r)
-    if n < 2 * min_len:
-        return []
-    hi = r > max(3.0 * sigma, math.log(1.25))
-    rc = np.clip(r, -10 * sigma, None)  # fast rows cannot form episodes
-    pen = 3.0 * (3.0 * sigma) ** 2 * math.log(n)
-    bkps = pelt_l2(rc, pen, min_size=3)
-    segs: list[list[int]] = []
-    start = 0
-    for end in bkps:
-        if hi[start:end].mean() >= 0.75:
-            if segs and segs[-1][1] == start:
-                segs[-1][1] = end
-            else:
-                segs.append([start, end])
-        start = end
-    out = []
-    for a, b in segs:
-        while a > 0 and hi[a - 1]:
-            a -= 1
-        while b < n and hi[b]:
-            b += 1
-        while a < b and not hi[a]:
-            a += 1
-        while b > a and not hi[b - 1]:
-            b -= 1
-        if b - a >= min_len and (not out or a >= out[-1][1]):
-            out.append((a, b))
-    return out
-
-
 def explain(
     df: pd.DataFrame, wake: WakeCalibration | None = None, pauses: dict[object, float] | None = None
 ) -> pd.DataFrame:
@@ -237,7 +156,17 @@ def explain(
     evidence (context start-up, allocator growth, and the per-copy evidence of schema-2
     tables) are decided first; episodes are then looked for among the rows those causes
     leave unexplained, so a burst of first-time allocations is not called a
-    time-correlated episode. A flagged row in no episode and with no direct evidence is
+    time-correlated episode. Episodes are looked for twice: per curve (run, direction,
+    strategy, tensors per copy; in ``order``), then across curves: each run's timeline
+    (``run_id``, plus ``world``/``gpu`` where present) with every row of finite
+    ``robust_z`` and ``t_s`` in time order (``t_s``, then ``order``, ``rep``), its residuals'
+    own noise scale, and rows with a specific cause at residual 0; a stretch counts when
+    its rows come from two curves or more, none holding more than half of them
+    (``episodes.across_curves``). A flagged row in such a stretch, in no per-curve episode
+    and with no specific cause, gets the next episode id (only flagged rows get one) and an
+    evidence sentence saying the stretch ran across strategies and sizes, with its length,
+    span and median ratio. Tables without start times get no such episodes. A
+    flagged row in no episode and with no direct evidence is
     ``gpu_wake`` when the idle gap before it and its small extra time fit a wake-up, else
     ``unexplained``: episodes win over ``gpu_wake`` (a stretch of slow copies is not one
     copy's wake-up). ``gpu_wake`` needs a calibration from idle runs recorded on the same
@@ -277,15 +206,30 @@ def explain(
     for _, g in out[out["robust_z"].notna()].groupby(group_columns(out), sort=False):
         g = g.sort_values(["order", "rep"])
         r = np.log(v[g.index].to_numpy(float) / g["expected_ms"].to_numpy(float))
-        sigma = max(1.4826 * float(np.median(np.abs(r - np.median(r)))), MIN_SIGMA)
+        sigma = episodes.noise_scale(r, MIN_SIGMA)
         r[np.isin(g.index, list(specific))] = 0.0  # explained rows are neutral here
-        for a, b in _episodes(r, sigma):
+        for a, b in episodes.stretches(r, sigma):
             out.loc[g.index[a:b], "episode"] = next_id
+            next_id += 1
+
+    # Across curves: a machine-wide slow period in a run's time order, whatever was copied.
+    across: dict = {}
+    for s in episodes.across_curves(
+        out, v / out["expected_ms"], list(specific), MIN_SIGMA, group_columns(out)
+    ):
+        new = [
+            i for i in s.rows if out.at[i, "is_outlier"] and out.at[i, "episode"] < 0 and i not in specific
+        ]
+        if new:
+            out.loc[new, "episode"] = next_id
+            across.update(dict.fromkeys(new, s))
             next_id += 1
 
     for i in flagged:
         row = out.loc[i]
-        cause, ev = specific.get(i) or generic_cause(row, ctx.loc[i], v[i], int(row["episode"]))
+        cause, ev = specific.get(i) or generic_cause(
+            row, ctx.loc[i], v[i], int(row["episode"]), across.get(i)
+        )
         out.at[i, "cause"] = cause
         out.at[i, "evidence"] = ev
     out.attrs = {**df.attrs, "wake_calibration": wake} if wake is not None else dict(df.attrs)
