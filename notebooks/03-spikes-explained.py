@@ -149,7 +149,31 @@ ruled = {name: outliers.ruled_out(explained[name]) for name in ("forum", "sweep"
 pd.concat(ruled).round(2) if ruled else rec.lacks("forum", "sweep", "allocator")
 
 # %% [markdown]
-# ## 7 · PyTorch's own waiting threads
+# ## 7 · The first copy after a pause
+#
+# *Does a copy cost more when the GPU has been idle?* A small copy's time is mostly fixed
+# costs, and one of them depends on what came before: work the GPU receives after sitting
+# idle can wait for it to wake. The recording's `idle` runs measure this with the kit itself
+# (`h2dlab measure --pause MS`): before each timed copy the kit wakes the GPU with a tiny
+# piece of work, then spins the CPU for the pause while the GPU has nothing to do, then times
+# the copy by CUDA events. The same small copies, four pauses, each pause its own process:
+
+# %% tags=["hide-input"]
+display(Markdown(str(factors.idle_wake(rec.table("idle"))))) if rec.has("idle") else rec.lacks("idle")
+
+# %% tags=["hide-input"]
+plots.idle_pause(rec.table("idle"), name=f"{DATA}:idle") if rec.has("idle") else None;
+
+# %% [markdown]
+# `explain` reads these runs when it judges a slow small copy in the same recording: it names
+# one `gpu_wake` only when the GPU had been idle at least as long as the shortest pause at which
+# these runs show the cost, and its extra time is no more than they show. The kit's own loop
+# leaves a few milliseconds between copies (its bookkeeping and evidence reads run there), so what a pause costs
+# on your machine decides whether the kit's small-copy figures carry a wake-up. In your own
+# code, a copy issued after the GPU has waited for the host (data loading, say) can pay it.
+
+# %% [markdown]
+# ## 8 · PyTorch's own waiting threads
 #
 # *Could PyTorch itself be behind the copies no cause fits?* Between parallel regions, the
 # OpenMP threads that run PyTorch's CPU work wait for the next one, by default spinning for a
@@ -171,7 +195,7 @@ display(Markdown(str(factors.openmp_wait(datasets.load("h200_omp")))))
 # `h2dlab explain b.csv`. Both runs' env.json record the OpenMP settings they ran under.
 
 # %% [markdown]
-# ## 8 · Look at one slow copy yourself
+# ## 9 · Look at one slow copy yourself
 #
 # *What if the table cannot say more?* Trace the copy. `examples/trace_one_copy.py` records one
 # pageable copy with `torch.profiler` and writes a trace that

@@ -21,6 +21,9 @@ SCHED_CAUSES = ("host_preempted", "host_blocked", "page_faults", "gc_pause", "ot
 EVENTS = {**dict.fromkeys(SCHED_CAUSES, 6), "none": 6}
 STRATEGIES = ("pageable", "pinned", "workers")
 
+#: Real tables of the plan-2 recording (schema 3), kept as test data when data/h200 was re-recorded.
+PLAN2 = Path(__file__).resolve().parent / "data" / "h200-plan2"
+
 
 def synthetic_v3_run(seed: int, *, reps: int = 8, noise: float = 0.03):
     """A synthetic schema-3 run (made-up numbers), rows in random time order.
@@ -463,13 +466,13 @@ def test_ruled_out_on_recorded_tables_matches_each_evidence(name):
 
 
 def test_h200_sweep_slow_pin_then_copy_with_busy_worker_threads_is_other_threads():
-    """Recorded data (H200, data/h200/sweep): the 512 KiB pin_then_copy at order 743 took
+    """Recorded data (H200, plan 2 at 927e467, schema 3: tests/data/h200-plan2/sweep): the 512 KiB pin_then_copy at order 743 took
     3.55 ms where 0.40 ms was expected, while the process's other threads used 42.12 ms
     of CPU (their usual share at that size is about 1 %); it is ``other_threads``. The
     1 KiB one at order 160, with no other-thread CPU, is not: it is unexplained (the GPU sat
     idle 2.19 ms before it, but data/h200 has no idle runs to tell whether that wakes the
     GPU: gpu_wake needs them), as is the 64 KiB one at order 648 (idle 1.59 ms)."""
-    e = outliers.explain(datasets.load(Path(__file__).resolve().parents[1] / "data" / "h200" / "sweep"))
+    e = outliers.explain(datasets.load(PLAN2 / "sweep"))
     flagged = e[e["is_outlier"]]
     got = flagged.set_index(["order", "strategy"])["cause"]
     assert got.loc[(743, "pin_then_copy")] == "other_threads"
@@ -514,12 +517,12 @@ def test_other_threads_compares_cpus_worth_not_amounts(exp, ratio, usual, busier
 
 
 def test_h200_batch_other_threads_at_their_usual_rate_are_not_the_cause():
-    """Recorded data (H200, data/h200/batch): during the 1 MiB to_device_packed copy at
+    """Recorded data (H200, plan 2 at 927e467, schema 3: tests/data/h200-plan2/batch): during the 1 MiB to_device_packed copy at
     order 70 of run ``equal`` (18.26 ms where 0.91 ms was expected) the other threads ran
     252.64 ms in 18.33 ms, 13.8 CPUs' worth, as they do for copies of that size (median
     13.8): not other_threads. The 16 MiB pinned_each at order 343 of run ``mixed`` (54.20 ms
     in 3.17 ms, 17.1 CPUs' worth, where copies of that size show 0.0) still is."""
-    e = outliers.explain(datasets.load(Path(__file__).resolve().parents[1] / "data" / "h200" / "batch"))
+    e = outliers.explain(datasets.load(PLAN2 / "batch"))
     flagged = e[e["is_outlier"]]
     flagged = flagged.assign(run=flagged["run_id"].map(e.attrs["run_names"])).set_index(["run", "order"])
     assert flagged.at[("equal", 70), "cause"] == "unexplained"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from h2dlab import advice, datasets, factors, findings, findings_transfer, forum_claims, outliers, session
+from h2dlab import advice, datasets, factors, factors_idle, findings, findings_transfer, forum_claims, outliers, session
 from h2dlab.env import PCIE_X16_GBPS
 from h2dlab.units import fmt_bytes
 
@@ -105,6 +105,18 @@ def expected():
             rows["a batch of many small tensors"].append(
                 f"`{f['runner_up']}` within {f['runner_up_ms'] / f['best_ms'] - 1:.1%} of it"
             )
+    if rec.has("idle"):
+        f = factors.idle_wake(rec.table("idle"))
+        c, p = f["cells"], f["pauses"]
+        small = c[(c.strategy == "pinned_reuse") & (c.size_bytes == c.size_bytes.min())].set_index("pause_ms")
+        between = small.loc[p[1:-1], "ratio"]
+        rows["a small copy after the GPU sat idle"] = [
+            f"a {fmt_bytes(small.size_bytes.iloc[0], compact=True)} `pinned_reuse` copy: "
+            f"{small.loc[p[0], 'median_ms'] * 1e3:.0f} µs right after a wake",
+            f"{small.loc[p[-1], 'median_ms'] * 1e3:.0f} µs after {p[-1]:g} ms idle",
+            f"{small.loc[p[-1], 'slow_share']:.0%} of copies at least {factors_idle.SLOW_RATIO:g}x",
+            f"after {p[1]:g} to {p[-2]:g} ms {between.min():.2f}x to {between.max():.2f}x",
+        ]
     omp = factors.openmp_wait(datasets.load("h200_omp")).values
     d, p = omp["default"], omp["passive"]
     rows["slow copies no cause fits, and PyTorch's waiting threads"] = [

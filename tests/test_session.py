@@ -18,7 +18,8 @@ def test_bundled_recording_holds_every_kind_and_run():
     rec = session.recording("h200")
     # data/h200 (h2dlab record) holds every kind but concurrent, which comes from the first
     # session's 2-GPU tables
-    assert rec.kinds() == ["forum", "sweep", "allocator", "overlap", "concurrent", "d2h", "bidir", "batch"]
+    assert rec.kinds() == ["forum", "sweep", "allocator", "overlap", "concurrent", "d2h", "bidir", "batch", "idle"]
+    assert rec.runs("idle") == ["pause-0ms", "pause-10ms", "pause-1ms", "pause-3ms"]
     assert rec.runs("forum") == ["ascending-1", "ascending-2", "shuffled-1"]
     assert set(rec.runs("sweep")) == {"pow2", "pow2-interleaved", "forum-sizes"}
     assert len(rec.runs("allocator")) == 6 and rec.runs("batch") == ["equal", "mixed"]
@@ -215,15 +216,15 @@ def test_same_machine_ignores_case_and_spacing_of_the_gpu_name():
     )
 
 
-def test_an_idle_kind_loads_where_a_recording_has_it_and_is_absent_from_the_bundled_one(tmp_path):
+def test_an_idle_kind_loads_where_a_recording_has_it(tmp_path):
     """Plan 3's ``idle`` runs (``measure --pause``), made here on the CPU (synthetic as
     data: nothing idles on a CPU), load by kind, as a dataset folder and in explain; the
-    bundled recording, which has none yet, says so."""
+    bundled recording has them (plan 3)."""
     from h2dlab import cli, factors_idle
     from h2dlab.measure import sweep
     from h2dlab.spec import SweepSpec
 
-    assert not session.recording("h200").has("idle")
+    assert session.recording("h200").has("idle")
     folder = tmp_path / "rec"
     (folder / "idle").mkdir(parents=True)
     for ms in (0, 1):
