@@ -62,6 +62,12 @@ MIN_OTHERS_CPUS = 1.0
 MIN_BUSIEST_SHARE = 0.9
 
 
+def _as_usual(rate: float, busy: float, cell: float, cell_busy: float) -> bool:
+    """Whether the workers' CPUs' worth and the busiest one's share are within 10 % (5 points
+    of share) of the same-size median: then nothing in these columns sets the copy apart."""
+    return abs(rate - cell) <= 0.1 * max(cell, 1e-9) and abs(busy - cell_busy) <= 0.05
+
+
 def _num(x: object) -> float:
     try:
         return float(x)  # type: ignore[arg-type]
@@ -164,7 +170,12 @@ def parallel_cause(
     who = f" ('{name}')" if name else ""
     cell, cell_busy = _num(ctx.get("others_cell")), _num(ctx.get("busiest_cell"))
     usual_text = (
-        f" (copies of this size: {cell:.1f} CPUs' worth, the busiest {cell_busy:.0%}, median)"
+        f" (copies of this size: {cell:.1f} CPUs' worth, the busiest {cell_busy:.0%}, median"
+        + (
+            "; the workers ran as they do for its neighbours)"
+            if _as_usual(rate, busy, cell, cell_busy)
+            else ")"
+        )
         if np.isfinite(cell) and np.isfinite(cell_busy)
         else ""
     )
@@ -172,7 +183,8 @@ def parallel_cause(
         f"{slow}; {where}; the timing thread was on its CPU for {on_cpu:.0%} of wall with {waited}{switched}; "
         f"beside it the process's other threads ran {others:.2f} ms of CPU in the {window:.2f} ms window, "
         f"{rate:.1f} CPUs' worth, the busiest{who} on a CPU for {busy:.0%} of the window{usual_text}: host-side "
-        "work ran long while PyTorch's worker threads ran beside it: a parallel CPU copy (pin_memory(), "
-        "torch.cat, copy_ into pinned memory) waits at its end for its slowest worker, spinning on its CPU; "
-        "whether one worker lagged (descheduled by the VM's host, say) or all ran slow, the table cannot say"
+        "work ran long while PyTorch's worker threads ran beside it, consistent with a parallel CPU copy "
+        "(pin_memory(), torch.cat, copy_ into pinned memory) waiting at its end for its slowest worker, "
+        "spinning on its CPU; whether one worker lagged (descheduled by the VM's host, say) or all ran slow, "
+        "the table cannot say"
     )

@@ -267,8 +267,9 @@ def wake_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[s
     )
     return "gpu_wake", (
         f"{slow}; the GPU had sat idle {gap:.2f} ms before it ({since}), and the extra {extra:.2f} ms is "
-        f"within what a wake-up costs: {_calibrated(cal)}; the first work after the GPU idles pays for waking "
-        f"it; the gap makes a wake-up likely, not certain, and no other evidence points anywhere"
+        f"within what a wake-up costs: {_calibrated(cal)}; the first work after an idle spell can pay a "
+        f"wake-up (of the GPU, its PCIe link or the driver: these columns cannot say which); the gap makes a "
+        f"wake-up likely, not certain, and no other evidence points anywhere"
         f"{_issue_text(row, ctx)}"
     )
 
@@ -289,8 +290,8 @@ def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
     Returns
     -------
     str or None
-        E.g. ``"the GPU idle 3.60 ms before it, under the 10 ms after which this
-        machine's idle runs show a wake-up"``.
+        E.g. ``"host time since the previous copy ended 3.60 ms (the GPU idle at most
+        that), under the 10 ms after which this machine's idle runs show a wake-up"``.
     """
     gap = _num(ctx.get("idle_gap_ms"))
     event, wall = _num(row.get("event_ms")), _num(row.get("wall_ms"))
@@ -299,7 +300,7 @@ def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
         return None
     if gap < 0:
         return f"no idle time before it (its timing began {-gap:.2f} ms before the previous copy ended)"
-    idle = f"the GPU idle {gap:.2f} ms before it"
+    idle = f"host time since the previous copy ended {gap:.2f} ms (the GPU idle at most that)"
     cal = calibration_of(ctx)
     if cal is None:
         return f"{idle}; no idle runs recorded beside this table to tell what a pause costs on this machine"

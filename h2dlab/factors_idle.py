@@ -101,7 +101,7 @@ def idle_wake(df: pd.DataFrame) -> Finding:
         lg = c[c["size_bytes"] == large].set_index("pause_ms")
         steps = ", ".join(
             f"{_us(s.loc[q, 'median_ms'])} after {q:g} ms ({s.loc[q, 'slow_share']:.0%} of copies at least "
-            f"{SLOW_RATIO:g}x the first)"
+            f"{SLOW_RATIO:g}x the median after {levels[0]:g} ms)"
             for q in levels[1:]
         )
         holds &= bool(s.loc[levels[-1], "ratio"] >= SLOW_RATIO)
@@ -119,10 +119,15 @@ def idle_wake(df: pd.DataFrame) -> Finding:
         + f". After pauses of {levels[1]:g} ms or more, the slowest tenth of "
         f"copies took at most {_us(values['extra_p90_ms'])} more than the same copy right after a wake."
     )
+    longest = cells[cells["pause_ms"] == levels[-1]]
+    first = base.reindex(pd.MultiIndex.from_frame(longest[["strategy", "size_bytes"]])).to_numpy()
+    added = longest["median_ms"].to_numpy() - first
+    values["added_ms"] = (float(np.nanmin(added)), float(np.nanmax(added)))
     if smaller_hurt:
         verdict += (
-            " For every strategy the pause slowed the smallest copy by a larger factor than the largest: "
-            "what it costs is a delay before the copy, which weighs on short copies."
+            f" The longest pause added {_us(values['added_ms'][0])} to {_us(values['added_ms'][1])} to the "
+            "medians, and for every strategy it slowed the smallest copy by a larger factor than the largest: "
+            "it weighs most on the shortest copies."
         )
     values["smaller_hurt"] = smaller_hurt
     return Finding(verdict, holds, values, cells)

@@ -49,7 +49,7 @@ def idle_pause(df: pd.DataFrame, *, ax=None, name: str | None = None):
     ax.set_xlabel("GPU idle before the copy (ms of pause after waking it)")
     ax.set_ylabel("time per copy (µs, CUDA events)")
     ax.grid(True, alpha=0.3)
-    ax.set_title("The first copy after a pause pays for the GPU's idle time")
+    ax.set_title("Time per copy against the pause before it, with the GPU idle")
     legend_outside(ax)
     footnote(
         ax,

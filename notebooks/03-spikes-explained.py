@@ -119,7 +119,10 @@ if kept is not None and dropped is not None:
 #
 # *Which slow copies belong to a moment rather than to a size?* Change-point detection (PELT)
 # finds stretches of slow copies in execution order. The forum's table has them; the shaded
-# rows below are the copies whose slowness belongs to a moment.
+# rows below are those stretches. The forum ran its sizes in ascending order, so there a
+# stretch in time is also a band of sizes (notebook 01 says what that leaves open); a run
+# that interleaves strategies, like this recording's batch runs, can show a stretch across
+# strategies, which `explain` names an episode too.
 
 # %% tags=["hide-input"]
 ax = plots.timeline(explained["forum_a100"])
@@ -152,8 +155,8 @@ pd.concat(ruled).round(2) if ruled else rec.lacks("forum", "sweep", "allocator")
 # ## 7 · The first copy after a pause
 #
 # *Does a copy cost more when the GPU has been idle?* A small copy's time is mostly fixed
-# costs, and one of them depends on what came before: work the GPU receives after sitting
-# idle can wait for it to wake. The recording's `idle` runs measure this with the kit itself
+# costs, and one of them can depend on what came before: the first work after an idle spell
+# can pay a wake-up (of the GPU, its PCIe link or the driver: the tables cannot say which). The recording's `idle` runs measure this with the kit itself
 # (`h2dlab measure --pause MS`): before each timed copy the kit wakes the GPU with a tiny
 # piece of work, then spins the CPU for the pause while the GPU has nothing to do, then times
 # the copy by CUDA events. The same small copies, four pauses, each pause its own process:
@@ -180,8 +183,8 @@ plots.idle_pause(rec.table("idle"), name=f"{DATA}:idle") if rec.has("idle") else
 # while before they sleep, and the thread that starts a parallel region (here, the one timing
 # the copy) waits for the others to finish it the same way. A thread that waits by spinning
 # stays on its CPU, so in the table its wait looks like plain CPU work: no wait to run, no
-# sleep. The bundled `h200_omp` recording (an H200 of the same model, on a later boot of the
-# lent VM, whatever `DATA` this notebook shows) ran one interleaved plan three times with the
+# sleep. The bundled `h200_omp` recording (an H200 of the same model and VM build as the
+# bundled recording, made earlier the same day, whatever `DATA` this notebook shows) ran one interleaved plan three times with the
 # default and three times with `OMP_WAIT_POLICY=PASSIVE`, each run in its own process, the
 # policy stored in its env.json; its tables read each other thread's own CPU clock:
 

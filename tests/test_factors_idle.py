@@ -78,13 +78,17 @@ def test_verdict_quotes_the_numbers_and_holds():
     assert f.holds
     assert "a 4 KiB `pinned_reuse` copy took a median 11 µs after 0 ms" in f.verdict
     assert "after 10 ms" in f.verdict and "after 3 ms" in f.verdict
+    assert "at least 1.5x the median after 0 ms" in f.verdict
     # synthetic: the same extra on a longer copy is a smaller factor
-    assert f["smaller_hurt"] and "weighs on short copies" in f.verdict
+    assert f["smaller_hurt"] and "it weighs most on the shortest copies" in f.verdict
+    # synthetic: the median gains half the injected extra at 10 ms (half the copies pay it), 25 us both sizes
+    assert f["added_ms"] == pytest.approx((0.025, 0.025), abs=0.0011)
+    assert "The longest pause added 25 µs to 25 µs to the medians" in f.verdict
 
 
 def test_does_not_hold_when_a_pause_costs_nothing():
     f = idle_wake(synthetic(extra_small=(0, 0, 0), extra_large=(0, 0, 0)))
-    assert not f.holds and not f["smaller_hurt"] and "weighs on short" not in f.verdict
+    assert not f.holds and not f["smaller_hurt"] and "weighs most" not in f.verdict
     assert f["cells"]["ratio"].between(0.99, 1.01).all()
 
 

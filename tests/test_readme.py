@@ -7,7 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from h2dlab import advice, datasets, factors, factors_idle, findings, findings_transfer, forum_claims, outliers, session
+from h2dlab import (
+    advice,
+    datasets,
+    factors,
+    factors_idle,
+    findings,
+    findings_transfer,
+    forum_claims,
+    outliers,
+    session,
+)
 from h2dlab.env import PCIE_X16_GBPS
 from h2dlab.units import fmt_bytes
 

@@ -18,7 +18,17 @@ def test_bundled_recording_holds_every_kind_and_run():
     rec = session.recording("h200")
     # data/h200 (h2dlab record) holds every kind but concurrent, which comes from the first
     # session's 2-GPU tables
-    assert rec.kinds() == ["forum", "sweep", "allocator", "overlap", "concurrent", "d2h", "bidir", "batch", "idle"]
+    assert rec.kinds() == [
+        "forum",
+        "sweep",
+        "allocator",
+        "overlap",
+        "concurrent",
+        "d2h",
+        "bidir",
+        "batch",
+        "idle",
+    ]
     assert rec.runs("idle") == ["pause-0ms", "pause-10ms", "pause-1ms", "pause-3ms"]
     assert rec.runs("forum") == ["ascending-1", "ascending-2", "shuffled-1"]
     assert set(rec.runs("sweep")) == {"pow2", "pow2-interleaved", "forum-sizes"}
