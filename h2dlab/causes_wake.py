@@ -300,7 +300,11 @@ def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
         return None
     if gap < 0:
         return f"no idle time before it (its timing began {-gap:.2f} ms before the previous copy ended)"
-    idle = f"host time since the previous copy ended {gap:.2f} ms (the GPU idle at most that)"
+    idle = (
+        f"the GPU idle {gap:.2f} ms before it (the run's --pause)"
+        if ctx.get("idle_paused", False)
+        else f"host time since the previous copy ended {gap:.2f} ms (the GPU idle at most that)"
+    )
     cal = calibration_of(ctx)
     if cal is None:
         return f"{idle}; no idle runs recorded beside this table to tell what a pause costs on this machine"

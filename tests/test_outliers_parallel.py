@@ -182,7 +182,11 @@ def test_host_parallel_evidence_quotes_the_numbers_synthetic(explained_v4):
     assert f"ran {row['others_cpu_ms']:.2f} ms of CPU in the {row['others_window_ms']:.2f} ms window" in ev
     assert f"{row['others_cpu_ms'] / row['others_window_ms']:.1f} CPUs' worth, the busiest ('python3')" in ev
     assert f"on a CPU for {row['busiest_cpu_ms'] / row['others_window_ms']:.0%} of the window" in ev
-    assert "waits at its end for its slowest worker" in ev and ev.endswith("the table cannot say")
+    assert (
+        "consistent with a parallel CPU copy" in ev
+        and "waiting at its end for its slowest worker" in ev
+        and ev.endswith("the table cannot say")
+    )
 
 
 def test_lookalikes_get_their_own_story_synthetic(explained_v4):

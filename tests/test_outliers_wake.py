@@ -204,12 +204,12 @@ def test_near_misses_of_a_wake_up_stay_unexplained_and_say_why(explained_wake):
                 if k == "wake_too_big":
                     extra = e.at[i, "event_ms"] - e.at[i, "expected_ms"]
                     assert check == (
-                        f"the GPU idle {gap:.2f} ms before it, but the extra {extra:.2f} ms is more than the "
+                        f"host time since the previous copy ended {gap:.2f} ms (the GPU idle at most that), but the extra {extra:.2f} ms is more than the "
                         f"0.25 ms a wake-up cost in the idle runs"
                     )
                 else:
                     assert check == (
-                        f"the GPU idle {gap:.2f} ms before it, under the 2 ms after which this machine's idle "
+                        f"host time since the previous copy ended {gap:.2f} ms (the GPU idle at most that), under the 2 ms after which this machine's idle "
                         "runs show a wake-up"
                     )
     for k, causes_said in said.items():
@@ -230,7 +230,7 @@ def test_gpu_wake_evidence_quotes_the_numbers(explained_wake):
         assert e.at[i, "evidence"] == (
             f"{slow_text(e.loc[i], val)}; the GPU had sat idle {gap[i]:.2f} ms before it (host time since the "
             f"previous copy ended), and the extra {val - exp:.2f} ms is within what a wake-up costs: "
-            f"{SYNTHETIC_SAID}; the first work after the GPU idles pays for waking it; the gap makes a wake-up "
+            f"{SYNTHETIC_SAID}; the first work after an idle spell can pay a wake-up (of the GPU, its PCIe link or the driver: these columns cannot say which); the gap makes a wake-up "
             "likely, not certain, and no other evidence points anywhere"
         )
 
@@ -277,14 +277,14 @@ def test_wake_evidence_compares_the_host_call_where_recorded():
 
 def test_wake_check_sentences():
     assert wake_check(_row(), _ctx(idle_gap_ms=0.4)) == (
-        "the GPU idle 0.40 ms before it, under the 2 ms after which this machine's idle runs show a wake-up"
+        "host time since the previous copy ended 0.40 ms (the GPU idle at most that), under the 2 ms after which this machine's idle runs show a wake-up"
     )
     assert wake_check(_row(event_ms=0.7), _ctx()) == (
-        "the GPU idle 3.70 ms before it, but the extra 0.60 ms is more than the 0.25 ms a wake-up cost in the "
+        "host time since the previous copy ended 3.70 ms (the GPU idle at most that), but the extra 0.60 ms is more than the 0.25 ms a wake-up cost in the "
         "idle runs"
     )
     assert wake_check(_row(event_ms=np.nan), _ctx()) == (
-        "the GPU idle 3.70 ms before it: long enough for a wake-up, which can cost the extra 0.10 ms"
+        "host time since the previous copy ended 3.70 ms (the GPU idle at most that): long enough for a wake-up, which can cost the extra 0.10 ms"
     )
     assert wake_check(_row(), _ctx(idle_gap_ms=-1.5)) == (
         "no idle time before it (its timing began 1.50 ms before the previous copy ended)"
@@ -389,7 +389,7 @@ def test_explain_reads_the_pause_from_the_runs_env():
             ).all()
         else:
             assert ev.str.endswith(
-                "the GPU idle 0.00 ms before it, under the 2 ms after which this machine's idle runs show a wake-up"
+                "the GPU idle 0.00 ms before it (the run's --pause), under the 2 ms after which this machine's idle runs show a wake-up"
             ).all()
         # nothing else moves
         others = ~small

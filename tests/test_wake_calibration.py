@@ -35,7 +35,7 @@ def test_no_calibration_no_gpu_wake_and_ruled_out_says_so(runs):
         gap = causes.neighbours(e)["idle_gap_ms"]
         for i in e.index[(with_cal["cause"] == "gpu_wake").to_numpy()]:
             want = (
-                f"the GPU idle {gap[i]:.2f} ms before it; no idle runs recorded beside this table to tell what a "
+                f"host time since the previous copy ended {gap[i]:.2f} ms (the GPU idle at most that); no idle runs recorded beside this table to tell what a "
                 "pause costs on this machine"
             )
             assert table.at[i, "idle gap"] == want
@@ -51,7 +51,7 @@ def test_a_calibration_without_a_wake_up_names_no_gpu_wake(runs):
     i = e.index[e["is_outlier"] & (e["cause"] == "unexplained")][0]
     gap = causes.neighbours(e).at[i, "idle_gap_ms"]
     assert outliers.ruled_out(e).at[i, "idle gap"] == (
-        f"the GPU idle {gap:.2f} ms before it; this machine's idle runs show no wake-up cost after pauses up "
+        f"host time since the previous copy ended {gap:.2f} ms (the GPU idle at most that); this machine's idle runs show no wake-up cost after pauses up "
         "to 10 ms (synthetic idle runs: pauses 0, 1, 2, 10 ms)"
     )
 
@@ -71,7 +71,7 @@ def test_a_gap_under_the_calibrated_threshold_is_not_gpu_wake(runs):
         assert (e.loc[under, "cause"] == "unexplained").all()
         for i in e.index[under]:
             assert e.at[i, "evidence"].endswith(
-                f"the GPU idle {gap[i]:.2f} ms before it, under the 10 ms after which this machine's idle runs "
+                f"host time since the previous copy ended {gap[i]:.2f} ms (the GPU idle at most that), under the 10 ms after which this machine's idle runs "
                 "show a wake-up"
             )
         moved += int(under.sum())
@@ -155,7 +155,7 @@ def test_load_attaches_the_recordings_idle_calibration(tmp_path, capsys):
     assert list(e.index[e["is_outlier"]]) == [30]
     assert e.at[30, "cause"] == "gpu_wake"
     assert (
-        "(idle runs of rec/idle: pauses 0, 3, 10 ms); the first work after the GPU idles"
+        "(idle runs of rec/idle: pauses 0, 3, 10 ms); the first work after an idle spell can pay a wake-up"
         in e.at[30, "evidence"]
     )
     assert "likely, not certain" in e.at[30, "evidence"]
