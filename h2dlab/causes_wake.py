@@ -19,7 +19,7 @@ calibration's ``idle_ms`` and the copy's extra time at most its ``extra_ms``;
 search, so it only names copies nothing else explains. :func:`wake_check` is what an
 ``unexplained`` copy's evidence says about it.
 
-This module imports no other module of the kit (``causes_evidence`` imports it).
+This module imports only :mod:`h2dlab.spec` of the kit (``causes_evidence`` imports it).
 """
 
 from __future__ import annotations
@@ -29,11 +29,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from h2dlab.spec import MAX_PAUSE_MS
+
 __all__ = [
     "TIMELINE_COLUMNS",
     "WakeCalibration",
     "calibration_of",
     "idle_gap_ms",
+    "pause_of",
     "run_pauses",
     "wake_cause",
     "wake_check",
@@ -90,10 +93,21 @@ def _num(x: object) -> float:
         return np.nan
 
 
+def pause_of(env: object) -> float:
+    """The pause (ms) a run's env.json records (``spec.pause_ms``), NaN when it records
+    none or one ``measure --pause`` could not have taken: not a number (a string, a list,
+    a bool...), or outside 0 to :data:`spec.MAX_PAUSE_MS`. Never raises."""
+    spec = env.get("spec") if isinstance(env, dict) else None
+    v = spec.get("pause_ms") if isinstance(spec, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_PAUSE_MS:
+        return np.nan  # NaN fails the range check too
+    return float(v) + 0.0  # -0 is 0
+
+
 def run_pauses(df: pd.DataFrame) -> dict[object, float]:
     """The runs of ``df`` measured with ``--pause MS``: run_id to its pause (ms), read from
-    each run's env.json (``df.attrs["envs"][run_id]["spec"]["pause_ms"]``); runs without
-    one are left out.
+    each run's env.json (``df.attrs["envs"][run_id]["spec"]["pause_ms"]``, see
+    :func:`pause_of`); runs without one, or with one no run could have taken, are left out.
 
     Parameters
     ----------
@@ -107,7 +121,7 @@ def run_pauses(df: pd.DataFrame) -> dict[object, float]:
     """
     out: dict[object, float] = {}
     for run_id, env in (df.attrs.get("envs") or {}).items():
-        v = _num(((env or {}).get("spec") or {}).get("pause_ms"))
+        v = pause_of(env)
         if np.isfinite(v):
             out[run_id] = v
     return out

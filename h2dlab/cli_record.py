@@ -25,7 +25,7 @@ from h2dlab.cli_common import names
 from h2dlab.errors import Unavailable, UsageError
 from h2dlab.record_env import note_resume, write_folder_env
 from h2dlab.record_folder import default_folder, load_manifest, new_manifest, read_manifest, write_manifest
-from h2dlab.record_plan import Experiment, experiment_from_dict, experiments, plan_lines, select
+from h2dlab.record_plan import PLAN, Experiment, experiment_from_dict, experiments, plan_lines, select
 from h2dlab.record_run import EXIT_FAILED, EXIT_INTERRUPTED, record
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "add_parser", "record", "run"]
@@ -93,8 +93,32 @@ def _for_device(exps: list[Experiment], device: str, quick: bool) -> list[dict[s
 
 
 def _print_plan(runs: list[dict[str, Any]], quick: bool, gpus: int, device: str, folder: Path) -> None:
-    print(f"h2dlab record{' --quick' if quick else ''}: {len(runs)} experiments into {folder}")
+    n = f"{len(runs)} experiment{'s' if len(runs) != 1 else ''}"
+    print(f"h2dlab record{' --quick' if quick else ''}: {n} into {folder}")
     print("\n".join(plan_lines(runs, gpus, device)))
+
+
+def _left_out(only: str, plan: tuple[Experiment, ...], quick: bool, gpus: int, device: str) -> str | None:
+    """Why the first ``--only`` name the chosen plan lacks, though the whole plan has it, is
+    left out (``--quick``, ``--device cpu``, too few GPUs); None when no such name."""
+    chosen = {n for e in _chosen(plan, quick, gpus, device) for n in (e.run, e.name, e.kind)}
+    for w in (w.strip() for w in only.split(",")):
+        found = [e for e in plan if w in (e.run, e.name, e.kind)]
+        if w in chosen or not found:
+            continue
+        if device == "cpu" and all(e.kind != "sweep" for e in found):
+            return f"{w} needs a CUDA GPU (--device cpu records the sweep only): drop --device cpu"
+        if quick and not any(e.in_quick() for e in found):
+            return f"{w} is not in the --quick plan: drop --quick"
+        need = min(e.min_gpus for e in found)
+        return f"{w} needs {need} GPUs; this machine has {gpus}"
+    return None
+
+
+def _chosen(plan: tuple[Experiment, ...] | None, quick: bool, gpus: int, device: str) -> list[Experiment]:
+    """The experiments of ``plan`` (default the kit's) a recording with these options runs."""
+    exps = experiments(quick, max(gpus, 1), plan)
+    return [e for e in exps if e.kind == "sweep"] if device == "cpu" else exps
 
 
 def _where_from(out: str | None) -> str:
@@ -161,14 +185,12 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     else:
         gpus, name = _gpus(device)
     plan = _load_plan(args.plan) if args.plan else None
-    exps = experiments(args.quick, max(gpus, 1), plan)
-    if device == "cpu":
-        exps = [e for e in exps if e.kind == "sweep"]
+    exps = _chosen(plan, args.quick, gpus, device)
     names(args.only, "--only")  # refuses an empty entry before select() reads the list
     try:
         exps = select(exps, args.only)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(_left_out(args.only, plan or PLAN, args.quick, gpus, device) or str(exc)) from None
     folder = Path(args.out) if args.out else default_folder(name)
     runs = _for_device(exps, device, args.quick)
     _check_new_folder(folder, args.out)  # a dry run says so too

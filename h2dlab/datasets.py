@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from h2dlab import wake_source
 from h2dlab.catalog import DATASETS, TIMELINES
 from h2dlab.causes_wake import WakeCalibration
-from h2dlab.factors_idle import wake_calibration
 from h2dlab.schema import (
     ADDED_V2,
     ADDED_V3,
@@ -174,8 +175,10 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
     dataset name in ``df.attrs['dataset']``. A kind of a recording (a folder beside
     ``recording.json``; or one of its tables) whose recording has an ``idle`` kind gets
     ``df.attrs['wake_calibration']``, ``factors_idle.wake_calibration`` of those idle runs
-    (None when they hold fewer than two pauses): what ``outliers.explain`` needs to name a
-    copy ``gpu_wake`` on this machine. The ``idle`` kind gets it from its own runs.
+    measured on a CUDA GPU of the table's machine (``wake_source``; None when they hold
+    fewer than two pauses): what ``outliers.explain`` needs to name a copy ``gpu_wake`` on
+    this machine. The ``idle`` kind gets it from its own runs. An idle kind that cannot be
+    read gives None and one warning; the table still loads.
 
     Raises
     ------
@@ -208,9 +211,7 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
     out = _read_runs(paths, os.fspath(name))
     idle = _idle_beside(folder)
     if idle is not None:
-        out.attrs["wake_calibration"] = _calibrate(
-            out if idle == folder else _read_runs(_tables(idle), ""), idle
-        )
+        out.attrs["wake_calibration"] = _calibrate(out, idle, folder)
     return out
 
 
@@ -240,15 +241,15 @@ def _idle_beside(where: Path) -> Path | None:
     return None
 
 
-def _calibrate(idle_runs: pd.DataFrame, idle: Path) -> WakeCalibration | None:
-    """``factors_idle.wake_calibration`` of a recording's idle runs, None when they cannot
-    make one (fewer than two pauses recorded)."""
-    runs = idle_runs.copy(deep=False)
-    runs.attrs = {**idle_runs.attrs, "dataset": f"{idle.parent.name}/idle"}
+def _calibrate(table: pd.DataFrame, idle: Path, folder: Path) -> WakeCalibration | None:
+    """The calibration a recording's idle runs make for ``table`` (``wake_source``), None
+    when they cannot make one; idle runs that cannot be read give None and a warning."""
     try:
-        return wake_calibration(runs)
-    except ValueError:
+        runs = table if idle == folder else _read_runs(_tables(idle), "")
+    except (ValueError, TypeError, KeyError, OSError) as exc:  # SchemaError is a ValueError
+        warnings.warn(f"{idle}: the idle runs cannot be read ({exc}); gpu_wake is off", stacklevel=3)
         return None
+    return wake_source.calibration(table, runs, f"{idle.parent.name}/idle")
 
 
 FORUM_COLUMNS = {

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from h2dlab.causes_wake import WakeCalibration
+from h2dlab.causes_wake import WakeCalibration, pause_of
 from h2dlab.finding import Finding
 from h2dlab.rows import timed, value_ms
 from h2dlab.units import fmt_bytes
@@ -27,31 +27,64 @@ WAKE_SHARE = 0.2
 
 def pauses(df: pd.DataFrame) -> pd.Series:
     """Per row, the pause (ms) its run spun with the GPU idle before each timed copy, read
-    from the run's env.json (``spec.pause_ms``); NaN for runs measured without ``--pause``."""
-    envs = df.attrs.get("envs") or {}
-
-    def of(run_id: object) -> float:
-        v = ((envs.get(run_id) or {}).get("spec") or {}).get("pause_ms")
-        return float(v) if v is not None else np.nan
-
-    return df["run_id"].map(of).astype(float)
+    from the run's env.json (``spec.pause_ms``, see ``causes_wake.pause_of``); NaN for runs
+    measured without ``--pause`` and for a pause no run could have taken."""
+    envs = df.attrs.get("envs")
+    envs = envs if isinstance(envs, dict) else {}
+    return df["run_id"].map(lambda run_id: pause_of(envs.get(run_id))).astype(float)
 
 
 def _us(ms: float) -> str:
     return f"{ms * 1e3:.0f} µs" if ms < 1 else f"{ms:.2f} ms"
 
 
-def _cells(df: pd.DataFrame, who: str = "idle_wake") -> tuple[pd.DataFrame, list[float]]:
-    """:func:`idle_wake`'s cells (see there) and the pauses, ascending."""
+def _pauses_text(levels: list[float]) -> str:
+    return ", ".join(f"{q:g}" for q in levels) + " ms"
+
+
+def _runs(df: pd.DataFrame) -> tuple[pd.DataFrame, list[float], dict[str, list[float]]]:
+    """The timed rows of paused runs (``pause_ms``, ``v``: the time), the pauses ascending,
+    and per strategy the pauses that some of its sizes lack (strategies lacking none are
+    not in it)."""
     t = timed(df)
-    p = pauses(t)
-    levels = sorted(p.dropna().unique())
+    t = t.assign(pause_ms=pauses(t), v=value_ms(t)).dropna(subset=["pause_ms"])
+    levels = sorted(float(q) for q in t["pause_ms"].unique())
+    missing: dict[str, list[float]] = {}
+    for (strategy, _size), g in t.groupby(["strategy", "size_bytes"], sort=True):
+        lack = set(levels) - set(g["pause_ms"])
+        if lack:
+            missing[str(strategy)] = sorted(set(missing.get(str(strategy), [])) | lack)
+    return t, levels, missing
+
+
+def _shortfall(
+    df: pd.DataFrame, t: pd.DataFrame, levels: list[float], missing: dict[str, list[float]]
+) -> str | None:
+    """Why the runs ``df`` (``t``: the timed rows of its paused runs) cannot tell what a pause
+    costs, in one plain sentence (None when they can)."""
+    again = "record them with `h2dlab record --only idle` (it times each strategy after each pause)"
     if len(levels) < 2:
-        raise ValueError(
-            f"{who} needs runs measured with at least two different pauses (h2dlab measure --pause MS); "
-            f"this table has {len(levels)}"
+        held = f"one pause ({_pauses_text(levels)})"
+        if not levels and pauses(df).notna().any():  # paused runs, but no copy timed
+            held = "no timed copy (every row a warm-up, an error or no time)"
+        elif not levels:
+            held = "no pause (no run records a `spec.pause_ms` it could have taken)"
+        return (
+            f"The idle runs hold {held}: at least two pauses with timed copies are needed to tell "
+            f"what a pause costs (the shortest is the baseline); {again}."
         )
-    t = t.assign(pause_ms=p, v=value_ms(t)).dropna(subset=["pause_ms"])
+    if set(missing) >= set(t["strategy"].astype(str)):
+        lacks = "; ".join(f"`{s}` lacks {_pauses_text(q)}" for s, q in sorted(missing.items()))
+        return (
+            f"No strategy of the idle runs was timed after every pause ({_pauses_text(levels)}: {lacks}), "
+            f"so no copy can be compared across them; {again}."
+        )
+    return None
+
+
+def _cells(t: pd.DataFrame, levels: list[float], missing: dict[str, list[float]]) -> pd.DataFrame:
+    """:func:`idle_wake`'s cells (see there) of the strategies timed after every pause."""
+    t = t[~t["strategy"].astype(str).isin(list(missing))]
     g = t.groupby(["strategy", "size_bytes", "pause_ms"])["v"]
     cells = pd.DataFrame({"median_ms": g.median(), "p90_ms": g.quantile(0.9), "n": g.size()}).reset_index()
     base = _base(cells, levels)
@@ -60,13 +93,26 @@ def _cells(df: pd.DataFrame, who: str = "idle_wake") -> tuple[pd.DataFrame, list
     tb = base.reindex(pd.MultiIndex.from_frame(t[["strategy", "size_bytes"]])).to_numpy()
     t = t.assign(slow=t["v"].to_numpy() >= SLOW_RATIO * tb)
     share = t.groupby(["strategy", "size_bytes", "pause_ms"])["slow"].mean().reset_index(name="slow_share")
-    cells = cells.merge(share, on=["strategy", "size_bytes", "pause_ms"])
-    return cells, levels
+    return cells.merge(share, on=["strategy", "size_bytes", "pause_ms"])
 
 
 def _base(cells: pd.DataFrame, levels: list[float]) -> pd.Series:
     """Each (strategy, size)'s median after the shortest pause."""
     return cells[cells["pause_ms"] == levels[0]].set_index(["strategy", "size_bytes"])["median_ms"]
+
+
+def _added(ms: float, to: float) -> str:
+    """What a pause did (``ms``) to a time (``to``), never as a negative duration."""
+    return f"added {_us(ms)} to {_us(to)}" if ms >= 0 else f"took {_us(-ms)} off {_us(to)}"
+
+
+def _range(lo: float, hi: float) -> str:
+    """What a pause did to the medians, from ``lo`` to ``hi`` ms, never as negative durations."""
+    if lo >= 0:
+        return f"added {_us(lo)} to {_us(hi)} to the medians"
+    if hi <= 0:
+        return f"took {_us(-hi)} to {_us(-lo)} off the medians"
+    return f"changed the medians by {_us(-lo)} less to {_us(hi)} more"
 
 
 def idle_wake(df: pd.DataFrame) -> Finding:
@@ -80,20 +126,29 @@ def idle_wake(df: pd.DataFrame) -> Finding:
     every cell, the largest p90 less the shortest pause's median, after pauses of at least
     ``values["pauses"][1]`` (how much a pause can add). ``holds`` when, for every
     strategy, the smallest size's median after the longest pause is at least
-    :data:`SLOW_RATIO` times its median after the shortest.
+    :data:`SLOW_RATIO` times its median after the shortest. ``values["missing"]``:
+    strategy to the pauses it lacks; such a strategy is left out (the verdict says so).
 
-    Raises
-    ------
-    ValueError
-        When the table holds fewer than two distinct pauses.
+    With fewer than two pauses, or no strategy timed after every pause, nothing can be
+    compared: ``holds`` is False, ``values["cells"]`` is empty and the verdict says what is
+    missing and how to record it. Never raises for such data.
     """
-    cells, levels = _cells(df)
+    t, levels, missing = _runs(df)
+    short = _shortfall(df, t, levels, missing)
+    if short is not None:
+        empty = pd.DataFrame(
+            columns=["strategy", "size_bytes", "pause_ms", "median_ms", "p90_ms", "n", "ratio"]
+        )
+        values = {"cells": empty, "pauses": levels, "missing": missing, "extra_p90_ms": np.nan}
+        return Finding(short, False, {**values, "added_ms": (np.nan, np.nan), "smaller_hurt": False}, empty)
+    cells = _cells(t, levels, missing)
     base = _base(cells, levels)
     longer = cells[cells["pause_ms"] >= levels[1]]
     extra = longer["p90_ms"].to_numpy() - base.reindex(
         pd.MultiIndex.from_frame(longer[["strategy", "size_bytes"]])
     )
-    values: dict[str, Any] = {"cells": cells, "pauses": levels, "extra_p90_ms": float(np.nanmax(extra))}
+    x = float(np.nanmax(extra))
+    values: dict[str, Any] = {"cells": cells, "pauses": levels, "missing": missing, "extra_p90_ms": x}
     parts, holds, smaller_hurt = [], True, True
     for strategy, c in cells.groupby("strategy", sort=True):
         small, large = c["size_bytes"].min(), c["size_bytes"].max()
@@ -109,25 +164,31 @@ def idle_wake(df: pd.DataFrame) -> Finding:
         smaller_hurt &= bool(s.loc[levels[-1], "ratio"] > lg.loc[levels[-1], "ratio"])
         parts.append(
             f"a {fmt_bytes(small)} `{strategy}` copy took a median {_us(s.loc[levels[0], 'median_ms'])} after "
-            f"{levels[0]:g} ms, {steps}; at {fmt_bytes(large)} the longest pause added {_us(add)} to "
-            f"{_us(lg.loc[levels[0], 'median_ms'])} ({lg.loc[levels[-1], 'ratio']:.2f}x)"
+            f"{levels[0]:g} ms, {steps}; at {fmt_bytes(large)} the longest pause "
+            f"{_added(add, lg.loc[levels[0], 'median_ms'])} ({lg.loc[levels[-1], 'ratio']:.2f}x)"
         )
+    tail = (
+        f"took at most {_us(x)} more than the same copy right after a wake"
+        if x >= 0
+        else f"took at least {_us(-x)} less than the same copy's median right after a wake"
+    )
     verdict = (
         "With the GPU woken and then left idle for a pause before each timed copy (the CPU spinning "
         "meanwhile): "
         + "; ".join(parts)
-        + f". After pauses of {levels[1]:g} ms or more, the slowest tenth of "
-        f"copies took at most {_us(values['extra_p90_ms'])} more than the same copy right after a wake."
+        + f". After pauses of {levels[1]:g} ms or more, the slowest tenth of copies {tail}."
     )
+    if missing:
+        lacks = "; ".join(f"`{k}` lacks {_pauses_text(q)}" for k, q in sorted(missing.items()))
+        verdict += f" Left out, as not timed after every pause: {lacks}."
     longest = cells[cells["pause_ms"] == levels[-1]]
     first = base.reindex(pd.MultiIndex.from_frame(longest[["strategy", "size_bytes"]])).to_numpy()
     added = longest["median_ms"].to_numpy() - first
     values["added_ms"] = (float(np.nanmin(added)), float(np.nanmax(added)))
     if smaller_hurt:
         verdict += (
-            f" The longest pause added {_us(values['added_ms'][0])} to {_us(values['added_ms'][1])} to the "
-            "medians, and for every strategy it slowed the smallest copy by a larger factor than the largest: "
-            "it weighs most on the shortest copies."
+            f" The longest pause {_range(*values['added_ms'])}, and for every strategy it slowed the smallest "
+            "copy by a larger factor than the largest: it weighs most on the shortest copies."
         )
     values["smaller_hurt"] = smaller_hurt
     return Finding(verdict, holds, values, cells)
@@ -144,7 +205,7 @@ def wake_calibration(df: pd.DataFrame, source: str | None = None) -> WakeCalibra
     no pause did: the runs show no wake-up cost). ``extra_ms`` is, over the cells (every
     strategy and size) after pauses of at least ``idle_ms``, the largest p90 less the
     cell's median after the shortest pause. ``shares``: per pause, the smallest such share
-    over the strategies (NaN where a strategy lacks the pause).
+    over the strategies. A strategy not timed after every pause is left out.
 
     Parameters
     ----------
@@ -161,9 +222,14 @@ def wake_calibration(df: pd.DataFrame, source: str | None = None) -> WakeCalibra
     Raises
     ------
     ValueError
-        When the table holds fewer than two distinct pauses.
+        When the table holds fewer than two distinct pauses, or no strategy was timed
+        after every pause (the runs cannot tell; the message says what is missing).
     """
-    cells, levels = _cells(df, "wake_calibration")
+    t, levels, missing = _runs(df)
+    short = _shortfall(df, t, levels, missing)
+    if short is not None:
+        raise ValueError(f"wake_calibration: {short}")
+    cells = _cells(t, levels, missing)
     small = cells[cells["size_bytes"] == cells.groupby("strategy")["size_bytes"].transform("min")]
     by_pause = small.pivot_table(index="pause_ms", columns="strategy", values="slow_share").reindex(levels)
     shares = tuple(float(v) for v in by_pause.min(axis=1, skipna=False))

@@ -5,6 +5,8 @@ Re-exported by :mod:`h2dlab.plots`.
 
 from __future__ import annotations
 
+import textwrap
+
 import pandas as pd
 
 from h2dlab.factors_idle import idle_wake
@@ -31,9 +33,18 @@ def idle_pause(df: pd.DataFrame, *, ax=None, name: str | None = None):
     Returns
     -------
     matplotlib.axes.Axes
+        With nothing to draw (fewer than two pauses, no strategy timed after every
+        pause), empty axes holding ``factors.idle_wake``'s sentence of what is missing.
     """
-    cells = idle_wake(df)["cells"]
+    found = idle_wake(df)
+    cells = found["cells"]
     ax = axes_or_new(ax)
+    if cells.empty:
+        ax.text(0.5, 0.5, textwrap.fill(found.verdict, 70), ha="center", va="center", transform=ax.transAxes)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title("Time per copy against the pause before it: nothing to compare")
+        return ax
     colors = palette_for(sorted(cells["strategy"].unique()))
     styles = ["o", "s", "^", "D", "v"]
     for (strategy, size), c in cells.groupby(["strategy", "size_bytes"], sort=True):

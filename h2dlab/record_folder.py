@@ -31,12 +31,14 @@ MANIFEST = "recording.json"
 
 
 def read_manifest(folder: str | Path) -> dict[str, Any] | None:
-    """The recording.json of ``folder``, or None if it has none (or an unreadable one)."""
+    """The recording.json of ``folder``, or None if it has none, or one that is unreadable or
+    not a JSON object (such a folder reads as one without recording.json)."""
     p = Path(folder) / MANIFEST
     try:
-        return json.loads(p.read_text())
+        m = json.loads(p.read_text())
     except (OSError, ValueError):
         return None
+    return m if isinstance(m, dict) else None
 
 
 def _problem(m: Any) -> str | None:

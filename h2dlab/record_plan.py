@@ -43,6 +43,7 @@ __all__ = [
     "plan_lines",
     "show_args",
     "total_seconds",
+    "why_lacking",
     "write_manifest",
 ]
 
@@ -258,6 +259,31 @@ def select(exps: list[Experiment], only: str | None) -> list[Experiment]:
             f"no experiment named {bad[0]!r}: choose from {', '.join(e.run for e in exps)} or a kind"
         )
     return [e for e in exps if {e.run, e.name, e.kind} & set(wanted)]
+
+
+def why_lacking(kinds: list[str], manifest: Mapping[str, Any] | None) -> str:
+    """Why a recording (its recording.json, None if unknown) may hold no runs of ``kinds``,
+    for a notebook: ``" (reason; reason)"``, or ``""`` when the plan cannot say."""
+    m = manifest if isinstance(manifest, Mapping) else {}
+    made = m.get("plan_version")
+    why = []
+    for kind in kinds:
+        if kind != "sweep" and str(m.get("device", "cuda")).startswith("cpu"):
+            why.append("they need a CUDA GPU: this recording was made with --device cpu")
+        elif kind == "concurrent":
+            why.append("they need two GPUs")
+        elif kind == "idle" and m.get("quick"):
+            why.append("the idle runs are in the full plan only: this is a --quick recording")
+        elif kind == "idle" and isinstance(made, int) and not isinstance(made, bool) and made < 3:
+            why.append(f"the idle runs came with plan 3: this recording was made with plan {made}")
+        elif kind == "idle":
+            why.append(
+                "the idle runs came with plan 3: a --quick recording, or one made with an older plan, has none"
+            )
+        elif m.get("quick") and not any(e.in_quick() for e in PLAN if e.kind == kind):
+            why.append("only the full plan makes them: this is a --quick recording")
+    said = "; ".join(dict.fromkeys(why))  # in order, each once
+    return f" ({said})" if said else ""
 
 
 def total_seconds(exps: list[Experiment], quick: bool = False) -> float:

@@ -28,7 +28,7 @@ from h2dlab.errors import Unavailable, UsageError
 from h2dlab.live import find_recording, gpu_name, live_recording, same_machine, this_machine
 from h2dlab.record_env import read_folder_env
 from h2dlab.record_folder import MANIFEST, finished, read_manifest
-from h2dlab.record_plan import KINDS
+from h2dlab.record_plan import KINDS, why_lacking
 
 __all__ = [
     "BUNDLED",
@@ -199,8 +199,8 @@ class Recorded:
             elif kind == "sweep" and str((self.manifest or {}).get("device", "cuda")).startswith("cpu"):
                 host_only = True
         if gone:
-            cuda = " (they need a CUDA GPU)" if any(not g.startswith("sweep") for g in gone) else ""
-            return Markdown(f"This recording has no {' or '.join(gone)}{cuda}: this section is skipped.")
+            why = why_lacking([g.split()[0] for g in gone], self.manifest)
+            return Markdown(f"This recording has no {' or '.join(gone)}{why}: this section is skipped.")
         if host_only:
             return Markdown(
                 "This recording's sweep was made without a CUDA GPU (`--device cpu`: copies within host "
@@ -272,7 +272,7 @@ class Recorded:
         days = sorted(
             {str(self.env(k, r).get("date", ""))[:10] for k in self.kinds() for r in self.runs(k)} - {""}
         )
-        return days[0] if len(days) < 2 else f"{days[0]} to {days[-1]}"
+        return "?" if not days else days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
 
     def _recorded_kinds(self) -> set[str]:
         """Kinds of the bundled data that come from data/h200 (the rest: the v1 folders)."""

@@ -103,7 +103,7 @@ def _pause_ms(value: Any) -> float:
         raise UsageError(f"pause_ms must be a number of milliseconds, not {value!r}")
     if not 0 <= value <= MAX_PAUSE_MS:  # NaN fails this too
         raise UsageError(f"pause_ms must be from 0 to {MAX_PAUSE_MS} milliseconds, got {value}")
-    return float(value)
+    return float(value) + 0.0  # -0 is recorded as 0
 
 
 def _sizes(sizes: Any) -> tuple[int, ...]:

@@ -9,7 +9,11 @@ import pytest
 from h2dlab import datasets, report, session
 from h2dlab.record_plan import write_manifest
 
-FORUM = "This recording has no forum runs (they need a CUDA GPU): this section is skipped."
+FORUM = "This recording has no forum runs: this section is skipped."  # a CUDA recording: no reason known
+FORUM_CPU = (
+    "This recording has no forum runs (they need a CUDA GPU: this recording was made with --device cpu): "
+    "this section is skipped."
+)
 HOST_ONLY = "This recording's sweep was made without a CUDA GPU"
 
 
@@ -40,8 +44,7 @@ def test_lacks_names_what_is_missing(tmp_path):
         "This recording has no sweep run `no-such-run`: this section is skipped."
     )
     assert rec.lacks("sweep", "forum", "allocator/pin-emptied") == (
-        "This recording has no forum runs or allocator run `pin-emptied` (they need a CUDA GPU): "
-        "this section is skipped."
+        "This recording has no forum runs or allocator run `pin-emptied`: this section is skipped."
     )
     assert rec.get("forum") is None and rec.get("allocator", "pin-emptied") is None
     assert len(rec.get("sweep", "pow2-interleaved")) == len(rec.table("sweep", "pow2-interleaved")) > 0
@@ -52,7 +55,7 @@ def test_a_cpu_sweep_counts_as_lacking(tmp_path):
     assert rec.has("sweep", "pow2-interleaved")  # the table is there ...
     assert rec.lacks("sweep/pow2-interleaved").startswith(HOST_ONLY)  # ... but not GPU copies
     assert rec.get("sweep", "pow2-interleaved") is None
-    assert rec.lacks("forum", "sweep") == FORUM  # a missing kind is named first
+    assert rec.lacks("forum", "sweep") == FORUM_CPU  # a missing kind is named first
 
 
 def test_the_bundled_recording_lacks_nothing_the_notebooks_read():

@@ -108,10 +108,16 @@ def _row_table(run_id, ms, t_s, size=4096, strategy="pinned_reuse"):
     )
 
 
-def synthetic_recording(folder):
+#: The made-up machine every run of :func:`synthetic_recording` names in its env.json.
+SYNTHETIC_MACHINE = {"gpu_name": "synthetic GPU", "hostname": "synthetic-host", "platform": "synthetic-os"}
+
+
+def synthetic_recording(folder, idle_env=None):
     """recording.json, an ``idle`` kind (pauses 0, 3 and 10 ms; after 10 ms half the 4 KiB
     copies are 0.05 ms slower) and a ``sweep`` kind of 4 KiB copies 1 ms apart, one of them
-    0.04 ms slower after 12 ms idle, written with the kit's own writers."""
+    0.04 ms slower after 12 ms idle, written with the kit's own writers. Every run names
+    :data:`SYNTHETIC_MACHINE` and device ``cuda:0``; ``idle_env`` (a dict) is merged into
+    each idle run's env.json."""
     folder.mkdir()
     write_manifest(
         folder,
@@ -123,7 +129,11 @@ def synthetic_recording(folder):
         for strategy, base in (("pinned_reuse", 0.010), ("pageable", 0.020)):
             ms = base + 0.0001 * k + (0.05 * (k % 2 == 0) if pause == 10 else 0.0)
             t = _row_table(f"synthetic-{pause}-{strategy}", ms, k * 0.01, strategy=strategy)
-            env = {"spec": {"pause_ms": float(pause)}}
+            env = {
+                **SYNTHETIC_MACHINE,
+                "spec": {"pause_ms": float(pause), "device": "cuda:0"},
+                **(idle_env or {}),
+            }
             save(t, folder / "idle" / f"pause-{pause}ms-{strategy}.csv.gz", env=env)
     (folder / "sweep").mkdir()
     n = 60
@@ -133,7 +143,11 @@ def synthetic_recording(folder):
     gaps[30] = 12.0
     wall = ms * 1.01
     t_s = np.concatenate([[0.0], np.cumsum(wall[:-1] + gaps[1:])]) / 1000
-    save(_row_table("synthetic-sweep", ms, t_s), folder / "sweep" / "pow2.csv.gz", env={"spec": {}})
+    save(
+        _row_table("synthetic-sweep", ms, t_s),
+        folder / "sweep" / "pow2.csv.gz",
+        env={**SYNTHETIC_MACHINE, "spec": {"device": "cuda:0"}},
+    )
     return folder
 
 
