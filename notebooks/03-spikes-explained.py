@@ -159,7 +159,7 @@ pd.concat(ruled).round(2) if ruled else rec.lacks("forum", "sweep", "allocator")
 # can pay a wake-up (of the GPU, its PCIe link or the driver: the tables cannot say which). The recording's `idle` runs measure this with the kit itself
 # (`h2dlab measure --pause MS`): before each timed copy the kit wakes the GPU with a tiny
 # piece of work, then spins the CPU for the pause while the GPU has nothing to do, then times
-# the copy by CUDA events. The same small copies, four pauses, each pause its own process:
+# the copy by CUDA events. The same small copies after each pause, each pause its own process:
 
 # %% tags=["hide-input"]
 display(Markdown(str(factors.idle_wake(rec.table("idle"))))) if rec.has("idle") else rec.lacks("idle")

@@ -3,7 +3,7 @@ least_squares, one fit): the same Huber minimum, on synthetic (made-up) samples.
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from h2dlab import model
@@ -49,6 +49,9 @@ def _loss(p, size, ms, c=0.05):
     outliers=st.floats(0.0, 0.3),
     seed=st.integers(0, 2**16),
 )
+@example(
+    overhead_ms=1.5, gbps=23.0, outliers=0.265625, seed=4552
+)  # scipy stuck (see below); found by hypothesis
 def test_same_minimum_as_least_squares(overhead_ms, gbps, outliers, seed):
     rng = np.random.default_rng(seed)
     size, ms = _sample(rng, overhead_ms, gbps, outliers=outliers)
@@ -61,9 +64,13 @@ def test_same_minimum_as_least_squares(overhead_ms, gbps, outliers, seed):
     got = fit_lines(size[idx], np.log(ms[idx]), start=(a, b))
     for k, i in enumerate(idx):
         ref = _scipy_fit(size[i], ms[i])
-        # Never a worse fit than scipy's; the same parameters where the minimum is sharp.
-        assert _loss(got[k], size[i], ms[i]) <= _loss(ref, size[i], ms[i]) * (1 + 1e-6)
-        assert got[k][1] == pytest.approx(ref[1], rel=1e-3)
+        # Never a worse fit than scipy's; the same parameters where both reach the same
+        # minimum. Where ours is clearly lower, scipy stopped short (seed 4552's resample 7:
+        # scipy's slope 2e-15 at loss 5675, ours 4.4e-8 at 3544), and its parameters are no oracle.
+        mine_loss, ref_loss = _loss(got[k], size[i], ms[i]), _loss(ref, size[i], ms[i])
+        assert mine_loss <= ref_loss * (1 + 1e-6)
+        if mine_loss >= ref_loss * (1 - 1e-6):
+            assert got[k][1] == pytest.approx(ref[1], rel=1e-3)
 
 
 def test_recovers_a_known_line_from_a_far_start():

@@ -71,7 +71,7 @@ def test_every_notebook_renders_from_a_cpu_recording(tmp_path):
     out = tmp_path / "r"
     assert report.build(outdir=out, mode="replay", data=folder) == 0  # a cell that raises fails the build
     html = {name: (out / f"{name}.html").read_text() for name in report.REPORTED}
-    assert html["01-forum-experiment-revisited"].count(FORUM) >= 5
+    assert html["01-forum-experiment-revisited"].count(FORUM_CPU) >= 5
     assert "This recording has no forum runs or allocator runs" in html["03-spikes-explained"]
     assert "This recording has no overlap runs" in html["04-pinned-memory-primer"]
     for name in ("01-forum-experiment-revisited", "02-fastest-way", "04-pinned-memory-primer"):
