@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h2dlab import datasets, episodes, outliers
+from tests.test_outliers_synthetic import timed_columns
 
 STRATEGIES = ("loop_to", "loop_non_blocking", "foreach_copy", "pinned_flat", "pinned_each", "packed")
 SIZES = 2 ** np.arange(12, 24, 2)
@@ -55,25 +56,7 @@ def interleaved_run(seed: int, *, reps: int = 10, periods: int = 3, spikes: int 
         kind[i] = "spike"
         busy[i] = True
     t_s = np.concatenate([[0.0], np.cumsum(ms[:-1] + rng.uniform(0.3, 1.8, n - 1))]) / 1000
-    df = pd.DataFrame(
-        {
-            "run_id": f"synthetic-interleaved-{seed}",
-            "order": np.arange(n),
-            "strategy": strategy,
-            "size_bytes": size,
-            "shape": "",
-            "dtype": "uint8",
-            "rep": pd.Series(size).groupby([strategy, size]).cumcount().to_numpy(),
-            "warmup": False,
-            "t_s": t_s,
-            "wall_ms": ms * 1.01,
-            "event_ms": ms,
-            "host_allocs": np.nan,
-            "device_allocs": 0.0,
-            "empty_cache": False,
-            "error": "",
-        }
-    )
+    df = pd.DataFrame(timed_columns(f"synthetic-interleaved-{seed}", strategy, size, t_s, ms * 1.01, ms))
     return datasets.validate(df), kind
 
 

@@ -18,7 +18,7 @@ from h2dlab.causes_parallel import (
     busiest_share,
     parallel_cause,
 )
-from tests.test_outliers_synthetic import back_to_back_t_s, cause_scores
+from tests.test_outliers_synthetic import back_to_back_t_s, cause_scores, timed_columns
 
 #: Injected slow rows per kind in one synthetic run: the cause, and its look-alikes.
 LOOKALIKES = ("after_call", "off_cpu", "no_others", "idle_busiest")
@@ -94,21 +94,9 @@ def synthetic_v4_run(seed: int, *, reps: int = 8, noise: float = 0.03):
     others = rate * window
     df = pd.DataFrame(
         {
-            "run_id": f"synthetic-v4-{seed}",
-            "order": np.arange(n),
-            "strategy": strategy,
-            "size_bytes": size,
-            "shape": "",
-            "dtype": "uint8",
-            "rep": pd.Series(size).groupby([strategy, size]).cumcount().to_numpy(),
-            "warmup": False,
-            "t_s": back_to_back_t_s(wall, seed),
-            "wall_ms": wall,
-            "event_ms": ms,
-            "host_allocs": 0.0,
-            "device_allocs": 0.0,
-            "empty_cache": False,
-            "error": "",
+            **timed_columns(
+                f"synthetic-v4-{seed}", strategy, size, back_to_back_t_s(wall, seed), wall, ms, 0.0
+            ),
             "minflt": 0.0,
             "majflt": 0.0,
             "cpu_ms": cpu,

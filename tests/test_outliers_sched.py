@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from h2dlab import causes, datasets, outliers
 from h2dlab.causes_evidence import MIN_OTHERS_RATIO, evidence_cause, run_delay_inside, slow_text
-from tests.test_outliers_synthetic import back_to_back_t_s, cause_scores
+from tests.test_outliers_synthetic import back_to_back_t_s, cause_scores, timed_columns
 
 SCHED_CAUSES = ("host_preempted", "host_blocked", "page_faults", "gc_pause", "other_threads")
 #: Injected slow rows per kind in one synthetic run; "none" are near misses.
@@ -122,21 +122,9 @@ def synthetic_v3_run(seed: int, *, reps: int = 8, noise: float = 0.03):
         nivcsw[i] += 2
     df = pd.DataFrame(
         {
-            "run_id": f"synthetic-v3-{seed}",
-            "order": np.arange(n),
-            "strategy": strategy,
-            "size_bytes": size,
-            "shape": "",
-            "dtype": "uint8",
-            "rep": pd.Series(size).groupby([strategy, size]).cumcount().to_numpy(),
-            "warmup": False,
-            "t_s": back_to_back_t_s(wall, seed),
-            "wall_ms": wall,
-            "event_ms": ms,
-            "host_allocs": 0.0,
-            "device_allocs": 0.0,
-            "empty_cache": False,
-            "error": "",
+            **timed_columns(
+                f"synthetic-v3-{seed}", strategy, size, back_to_back_t_s(wall, seed), wall, ms, 0.0
+            ),
             "minflt": minflt,
             "majflt": 0.0,
             "cpu_ms": cpu,

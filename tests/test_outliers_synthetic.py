@@ -85,21 +85,9 @@ def synthetic_v2_run(seed: int, *, reps: int = 10, noise: float = 0.03):
     procs[rng.choice(quiet, 4, replace=False)] = 1
     df = pd.DataFrame(
         {
-            "run_id": f"synthetic-v2-{seed}",
-            "order": np.arange(n),
-            "strategy": strategy,
-            "size_bytes": size,
-            "shape": "",
-            "dtype": "uint8",
-            "rep": pd.Series(size).groupby([strategy, size]).cumcount().to_numpy(),
-            "warmup": False,
-            "t_s": back_to_back_t_s(ms * 1.01, seed),
-            "wall_ms": ms * 1.01,
-            "event_ms": ms,
-            "host_allocs": np.nan,
-            "device_allocs": 0.0,
-            "empty_cache": False,
-            "error": "",
+            **timed_columns(
+                f"synthetic-v2-{seed}", strategy, size, back_to_back_t_s(ms * 1.01, seed), ms * 1.01, ms
+            ),
             "direction": "h2d",
             "n_tensors": 1,
             "minflt": minflt,
@@ -111,6 +99,29 @@ def synthetic_v2_run(seed: int, *, reps: int = 10, noise: float = 0.03):
         }
     )
     return datasets.validate(df), kind
+
+
+def timed_columns(run_id: str, strategy, size, t_s, wall_ms, event_ms, host_allocs=np.nan) -> dict:
+    """The measurement columns every synthetic table here shares: one timed copy per row in
+    row order (``order``, ``rep`` counted per strategy and size), no warm-up, no error, no
+    device allocation; evidence columns are the caller's."""
+    return {
+        "run_id": run_id,
+        "order": np.arange(len(strategy)),
+        "strategy": strategy,
+        "size_bytes": size,
+        "shape": "",
+        "dtype": "uint8",
+        "rep": pd.Series(size).groupby([strategy, size]).cumcount().to_numpy(),
+        "warmup": False,
+        "t_s": t_s,
+        "wall_ms": wall_ms,
+        "event_ms": event_ms,
+        "host_allocs": host_allocs,
+        "device_allocs": 0.0,
+        "empty_cache": False,
+        "error": "",
+    }
 
 
 def cause_scores(explained, cause):
