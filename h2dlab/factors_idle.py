@@ -123,8 +123,8 @@ def idle_wake(df: pd.DataFrame) -> Finding:
     ``p90_ms``, ``n``, ``ratio`` (median over the same cell's median after the shortest
     pause) and ``slow_share`` (share of copies at least :data:`SLOW_RATIO` times that
     median). ``values["pauses"]``: the pauses, ascending; ``values["extra_p90_ms"]``: over
-    every cell, the largest p90 less the shortest pause's median, after pauses of at least
-    ``values["pauses"][1]`` (how much a pause can add). ``holds`` when, for every
+    the cells after the longest pause, the largest p90 less the same cell's median after
+    the shortest (how much that pause can add). ``holds`` when, for every
     strategy, the smallest size's median after the longest pause is at least
     :data:`SLOW_RATIO` times its median after the shortest. ``values["missing"]``:
     strategy to the pauses it lacks; such a strategy is left out (the verdict says so).
@@ -143,7 +143,7 @@ def idle_wake(df: pd.DataFrame) -> Finding:
         return Finding(short, False, {**values, "added_ms": (np.nan, np.nan), "smaller_hurt": False}, empty)
     cells = _cells(t, levels, missing)
     base = _base(cells, levels)
-    longer = cells[cells["pause_ms"] >= levels[1]]
+    longer = cells[cells["pause_ms"] == levels[-1]]
     extra = longer["p90_ms"].to_numpy() - base.reindex(
         pd.MultiIndex.from_frame(longer[["strategy", "size_bytes"]])
     )
@@ -168,15 +168,15 @@ def idle_wake(df: pd.DataFrame) -> Finding:
             f"{_added(add, lg.loc[levels[0], 'median_ms'])} ({lg.loc[levels[-1], 'ratio']:.2f}x)"
         )
     tail = (
-        f"took at most {_us(x)} more than the same copy right after a wake"
+        f"was at most {_us(x)} above the same cell's median right after a wake"
         if x >= 0
-        else f"took at least {_us(-x)} less than the same copy's median right after a wake"
+        else f"was at least {_us(-x)} below the same cell's median right after a wake"
     )
     verdict = (
         "With the GPU woken and then left idle for a pause before each timed copy (the CPU spinning "
         "meanwhile): "
         + "; ".join(parts)
-        + f". After pauses of {levels[1]:g} ms or more, the slowest tenth of copies {tail}."
+        + f". After the longest pause, {levels[-1]:g} ms, every cell's 90th percentile {tail}."
     )
     if missing:
         lacks = "; ".join(f"`{k}` lacks {_pauses_text(q)}" for k, q in sorted(missing.items()))
