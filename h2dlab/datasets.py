@@ -217,10 +217,16 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
 
 def _read_runs(paths: list[Path], label: str) -> pd.DataFrame:
     """The tables at ``paths`` as one, with each run's env and file name in ``attrs``."""
-    frames, envs, run_names = [], {}, {}
+    frames, envs, run_names, where = [], {}, {}, {}
     for p in paths:
         df = read(p)
         for rid in df["run_id"].unique():
+            if rid in where:  # a copy of a table, or explain's --out beside its source
+                raise SchemaError(
+                    f"run {rid} is in both {where[rid].name} and {p.name} of {p.parent}: a run's rows would "
+                    "count twice; keep one of the two files (or give one file)"
+                )
+            where[rid] = p
             envs[rid] = df.attrs.get("env")
             run_names[rid] = p.name[: -len(suffix_of(p))]
         frames.append(df)

@@ -146,6 +146,13 @@ def detect(
     return out
 
 
+def _detected(df: pd.DataFrame) -> bool:
+    """Whether ``df`` already holds ``detect()``'s columns for every row (a table that
+    ``explain --out`` wrote); a folder mixing such a table with plain ones does not."""
+    cols = ("expected_ms", "robust_z", "is_outlier")
+    return all(c in df.columns for c in cols) and not df["is_outlier"].isna().any()
+
+
 def explain(
     df: pd.DataFrame, wake: WakeCalibration | None = None, pauses: dict[object, float] | None = None
 ) -> pd.DataFrame:
@@ -183,7 +190,7 @@ def explain(
         or infinite value (the column is named).
     """
     check_values(df, EXPLAIN_COLUMNS)
-    if "is_outlier" not in df.columns:
+    if not _detected(df):  # a table explain() wrote, read back whole, keeps its flags
         df = detect(df)
     out = df.copy()
     out.attrs = {}  # see detect(): row access would deep-copy them

@@ -228,3 +228,45 @@ def test_a_run_id_of_digits_stays_text(tmp_path, ext):
     df = _synthetic_table().assign(run_id="001234567890", shape="1024")
     back = datasets.read(datasets.save(df, tmp_path / f"t{ext}"))
     assert back["run_id"].tolist() == ["001234567890"] * 6 and back["shape"].iloc[0] == "1024"
+
+
+def _copy_table(src, dst):
+    import shutil
+
+    shutil.copy(src, dst)
+    shutil.copy(f"{src}.env.json", f"{dst}.env.json")
+
+
+def test_a_run_in_two_files_of_a_folder_is_refused(tmp_path, capsys):
+    """The same run (a copy of a table) in two files would count its rows twice: refused in
+    one line naming both files (real tables of data/h200, copied)."""
+    from h2dlab import cli
+
+    src = datasets.DATA_DIR / "h200" / "sweep" / "forum-sizes.csv.gz"
+    _copy_table(src, tmp_path / "a.csv.gz")
+    _copy_table(src, tmp_path / "b.csv.gz")
+    with pytest.raises(datasets.SchemaError, match=r"run \w+ is in both a\.csv\.gz and b\.csv\.gz of "):
+        datasets.load(tmp_path)
+    assert cli.main(["explain", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "keep one of the two files" in err[0]
+
+
+def test_explain_reads_a_folder_mixing_an_annotated_table_with_a_plain_one(tmp_path):
+    """explain --out's table (with detect()'s columns) beside a plain table of another run:
+    the plain run's rows are flagged afresh, and every row gets a verdict (real tables of
+    data/h200, one annotated by explain)."""
+    from h2dlab import cli, outliers
+
+    plain = datasets.DATA_DIR / "h200" / "sweep" / "forum-sizes.csv.gz"
+    annotated = datasets.DATA_DIR / "h200" / "sweep" / "pow2-interleaved.csv.gz"
+    assert cli.main(["explain", str(annotated), "--out", str(tmp_path / "a.csv.gz")]) == 0
+    _copy_table(plain, tmp_path / "b.csv.gz")
+    both = datasets.load(tmp_path)
+    assert both["is_outlier"].isna().any()  # the plain table's rows carry no flags yet
+    e = outliers.explain(both)
+    assert e["is_outlier"].notna().all()
+    alone = outliers.explain(datasets.load(plain))
+    rid = alone["run_id"].iloc[0]
+    assert int(e.loc[e["run_id"] == rid, "is_outlier"].sum()) == int(alone["is_outlier"].sum())
+    assert cli.main(["explain", str(tmp_path)]) == 0

@@ -74,9 +74,7 @@ def test_pauses_that_only_speed_copies_say_less_not_minus():
     assert not NEGATIVE_DURATION.search(f.verdict), f.verdict
     assert f["extra_p90_ms"] < 0
     x = -f["extra_p90_ms"] * 1e3
-    assert (
-        f"every cell's 90th percentile was at least {x:.0f} µs below the same cell's median" in f.verdict
-    )
+    assert f"every cell's 90th percentile was at least {x:.0f} µs below the same cell's median" in f.verdict
     assert "at most" not in f.verdict and not f.holds
 
 
