@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from h2dlab.rows import number
+
 __all__ = [
     "MAX_WAIT_SHARE",
     "MIN_BUSIEST_SHARE",
@@ -68,13 +70,6 @@ def _as_usual(rate: float, busy: float, cell: float, cell_busy: float) -> bool:
     return abs(rate - cell) <= 0.1 * max(cell, 1e-9) and abs(busy - cell_busy) <= 0.05
 
 
-def _num(x: object) -> float:
-    try:
-        return float(x)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return np.nan
-
-
 def busiest_share(df: pd.DataFrame) -> pd.Series:
     """Per row, the share of the other threads' window the busiest of them was on a CPU:
     ``busiest_cpu_ms / others_window_ms`` (schema 4), NaN where not recorded."""
@@ -88,10 +83,10 @@ def _usual_issue(row: pd.Series, ctx: pd.Series) -> tuple[float, str]:
     """The neighbours' usual time in the timed call (ms) and how the sentence names it: the
     median over copies of this size (``issue_cell``), else the group's usual share of its
     time in the call (``issue_typ``) at this copy's expected time."""
-    cell, typ = _num(ctx.get("issue_cell")), _num(ctx.get("issue_typ"))
+    cell, typ = number(ctx.get("issue_cell")), number(ctx.get("issue_typ"))
     if np.isfinite(cell):
         return cell, f"copies of this size: {cell:.2f} ms, median"
-    usual = typ * _num(row["expected_ms"])
+    usual = typ * number(row["expected_ms"])
     return (
         usual,
         f"its neighbours spend {typ:.0%} of their time in the call: {usual:.2f} ms at its expected time",
@@ -138,8 +133,10 @@ def parallel_cause(
     tuple of str or None
         ``("host_parallel", evidence)``.
     """
-    others, window, top = (_num(row.get(c)) for c in ("others_cpu_ms", "others_window_ms", "busiest_cpu_ms"))
-    wall, cpu, exp = _num(row["wall_ms"]), _num(row.get("cpu_ms")), _num(row["expected_ms"])
+    others, window, top = (
+        number(row.get(c)) for c in ("others_cpu_ms", "others_window_ms", "busiest_cpu_ms")
+    )
+    wall, cpu, exp = number(row["wall_ms"]), number(row.get("cpu_ms")), number(row["expected_ms"])
     extra = val - exp
     if not (np.isfinite([others, window, top, wall, cpu, wait_ms, extra]).all() and window > 0 and wall > 0):
         return None
@@ -148,7 +145,7 @@ def parallel_cause(
         return None
     if rate < MIN_OTHERS_CPUS or busy < MIN_BUSIEST_SHARE:
         return None
-    issue = _num(row.get("issue_ms"))
+    issue = number(row.get("issue_ms"))
     usual, like = _usual_issue(row, ctx)
     in_call = np.isfinite(issue) and np.isfinite(usual)
     if in_call and issue - usual < MIN_IN_CALL_SHARE * extra:
@@ -159,7 +156,7 @@ def parallel_cause(
         if in_call
         else f"the host clock ran {wall:.2f} ms (the table has no time of the call to say more)"
     )
-    iv, v = _num(row.get("nivcsw")), _num(row.get("nvcsw"))
+    iv, v = number(row.get("nivcsw")), number(row.get("nvcsw"))
     switched = (
         (", no context switch" if iv + v == 0 else f", {int(iv + v)} context switch(es)")
         if np.isfinite(iv + v)
@@ -168,7 +165,7 @@ def parallel_cause(
     waited = "no wait to run" if wait_ms == 0 else f"{wait_ms:.2f} ms waiting to run"
     name = str(row.get("busiest_thread", "") or "")
     who = f" ('{name}')" if name else ""
-    cell, cell_busy = _num(ctx.get("others_cell")), _num(ctx.get("busiest_cell"))
+    cell, cell_busy = number(ctx.get("others_cell")), number(ctx.get("busiest_cell"))
     usual_text = (
         f" (copies of this size: {cell:.1f} CPUs' worth, the busiest {cell_busy:.0%}, median"
         + (

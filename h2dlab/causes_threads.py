@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from h2dlab.rows import number
+
 __all__ = ["MIN_OTHERS_RATIO", "others_cause", "others_ms", "others_share", "usual_share"]
 
 #: other_threads: the process's other threads ran at least this multiple of their usual
@@ -21,22 +23,14 @@ __all__ = ["MIN_OTHERS_RATIO", "others_cause", "others_ms", "others_share", "usu
 MIN_OTHERS_RATIO = 2.0
 
 
-def _num(row: pd.Series, name: str) -> float:
-    v = row.get(name, np.nan)
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return np.nan
-
-
 def others_ms(row: pd.Series) -> tuple[float, bool]:
     """CPU time (ms) of the process's other threads during the copy and whether it is
     exact: ``others_cpu_ms`` where recorded (schema 4), else ``proc_cpu_ms - cpu_ms``
     (at least 0; schema 3), else NaN."""
-    exact = _num(row, "others_cpu_ms")
+    exact = number(row.get("others_cpu_ms"))
     if np.isfinite(exact):
         return exact, True
-    proc, cpu = _num(row, "proc_cpu_ms"), _num(row, "cpu_ms")
+    proc, cpu = number(row.get("proc_cpu_ms")), number(row.get("cpu_ms"))
     if np.isfinite(proc) and np.isfinite(cpu):
         return max(proc - cpu, 0.0), False
     return np.nan, False
@@ -78,19 +72,19 @@ def others_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple
     if not (np.isfinite(others) and np.isfinite(share)):
         return None
     wall, exp = row["wall_ms"], row["expected_ms"]
-    window = _num(row, "others_window_ms") if exact else np.nan
+    window = number(row.get("others_window_ms")) if exact else np.nan
     span = window if np.isfinite(window) and window > 0 else wall
     rate = others / span
     if others <= 0 or rate < MIN_OTHERS_RATIO * share or (rate - share) * wall < val - exp:
         return None
-    rd = _num(row, "run_delay_ms")
+    rd = number(row.get("run_delay_ms"))
     waited = f"; the timing thread itself waited {rd:.2f} ms to run" if np.isfinite(rd) and rd > 0 else ""
     candidates = (
         "PyTorch's intra-op threads, which can run the host side of pin_memory(), torch.cat and CPU "
         "tensor copies, and CUDA's own threads"
     )
     if exact:
-        top, name = _num(row, "busiest_cpu_ms"), str(row.get("busiest_thread", "") or "")
+        top, name = number(row.get("busiest_cpu_ms")), str(row.get("busiest_thread", "") or "")
         who = (
             f"; the busiest, a thread named '{name}', ran {top:.2f} ms of it"
             if name and np.isfinite(top)

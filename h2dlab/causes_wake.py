@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from h2dlab.rows import number
 from h2dlab.spec import MAX_PAUSE_MS
 
 __all__ = [
@@ -84,13 +85,6 @@ class WakeCalibration:
     def share_at(self, pause: float) -> float:
         """The share (see ``shares``) after ``pause`` ms, NaN for a pause not recorded."""
         return dict(zip(self.pauses, self.shares, strict=True)).get(pause, np.nan)
-
-
-def _num(x: object) -> float:
-    try:
-        return float(x)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return np.nan
 
 
 def pause_of(env: object) -> float:
@@ -214,10 +208,10 @@ def _paused(df: pd.DataFrame, gap: pd.Series, pauses: dict[object, float]) -> pd
 
 def _issue_text(row: pd.Series, ctx: pd.Series) -> str:
     """How long the timed call took beside its neighbours' (``issue_ms``), or ``""``."""
-    issue, wall = _num(row.get("issue_ms")), _num(row.get("wall_ms"))
+    issue, wall = number(row.get("issue_ms")), number(row.get("wall_ms"))
     if not np.isfinite(issue):
         return ""
-    cell, typ = _num(ctx.get("issue_cell")), _num(ctx.get("issue_typ"))
+    cell, typ = number(ctx.get("issue_cell")), number(ctx.get("issue_typ"))
     if np.isfinite(cell):
         return f"; the timed call itself took {issue:.2f} ms where its neighbours' of this size took {cell:.2f} ms (median)"
     if np.isfinite(typ) and wall > 0:
@@ -271,7 +265,7 @@ def wake_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[s
     cal = calibration_of(ctx)
     if cal is None or cal.idle_ms is None or cal.extra_ms is None:
         return None
-    gap, extra = _num(ctx.get("idle_gap_ms")), val - _num(row["expected_ms"])
+    gap, extra = number(ctx.get("idle_gap_ms")), val - number(row["expected_ms"])
     if not (np.isfinite(gap) and gap >= cal.idle_ms and 0 < extra <= cal.extra_ms):
         return None
     since = (
@@ -307,9 +301,9 @@ def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
         E.g. ``"host time since the previous copy ended 3.60 ms (the GPU idle at most
         that), under the 10 ms after which this machine's idle runs show a wake-up"``.
     """
-    gap = _num(ctx.get("idle_gap_ms"))
-    event, wall = _num(row.get("event_ms")), _num(row.get("wall_ms"))
-    extra = (event if np.isfinite(event) else wall) - _num(row.get("expected_ms"))
+    gap = number(ctx.get("idle_gap_ms"))
+    event, wall = number(row.get("event_ms")), number(row.get("wall_ms"))
+    extra = (event if np.isfinite(event) else wall) - number(row.get("expected_ms"))
     if not np.isfinite(gap):
         return None
     if gap < 0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["MEASURED_COLUMNS", "MODEL_COLUMNS", "check_values", "timed", "value_ms"]
+__all__ = ["MEASURED_COLUMNS", "MODEL_COLUMNS", "check_values", "number", "timed", "value_ms"]
 
 #: Columns a model reads; fit() and medians() refuse a table without them.
 MODEL_COLUMNS = ("run_id", "strategy", "size_bytes", "warmup", "wall_ms", "event_ms", "error")
@@ -101,3 +101,22 @@ def timed(df: pd.DataFrame) -> pd.DataFrame:
     """
     v = value_ms(df)
     return df[(~df["warmup"]) & (df["error"] == "") & (v > 0)]
+
+
+def number(x: object) -> float:
+    """``x`` as a float; NaN when it is None, missing or not a number (an evidence column
+    a table lacks, read with ``row.get(name)``, reads as NaN: its rule is then unavailable).
+
+    Parameters
+    ----------
+    x
+        A cell of a table row, or None.
+
+    Returns
+    -------
+    float
+    """
+    try:
+        return float(x)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return np.nan
