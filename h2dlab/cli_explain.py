@@ -20,12 +20,22 @@ from h2dlab import datasets
 from h2dlab.errors import UsageError
 from h2dlab.units import fmt_bytes
 
-__all__ = ["FAR_FROM_MEASURED", "JSON_SCHEMA", "POOR_FIT_ERR", "explain", "load_source", "report"]
+__all__ = [
+    "FAR_FROM_MEASURED",
+    "JSON_SCHEMA",
+    "POOR_FIT_ERR",
+    "explain",
+    "judged_fits",
+    "load_source",
+    "report",
+]
 
 #: A fit whose median relative error exceeds this is called poor.
 POOR_FIT_ERR = 0.10
-#: ... and so is one whose GB/s differs from the measured GB/s at the run's largest size
-#: by more than this factor (either way).
+#: ... and so is one whose line, at the run's largest size, predicts a GB/s that differs
+#: from the measured median GB/s there by more than this factor (either way). Like with
+#: like: the line's prediction at that size (``size / (overhead + size / bandwidth)``),
+#: not its asymptotic bandwidth, which a run of small copies never reaches.
 FAR_FROM_MEASURED = 1.5
 #: The ``--json`` output: an object with these keys (values: JSON types; NaN -> null).
 JSON_SCHEMA = {
@@ -36,9 +46,10 @@ JSON_SCHEMA = {
     "timed_rows": "int: rows that are not warm-ups and have no error",
     "runs": "list of {run_id, run}: run is the run's name (its file name) or its id",
     "fit": "list of {run, run_id, strategy, overhead_us, overhead_us_lo, overhead_us_hi, gbps, "
-    "gbps_lo, gbps_hi, n, sizes, fit_error, largest_size_bytes, measured_gbps, poor_fit, warning}: "
-    "latency = overhead + bytes / bandwidth per run and strategy, 95% bootstrap CI (null: too few "
-    "rows), gbps in GB/s (1e9 bytes/s), measured_gbps the median at the run's largest size",
+    "gbps_lo, gbps_hi, n, sizes, fit_error, largest_size_bytes, measured_gbps, predicted_gbps, poor_fit, "
+    "warning}: latency = overhead + bytes / bandwidth per run and strategy, 95% bootstrap CI (null: too "
+    "few rows), gbps in GB/s (1e9 bytes/s), measured_gbps the median GB/s at the run's largest size, "
+    "predicted_gbps the GB/s the fitted line gives at that size",
     "flagged": "list of {run, run_id, order, strategy, size_bytes, value_ms, expected_ms, robust_z, "
     "episode, cause, evidence}: every row flagged as slow, in time order per run",
     "causes": "object: cause -> number of flagged rows",
@@ -62,9 +73,30 @@ def _run_names(df) -> dict[str, str]:
     return {rid: str(names.get(rid, rid)) for rid in dict.fromkeys(df["run_id"])}
 
 
-def _fit(df, names: dict[str, str], n_boot: int):
+def judged_fits(df, names: dict[str, str] | None = None, n_boot: int = 100):
+    """The fitted line per run and strategy, with explain's judgement of each.
+
+    Parameters
+    ----------
+    df
+        A measurement table.
+    names
+        Run id -> the name to print (default: the table's ``run_names``, else the id).
+    n_boot
+        Bootstrap resamples for the 95 % intervals (0: none).
+
+    Returns
+    -------
+    pandas.DataFrame
+        :func:`h2dlab.model.fit`'s columns plus ``run``, ``largest_size_bytes``,
+        ``measured_gbps`` (median GB/s at that size), ``predicted_gbps`` (the GB/s the
+        line gives at that size), ``poor_fit`` (median error above :data:`POOR_FIT_ERR`,
+        or measured and predicted GB/s more than :data:`FAR_FROM_MEASURED` apart) and
+        ``warning`` (the sentence, "" when the fit is not poor).
+    """
     from h2dlab import model
 
+    names = (df.attrs.get("run_names") or {}) if names is None else names
     fitted = model.fit(df, n_boot=n_boot)
     if fitted.empty:
         return fitted
@@ -77,22 +109,37 @@ def _fit(df, names: dict[str, str], n_boot: int):
         largest.append(int(big))
         measured.append(float(g.loc[g["size_bytes"] == big, "gbps"].median()))
     fitted = fitted.assign(
-        run=fitted["run_id"].map(names), largest_size_bytes=largest, measured_gbps=measured
+        run=[names.get(rid, rid) for rid in fitted["run_id"]],
+        largest_size_bytes=largest,
+        measured_gbps=measured,
     )
-    ratio = fitted["measured_gbps"] / fitted["gbps"]
+    fitted["predicted_gbps"] = (
+        fitted["largest_size_bytes"] / model.predict(fitted, fitted["largest_size_bytes"]) / 1e6
+    )
+    ratio = fitted["measured_gbps"] / fitted["predicted_gbps"]
     far = (ratio > FAR_FROM_MEASURED) | (ratio < 1 / FAR_FROM_MEASURED)
     fitted["poor_fit"] = (fitted["median_abs_rel_err"] > POOR_FIT_ERR) | far
     fitted["warning"] = [
         (
-            f"{r.run} {r.strategy}: the straight line fits poorly ({r.median_abs_rel_err:.0%} median error; "
-            f"fitted {r.gbps:.1f} GB/s, measured {r.measured_gbps:.1f} GB/s at "
-            f"{fmt_bytes(r.largest_size_bytes)}): trust the measured medians (h2dlab compare) over the fit"
+            f"{r.run} {r.strategy}: the straight line fits poorly ({_err_text(r.median_abs_rel_err)} median "
+            f"error; the fitted line predicts {r.predicted_gbps:.1f} GB/s at {fmt_bytes(r.largest_size_bytes)}, "
+            f"measured {r.measured_gbps:.1f} GB/s): trust the measured medians (h2dlab compare) over the fit"
         )
         if r.poor_fit
         else ""
         for r in fitted.itertuples()
     ]
     return fitted
+
+
+def _err_text(err: float) -> str:
+    """``err`` as a percentage with the fewest decimals (up to 2) that keep it on its own
+    side of :data:`POOR_FIT_ERR` (10.4 % prints "10.4%", not "10%", when above 10 %)."""
+    for digits in range(3):
+        text = f"{100 * err:.{digits}f}"
+        if (float(text) / 100 > POOR_FIT_ERR) == (err > POOR_FIT_ERR):
+            break
+    return f"{text}%"
 
 
 def _ci(v: float, lo: float, hi: float, fmt: str, n: int) -> str:
@@ -153,7 +200,8 @@ def _records(frame) -> list[dict[str, Any]]:
 
 FIT_COLUMNS = (
     "run", "run_id", "strategy", "overhead_us", "overhead_us_lo", "overhead_us_hi", "gbps", "gbps_lo",
-    "gbps_hi", "n", "sizes", "median_abs_rel_err", "largest_size_bytes", "measured_gbps", "poor_fit", "warning",
+    "gbps_hi", "n", "sizes", "median_abs_rel_err", "largest_size_bytes", "measured_gbps", "predicted_gbps", "poor_fit",
+    "warning",
 )  # fmt: skip
 FLAG_COLUMNS = (
     "run", "run_id", "order", "strategy", "size_bytes", "value_ms", "expected_ms", "robust_z", "episode",
@@ -178,7 +226,7 @@ def report(source: str, n_boot: int = 100) -> dict[str, Any]:
     wake, pauses = df.attrs.get("wake_calibration"), run_pauses(df)
     df = df.copy(deep=False)
     df.attrs = {}
-    fitted = _fit(df, names, n_boot)
+    fitted = judged_fits(df, names, n_boot)
     e = outliers.explain(df, wake=wake, pauses=pauses)
     e = e.assign(run=e["run_id"].map(names), value_ms=model.value_ms(e))
     flagged = e[e["is_outlier"]].sort_values(["run_id", "order"], kind="stable")
@@ -254,10 +302,14 @@ def _print_text(source, rep, fitted, flagged, show_all: bool, limit: int) -> Non
         show = fitted.assign(
             overhead_us=[_ci(r.overhead_us, r.overhead_us_lo, r.overhead_us_hi, ".1f", r.n) for r in rows],
             gbps=[_ci(r.gbps, r.gbps_lo, r.gbps_hi, ".2f", r.n) for r in rows],
-            fit_err=[f"{100 * r.median_abs_rel_err:.0f}%{' !' if r.poor_fit else ''}" for r in rows],
-            measured=[f"{r.measured_gbps:.1f} @ {fmt_bytes(r.largest_size_bytes)}" for r in rows],
+            fit_err=[f"{_err_text(r.median_abs_rel_err)}{' !' if r.poor_fit else ''}" for r in rows],
+            measured=[
+                f"{r.measured_gbps:.1f} / {r.predicted_gbps:.1f} @ {fmt_bytes(r.largest_size_bytes)}"
+                for r in rows
+            ],
         )[["run", "strategy", "overhead_us", "gbps", "n", "fit_err", "measured"]]
-        print(show.rename(columns={"gbps": "GB/s", "measured": "measured GB/s"}).to_string(index=False))
+        header = {"gbps": "GB/s", "measured": "measured / line GB/s"}
+        print(show.rename(columns=header).to_string(index=False))
         for w in fitted.loc[fitted["poor_fit"], "warning"]:
             print(f"! {w}")
     print(f"\n{len(flagged)} of {rep['timed_rows']} timed rows flagged as slow:")

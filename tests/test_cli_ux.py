@@ -219,7 +219,7 @@ def test_explain_text_names_runs_warns_of_poor_fits_and_groups_stretches():
     ids = datasets.load("h200_sweep")["run_id"].unique()
     assert not [i for i in ids if i in out]  # run names, never the hex ids
     assert "! pow2-interleaved staged: the straight line fits poorly" in out
-    assert "fitted 8.9 GB/s, measured 37.3 GB/s at 4 GiB" in out
+    assert "the fitted line predicts 8.9 GB/s at 4 GiB, measured 37.3 GB/s" in out
     line = next(ln for ln in out.splitlines() if ln.startswith("[pow2 #1520-#1523]"))
     assert "x4" in line and "4 consecutive slow copies" in line and "isolated" not in line
     assert "nan" not in out.lower()
