@@ -24,7 +24,14 @@ from typing import Any
 from h2dlab.cli_common import names
 from h2dlab.errors import Unavailable, UsageError
 from h2dlab.record_env import note_resume, write_folder_env
-from h2dlab.record_folder import default_folder, load_manifest, new_manifest, read_manifest, write_manifest
+from h2dlab.record_folder import (
+    default_folder,
+    is_recording,
+    load_manifest,
+    new_manifest,
+    read_manifest,
+    write_manifest,
+)
 from h2dlab.record_plan import PLAN, Experiment, experiment_from_dict, experiments, plan_lines, select
 from h2dlab.record_run import EXIT_FAILED, EXIT_INTERRUPTED, record
 
@@ -141,10 +148,13 @@ def _check_new_folder(folder: Path, out: str | None = None) -> None:
         raise UsageError(f"cannot create {folder}: {above} is a file ({_where_from(out)})")
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder} is a file: give --out a folder for the recording")
-    if folder.is_dir() and read_manifest(folder) is not None:
-        raise UsageError(
-            f"{folder} holds a recording: resume it with --resume {folder}, or choose another --out"
+    if is_recording(folder):
+        how = (
+            f"resume it with --resume {folder}"
+            if read_manifest(folder) is not None
+            else "no recording.json to resume"
         )
+        raise UsageError(f"{folder} holds a recording ({how}): choose another --out")
     if folder.is_dir() and any(folder.iterdir()):
         raise UsageError(f"{folder} is not empty and not a recording: choose another --out")
 

@@ -24,6 +24,8 @@ import pandas as pd
 from h2dlab import wake_source
 from h2dlab.catalog import DATASETS, TIMELINES
 from h2dlab.causes_wake import WakeCalibration
+from h2dlab.record_folder import is_kind_folder, is_recording, kinds_in
+from h2dlab.record_folder import run_tables as _tables
 from h2dlab.schema import (
     ADDED_V2,
     ADDED_V3,
@@ -134,13 +136,6 @@ def names() -> dict[str, str]:
     return found
 
 
-def _tables(folder: Path) -> list[Path]:
-    """The finished tables in ``folder`` (a run's ``.partial.csv`` is still being written)."""
-    return sorted(
-        p for p in folder.iterdir() if suffix_of(p) in SUFFIXES and not p.name.endswith(".partial.csv")
-    )
-
-
 def _where(name: str | os.PathLike[str]) -> Path:
     """The folder or file a ``load()`` argument that is not a dataset name points to."""
     if not isinstance(name, (str, os.PathLike)) or isinstance(os.fspath(name), bytes):
@@ -172,8 +167,8 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
     """Load a recorded dataset by name, or any table or folder of tables by path.
 
     Every run's fingerprint is in ``df.attrs['envs']`` (run_id -> env dict), and the
-    dataset name in ``df.attrs['dataset']``. A kind of a recording (a folder beside
-    ``recording.json``; or one of its tables) whose recording has an ``idle`` kind gets
+    dataset name in ``df.attrs['dataset']``. A kind of a recording (its folder, or one of
+    its tables; ``record_folder.is_kind_folder``) whose recording has an ``idle`` kind gets
     ``df.attrs['wake_calibration']``, ``factors_idle.wake_calibration`` of those idle runs
     measured on a CUDA GPU of the table's machine (``wake_source``; None when they hold
     fewer than two pauses): what ``outliers.explain`` needs to name a copy ``gpu_wake`` on
@@ -183,8 +178,8 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
     Raises
     ------
     SchemaError
-        For an unknown name (the message lists the valid ones), a missing file or a
-        bad file.
+        For an unknown name (the message lists the valid ones), a missing file, a bad
+        file, or a recording's folder (``record_folder.is_recording``: give a kind of it).
     ValueError
         For an empty name, or a path to the current folder, the data folder or a
         folder above them (none of which is one run).
@@ -199,15 +194,22 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
             raise SchemaError(f"dataset {name!r} has not been recorded in {folder}")
     else:
         folder = _where(name)
+    if is_recording(folder):  # its tables are one level down, one folder per kind
+        kinds = kinds_in(folder)
+        raise SchemaError(
+            f"{folder} is a recording: give one of its kinds, e.g. {folder / kinds[0]} (it has {', '.join(kinds)})"
+            if kinds
+            else f"{folder} is a recording that holds no table yet: give a table or a folder of tables"
+        )
     paths = [folder] if folder.is_file() else _tables(folder)
     if not paths:
-        kinds = sorted(k.name for k in folder.iterdir() if k.is_dir() and _tables(k))
-        if kinds:  # a recording (h2dlab record's folder): its tables are one level down
-            raise SchemaError(
-                f"{folder} is a recording: give one of its kinds, e.g. {folder / kinds[0]} "
-                f"(it has {', '.join(kinds)})"
-            )
-        raise SchemaError(f"{folder}: holds no measurement table ({', '.join(SUFFIXES)})")
+        subs = sorted(k.name for k in folder.iterdir() if k.is_dir() and _tables(k))
+        more = (
+            f": give one of its folders, e.g. {folder / subs[0]} (folders with tables: {', '.join(subs)})"
+            if subs
+            else ""
+        )
+        raise SchemaError(f"{folder}: holds no measurement table ({', '.join(SUFFIXES)}){more}")
     out = _read_runs(paths, os.fspath(name))
     idle = _idle_beside(folder)
     if idle is not None:
@@ -242,9 +244,7 @@ def _idle_beside(where: Path) -> Path | None:
     when that recording has one with tables; else None."""
     kind = where.parent if where.is_file() else where
     idle = kind.parent / "idle"
-    if (kind.parent / "recording.json").is_file() and idle.is_dir() and _tables(idle):
-        return idle
-    return None
+    return idle if is_kind_folder(kind) and _tables(idle) else None
 
 
 def _calibrate(table: pd.DataFrame, idle: Path, folder: Path) -> WakeCalibration | None:

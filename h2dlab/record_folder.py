@@ -1,5 +1,6 @@
-"""A recording folder on disk: its ``recording.json`` (:data:`MANIFEST`), which of its
-runs are whole, and where a new one goes.
+"""A recording folder on disk: whether a folder is one (:func:`is_recording`, the one
+test every reader uses), its ``recording.json`` (:data:`MANIFEST`), which of its runs are
+whole, and where a new one goes.
 
 ``h2dlab record`` writes the manifest as it starts and after every experiment (status,
 wall time, exit code); ``session`` reads it to find and date recordings. No torch here.
@@ -20,14 +21,58 @@ __all__ = [
     "MANIFEST",
     "default_folder",
     "finished",
+    "is_kind_folder",
+    "is_recording",
+    "kinds_in",
     "load_manifest",
     "new_manifest",
     "read_manifest",
+    "run_tables",
     "write_manifest",
 ]
 
 #: The file that makes a folder a recording.
 MANIFEST = "recording.json"
+
+
+def run_tables(folder: str | Path) -> list[Path]:
+    """The tables in ``folder`` (``tableio.SUFFIXES``), sorted: whole runs and runs stopped
+    early, not a ``.partial.csv`` (a run still being written); ``[]`` for no folder."""
+    from h2dlab.tableio import SUFFIXES, suffix_of
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p for p in folder.iterdir() if suffix_of(p) in SUFFIXES and not p.name.endswith(".partial.csv")
+    )
+
+
+def kinds_in(folder: str | Path) -> list[str]:
+    """The kinds (``record_plan.KINDS``, in that order) of which ``folder`` holds a
+    ``<kind>/<run>`` table (:func:`run_tables`: finished or stopped early)."""
+    from h2dlab.record_plan import KINDS
+
+    return [k for k in KINDS if run_tables(Path(folder) / k)]
+
+
+def is_recording(folder: str | Path) -> bool:
+    """Whether ``folder`` is a recording: a folder holding a recording.json that reads as a
+    JSON object (:func:`read_manifest`; a damaged one reads as none), or a ``<kind>/<run>``
+    table of at least one kind (:func:`kinds_in`; a kind folder holding only ``.partial.csv``
+    files, or a folder of another name, makes none). ``session``, ``datasets``, ``sources``
+    and ``h2dlab record`` all ask this, so a folder gets one answer everywhere."""
+    folder = Path(folder)
+    return folder.is_dir() and (read_manifest(folder) is not None or bool(kinds_in(folder)))
+
+
+def is_kind_folder(folder: str | Path) -> bool:
+    """Whether ``folder`` is a kind's folder of a recording (``<recording>/<kind>``, which
+    may not exist yet): whatever table lies in it is read as one more run of that kind."""
+    from h2dlab.record_plan import KINDS
+
+    folder = Path(folder)
+    return folder.name in KINDS and is_recording(folder.parent)
 
 
 def read_manifest(folder: str | Path) -> dict[str, Any] | None:

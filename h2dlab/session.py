@@ -27,7 +27,7 @@ from h2dlab import datasets
 from h2dlab.errors import Unavailable, UsageError
 from h2dlab.live import find_recording, gpu_name, live_recording, same_machine, this_machine
 from h2dlab.record_env import read_folder_env
-from h2dlab.record_folder import MANIFEST, finished, read_manifest
+from h2dlab.record_folder import MANIFEST, finished, is_recording, read_manifest, run_tables
 from h2dlab.record_plan import KINDS, why_lacking
 
 __all__ = [
@@ -101,13 +101,7 @@ def _bundled_dir(kind: str) -> Path:
 
 def _table_files(folder: Path) -> list[Path]:
     """The whole runs in ``folder`` (not partial files, not runs that were stopped early)."""
-    if not folder.is_dir():
-        return []
-    return sorted(
-        p
-        for p in folder.iterdir()
-        if datasets.suffix_of(p) in datasets.SUFFIXES and not p.name.endswith(".partial.csv") and finished(p)
-    )
+    return [p for p in run_tables(folder) if finished(p)]
 
 
 def _run_name(p: Path) -> str:
@@ -154,8 +148,9 @@ class Recorded:
         self.folder = folder.resolve()
         self.name = self.folder.name
         self.manifest = read_manifest(self.folder)
-        if self.manifest is None and not any(_table_files(self.folder / k) for k in KINDS):
-            raise UsageError(f"{folder} is not a recording: it has no {MANIFEST} and no <kind>/<run> tables")
+        if not is_recording(self.folder):  # the one test: datasets, sources and record ask it too
+            has = f"a {MANIFEST} that cannot be read" if (folder / MANIFEST).exists() else f"no {MANIFEST}"
+            raise UsageError(f"{folder} is not a recording: it has {has} and no <kind>/<run> tables")
 
     # -- what is in it ----------------------------------------------------------------
     def _dir(self, kind: str) -> Path:

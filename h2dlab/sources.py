@@ -38,12 +38,10 @@ class Source(NamedTuple):
 def _recording(head: str):
     """The recording ``head`` names (``h200`` or a recording folder), else ``None``."""
     from h2dlab import session
+    from h2dlab.record_folder import is_recording
 
     if Path(head).is_dir():  # a folder here, even one named h200 (as in data/): the path wins
-        try:
-            return session.Recorded(Path(head))
-        except ValueError:  # a folder of tables, not a recording
-            return None
+        return session.Recorded(Path(head)) if is_recording(head) else None
     return session.Recorded(head) if head == session.BUNDLED and not Path(head).exists() else None
 
 
@@ -52,6 +50,14 @@ def _kinds_hint(rec) -> str:
 
 
 def _from_recording(rec, head: str, kind: str, run: str | None) -> Source:
+    from h2dlab.record_folder import kinds_in
+
+    if kind not in rec.kinds() and kind in kinds_in(rec.folder):  # tables, but none whole
+        how = f"finish them with h2dlab record --resume {rec.folder}, or " if rec.manifest else ""
+        raise UsageError(
+            f"{head}:{kind}: every {kind} run of the recording {head!r} was stopped early: "
+            f"{how}give one of its tables as a path"
+        )
     if kind not in rec.kinds():
         raise UsageError(
             f"{head}:{kind}: the recording {head!r} has no kind {kind!r}: give one of {_kinds_hint(rec)}"

@@ -189,9 +189,20 @@ def test_load_attaches_the_recordings_idle_calibration(tmp_path, capsys):
     assert e.at[30, "evidence"].endswith(
         "no idle runs recorded beside this table to tell what a pause costs on this machine"
     )
+    # kind folders without recording.json are a recording too (record_folder.is_recording, as
+    # session reads them): its idle kind calibrates its sweep as it did with the manifest.
+    # A table outside any recording's kind folder gets nothing.
     synthetic_recording(tmp_path / "bare")
     (tmp_path / "bare" / "recording.json").unlink()
-    assert "wake_calibration" not in datasets.load(tmp_path / "bare" / "sweep").attrs
+    cal = datasets.load(tmp_path / "bare" / "sweep").attrs["wake_calibration"]
+    assert (
+        dataclasses.replace(cal, source="x") == want
+        and cal.source == "idle runs of bare/idle: pauses 0, 3, 10 ms"
+    )
+    (tmp_path / "bare" / "loose").mkdir()
+    for name in ("pow2.csv.gz", "pow2.csv.gz.env.json"):  # the same run, env.json and all
+        shutil.copy(tmp_path / "bare" / "sweep" / name, tmp_path / "bare" / "loose" / name)
+    assert "wake_calibration" not in datasets.load(tmp_path / "bare" / "loose").attrs
 
 
 def test_idle_runs_with_one_pause_attach_no_calibration(tmp_path):
