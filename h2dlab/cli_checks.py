@@ -2,7 +2,8 @@
 
 Kept beside ``cli``: ``--out`` is never replaced without ``--force`` (nor taken from a
 run still writing it), a plan estimated to run for days is refused with its cost, and
-``explain --out`` never overwrites its own source. Messages name the flags.
+``explain --out`` never overwrites its own source nor lands in a recording's kind folder.
+Messages name the flags.
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ from pathlib import Path
 from h2dlab.errors import UsageError
 from h2dlab.spec import SweepSpec
 
-__all__ = ["GPUS_DEVICE_KINDS", "check_folder", "check_out", "check_plan", "check_target", "not_the_source"]
+__all__ = [
+    "GPUS_DEVICE_KINDS",
+    "check_folder",
+    "check_out",
+    "check_plan",
+    "check_target",
+    "not_in_a_kind_folder",
+    "not_the_source",
+]
 
 #: Device kinds --gpus runs on (tests widen it to run the same code path with CPU processes).
 GPUS_DEVICE_KINDS = ("cuda",)
@@ -109,6 +118,36 @@ def not_the_source(source: str, out: Path) -> None:
         raise UsageError(
             f"--out {out} is inside {src}, which explain reads: write the annotated table elsewhere"
         )
+    not_in_a_kind_folder(out)
+
+
+def not_in_a_kind_folder(out: Path) -> None:
+    """Refuse an annotated table's ``--out`` inside a kind folder of any recording
+    (``record_folder.is_kind_folder``) or a bundled dataset's folder: every reader of that
+    folder would take it for one more run of that kind (mixed in, or counted twice)."""
+    from h2dlab.datasets import DATA_DIR, DATASETS
+    from h2dlab.record_folder import is_kind_folder
+
+    where = out.resolve().parent
+    for folder in (where, *where.parents):
+        if is_kind_folder(folder):
+            top, what, run = (
+                folder.parent,
+                f"the {folder.name} folder of the recording {folder.parent}",
+                folder.name,
+            )
+            break
+        named = [n for n, (d, _) in DATASETS.items() if (DATA_DIR / d).resolve() == folder]
+        if named:
+            top, what, run = folder, f"the folder of the dataset {named[0]}", named[0]
+            break
+    else:
+        return
+    here = Path.cwd().resolve().is_relative_to(folder)  # then a bare file name lands there too
+    raise UsageError(
+        f"--out {out} is inside {folder}, {what}: it would be read as one more {run} run; write the "
+        f"annotated table outside every kind folder, e.g. --out {top.parent / out.name if here else out.name}"
+    )
 
 
 def check_folder(path: str, flag: str) -> Path:
