@@ -79,9 +79,9 @@ CAUSES: dict[str, str] = {
     "gpu_clock_low": "the GPU's SM clock was well below the run's median",
     "episode": "part of a time-ordered stretch of slow copies",
     "gpu_wake": (
-        "a little slow after the GPU sat idle: the first work after an idle GPU pays for waking it; named only "
-        "where idle runs recorded beside the table show after how long a pause, and at what cost (likely, not "
-        "certain: only the idle gap points to it)"
+        "a little slow after a spell without copies: the first copy after one pays for a wake-up (of the GPU's "
+        "copy engine, its PCIe link, the driver or the host); named only where idle runs recorded beside the "
+        "table show after how long a spell, and at what cost (likely, not certain: only the gap points to it)"
     ),
     "unexplained": "no evidence points anywhere; the evidence says what was ruled out",
 }
@@ -116,8 +116,8 @@ def neighbours(
     ``fault_typ`` (median faults per 4 KiB page of the payload), ``cpu_share`` (cpu_ms /
     wall_ms) and ``cpu_typ`` (its median), ``gc_typ``, per run ``clock_med`` and
     ``procs_med``, ``idle_gap_ms`` (host time since the previous timed copy of the run
-    ended, or the run's ``--pause``: ``causes_wake.idle_gap_ms``, given ``pauses`` or
-    reading them from ``df.attrs``), ``idle_paused`` (the row's run paused), ``wake`` (the
+    ended: ``causes_wake.idle_gap_ms``), ``idle_pause_ms`` (the row's run's ``--pause``,
+    NaN where it did not pause: from ``pauses``, else read from ``df.attrs``), ``wake`` (the
     same ``causes_wake.WakeCalibration`` on every row: ``wake``, else
     ``df.attrs["wake_calibration"]``; None without idle runs), ``issue_cell`` (median ``issue_ms`` over the timed
     rows of the same group and size, NaN below :data:`MIN_CELL_ROWS`), and from schema 3
@@ -170,8 +170,8 @@ def neighbours(
     issue = _col(df, "issue_ms").where(timed).groupby([*by, df["size_bytes"]], sort=False)
     ctx["issue_cell"] = issue.transform("median").where(issue.transform("count") >= MIN_CELL_ROWS)
     pauses = run_pauses(df) if pauses is None else pauses
-    ctx["idle_gap_ms"] = idle_gap_ms(df, pauses)
-    ctx["idle_paused"] = df["run_id"].isin(list(pauses))
+    ctx["idle_gap_ms"] = idle_gap_ms(df)
+    ctx["idle_pause_ms"] = df["run_id"].map(pauses).astype(float)
     wake = df.attrs.get("wake_calibration") if wake is None else wake
     ctx["wake"] = pd.Series([wake] * len(df), index=df.index, dtype=object)
     run = df["run_id"]

@@ -1,25 +1,32 @@
-"""The ``gpu_wake`` rule: a small copy is slow when the GPU sat idle just before it.
+"""The ``gpu_wake`` rule: a small copy is slow when no copy ran for a while before it.
 
-The first work after the GPU idles pays for waking it. A probe outside the kit first
-showed it on the H200; the kit measures it itself with ``h2dlab measure --pause MS`` (the
-``idle`` kind of a recording: the timer wakes the GPU, spins MS ms with it idle, then
-times the copy). How long an idle GPU takes to need waking, and what the wake-up costs,
-is a property of the machine and even of the VM's boot: one H200 boot showed it after
-2 ms, the kit's own recording on another after 10 ms but not after 3 ms. So the rule uses
-only a :class:`WakeCalibration` made from idle runs recorded beside the table
-(``factors_idle.wake_calibration``, attached by ``datasets.load`` as
-``attrs["wake_calibration"]``); without one, ``gpu_wake`` never fires.
+The first copy after a spell without copies pays for a wake-up. A probe outside the kit
+first showed it on the H200; the kit measures it itself with ``h2dlab measure --pause MS``
+(the ``idle`` kind of a recording: the timer submits a tiny GPU operation and waits for
+it, spins MS ms with the GPU idle, then times the copy). That submission does not undo the
+cost: a probe on the H200 (kit commit b0713c3) timed 64 KiB pageable copies through the
+kit's timer with a zero pause, so the submission came right before each copy, and they
+took a median 108 us when the previous copy had ended 3 ms before and 186 us when it had
+ended 100 ms before; and in the recorded idle runs a copy that followed a 82-109 ms gap
+(a full garbage collection in the loop, see ``gc_steady``) was slow even in the runs with
+pauses of 0-3 ms. So what counts is the time since the previous *copy*; where the delay
+sits (the GPU's copy engine, its PCIe link, the driver, the host) the tables cannot say.
+How long a spell it takes, and what the wake-up costs, is a property of the machine and
+even of the VM's boot: one H200 boot showed it after 2 ms, the kit's own recording on
+another after 10 ms but not after 3 ms. So the rule uses only a :class:`WakeCalibration`
+made from idle runs recorded beside the table (``factors_idle.wake_calibration``,
+attached by ``datasets.load`` as ``attrs["wake_calibration"]``); without one, ``gpu_wake``
+never fires.
 
-The table records no GPU idle time, but it records when each copy's timing began
-(``t_s``) and how long it took (``wall_ms``): :func:`idle_gap_ms` is the host time from
-the end of the previous timed copy to the start of this one (or a run's ``--pause``).
-:func:`wake_cause` names a flagged copy ``gpu_wake`` when that gap is at least the
-calibration's ``idle_ms`` and the copy's extra time at most its ``extra_ms``;
-``outliers.explain`` tries it after every rule with direct evidence and after the episode
-search, so it only names copies nothing else explains. :func:`wake_check` is what an
-``unexplained`` copy's evidence says about it.
-
-This module imports only :mod:`h2dlab.spec` of the kit (``causes_evidence`` imports it).
+The table records when each copy's timing began (``t_s``) and how long it took
+(``wall_ms``): :func:`idle_gap_ms` is the host time from the end of the previous timed
+copy to the start of this one, in every run, paused or not (a paused run's gaps hold its
+pause and the loop's own work). :func:`wake_cause` names a flagged copy ``gpu_wake`` when
+that gap is at least the calibration's ``gap_ms`` (the gap its idle runs showed the cost
+at) and the copy's extra time at most its ``extra_ms``; ``outliers.explain`` tries it
+after every rule with direct evidence and after the episode search, so it only names
+copies nothing else explains. :func:`wake_check` is what an ``unexplained`` copy's
+evidence says about it. Of the kit, this imports only ``spec`` and ``rows``.
 """
 
 from __future__ import annotations
@@ -72,6 +79,12 @@ class WakeCalibration:
         Which runs it was made from, in words.
     slow_ratio, min_share
         The thresholds it was made with.
+    gap_ms
+        The median host time from the end of one copy to the start of the next
+        (:func:`idle_gap_ms`) over the timed copies after pauses of ``idle_ms``: the pause
+        plus the loop's own work between copies, and the gap from which :func:`wake_cause`
+        names a copy ``gpu_wake``. None with ``idle_ms``, or where the idle runs record no
+        start times (the pause itself is then the threshold: :attr:`threshold_ms`).
     """
 
     idle_ms: float | None
@@ -81,6 +94,12 @@ class WakeCalibration:
     source: str
     slow_ratio: float
     min_share: float
+    gap_ms: float | None = None
+
+    @property
+    def threshold_ms(self) -> float | None:
+        """The gap (ms) from which a copy may be ``gpu_wake``: ``gap_ms``, else ``idle_ms``."""
+        return self.gap_ms if self.gap_ms is not None else self.idle_ms
 
     def share_at(self, pause: float) -> float:
         """The share (see ``shares``) after ``pause`` ms, NaN for a pause not recorded."""
@@ -121,7 +140,7 @@ def run_pauses(df: pd.DataFrame) -> dict[object, float]:
     return out
 
 
-def idle_gap_ms(df: pd.DataFrame, pauses: dict[object, float] | None = None) -> pd.Series:
+def idle_gap_ms(df: pd.DataFrame) -> pd.Series:
     """Per row, the host time (ms) between the end of the previous timed copy of its run
     and the start of this one's timing.
 
@@ -141,19 +160,18 @@ def idle_gap_ms(df: pd.DataFrame, pauses: dict[object, float] | None = None) -> 
     threads. A negative gap means this copy's timing began before the previous one ended
     (overlapping copies).
 
-    A run measured with ``--pause MS`` (see :func:`run_pauses`) is different: its timer
-    woke the GPU after ``t_s`` and then spun MS ms with the GPU idle before the copy, so
-    every row it timed (finite ``wall_ms``) gets MS, the first one too (the GPU idled that
-    plus the counter reads, about 0.1-0.2 ms); a row it did not time keeps its host gap.
+    A run measured with ``--pause MS`` (see :func:`run_pauses`) is measured the same way:
+    its timer spins MS ms after ``t_s`` and before the copy, every row alike, so the
+    difference of two rows' ``t_s`` still spans the previous copy's end to this copy's
+    start, pause included (a run with MS 10 shows gaps of about 10 ms plus the loop's own
+    work). The pause is not substituted: the tiny GPU submission the timer makes before
+    the pause does not undo what a spell without copies costs (see the module's notes).
 
     Parameters
     ----------
     df
         A measurement table with ``run_id`` and ``wall_ms``; ``t_s`` (seconds on the run's
         host clock when the copy's timing began) where recorded.
-    pauses
-        run_id to pause (ms) for runs measured with ``--pause``; None (the default) reads
-        them from ``df.attrs`` (:func:`run_pauses`).
 
     Returns
     -------
@@ -171,9 +189,8 @@ def idle_gap_ms(df: pd.DataFrame, pauses: dict[object, float] | None = None) -> 
     if missing:
         raise ValueError(f"idle_gap_ms needs the column(s) {', '.join(missing)}")
     out = np.full(len(df), np.nan)
-    pauses = run_pauses(df) if pauses is None else pauses
     if "t_s" not in df.columns or df.empty:
-        return _paused(df, pd.Series(out, index=df.index, name="idle_gap_ms"), pauses)
+        return pd.Series(out, index=df.index, name="idle_gap_ms")
     t = pd.to_numeric(df["t_s"], errors="coerce").to_numpy(float)
     wall = pd.to_numeric(df["wall_ms"], errors="coerce").to_numpy(float)
     keys = [c for c in TIMELINE_COLUMNS if c in df.columns]
@@ -194,16 +211,7 @@ def idle_gap_ms(df: pd.DataFrame, pauses: dict[object, float] | None = None) -> 
     out[prev["pos"].to_numpy(int)] = 1000.0 * (prev["t"] - prev["t_prev"]).to_numpy(float) - prev[
         "w"
     ].to_numpy(float)
-    return _paused(df, pd.Series(out, index=df.index, name="idle_gap_ms"), pauses)
-
-
-def _paused(df: pd.DataFrame, gap: pd.Series, pauses: dict[object, float]) -> pd.Series:
-    """``gap`` with each timed row of a paused run set to its run's pause."""
-    if not pauses:
-        return gap
-    pause = df["run_id"].map(pauses).astype(float)
-    ran = np.isfinite(pd.to_numeric(df["wall_ms"], errors="coerce").astype(float))
-    return gap.where(~(pause.notna() & ran), pause)
+    return pd.Series(out, index=df.index, name="idle_gap_ms")
 
 
 def _issue_text(row: pd.Series, ctx: pd.Series) -> str:
@@ -230,11 +238,24 @@ def calibration_of(ctx: pd.Series) -> WakeCalibration | None:
 
 
 def _calibrated(cal: WakeCalibration) -> str:
-    return (
-        f"in this machine's idle runs, after pauses of {cal.idle_ms:g} ms, {cal.share_at(cal.idle_ms):.0%} "
-        f"of the smallest copies took at least {cal.slow_ratio:g}x their median right after a wake, and the "
-        f"slowest tenth at most {cal.extra_ms:.2f} ms more ({cal.source})"
+    between = (
+        f" (a median {cal.gap_ms:.2f} ms from the end of one copy to the start of the next, with the loop's own work)"
+        if cal.gap_ms is not None
+        else ""
     )
+    return (
+        f"in this machine's idle runs, after pauses of {cal.idle_ms:g} ms{between}, "
+        f"{cal.share_at(cal.idle_ms):.0%} of the smallest copies took at least {cal.slow_ratio:g}x their median "
+        f"after the shortest pause, and the slowest tenth at most {cal.extra_ms:.2f} ms more ({cal.source})"
+    )
+
+
+def _gap_text(gap: float, ctx: pd.Series) -> str:
+    """The idle gap in words: host time since the previous copy ended, and how much of it
+    was the run's ``--pause`` (``ctx["idle_pause_ms"]``) where it paused."""
+    pause = number(ctx.get("idle_pause_ms"))
+    held = f" ({pause:g} ms of it the run's --pause)" if np.isfinite(pause) else ""
+    return f"host time since the previous copy ended {gap:.2f} ms{held}"
 
 
 def wake_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
@@ -242,9 +263,10 @@ def wake_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[s
 
     It fires only with a calibration (``ctx["wake"]``, a :class:`WakeCalibration` whose
     ``idle_ms`` is not None): when the row's idle gap (``ctx["idle_gap_ms"]``,
-    :func:`idle_gap_ms`) is at least its ``idle_ms`` and the row's extra time
-    ``val - row["expected_ms"]`` is above 0 and at most its ``extra_ms``. The caller tries
-    it only when no other cause applies: the gap makes a wake-up likely, not certain.
+    :func:`idle_gap_ms`) is at least its :attr:`~WakeCalibration.threshold_ms` and the
+    row's extra time ``val - row["expected_ms"]`` is above 0 and at most its ``extra_ms``.
+    The caller tries it only when no other cause applies: the gap makes a wake-up likely,
+    not certain.
 
     Parameters
     ----------
@@ -266,18 +288,13 @@ def wake_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[s
     if cal is None or cal.idle_ms is None or cal.extra_ms is None:
         return None
     gap, extra = number(ctx.get("idle_gap_ms")), val - number(row["expected_ms"])
-    if not (np.isfinite(gap) and gap >= cal.idle_ms and 0 < extra <= cal.extra_ms):
+    if not (np.isfinite(gap) and gap >= cal.threshold_ms and 0 < extra <= cal.extra_ms):
         return None
-    since = (
-        "the run's --pause: the GPU was woken, then left idle"
-        if ctx.get("idle_paused", False)
-        else "host time since the previous copy ended"
-    )
     return "gpu_wake", (
-        f"{slow}; the GPU had sat idle {gap:.2f} ms before it ({since}), and the extra {extra:.2f} ms is "
-        f"within what a wake-up costs: {_calibrated(cal)}; the first work after an idle spell can pay a "
-        f"wake-up (of the GPU, its PCIe link or the driver: these columns cannot say which); the gap makes a "
-        f"wake-up likely, not certain, and no other evidence points anywhere"
+        f"{slow}; {_gap_text(gap, ctx)}, and the extra {extra:.2f} ms is within what a wake-up costs: "
+        f"{_calibrated(cal)}; the first copy after a spell without copies can pay a wake-up (of the GPU's "
+        f"copy engine, its PCIe link, the driver or the host: these columns cannot say which); the gap makes "
+        f"a wake-up likely, not certain, and no other evidence points anywhere"
         f"{_issue_text(row, ctx)}"
     )
 
@@ -298,8 +315,8 @@ def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
     Returns
     -------
     str or None
-        E.g. ``"host time since the previous copy ended 3.60 ms (the GPU idle at most
-        that), under the 10 ms after which this machine's idle runs show a wake-up"``.
+        E.g. ``"host time since the previous copy ended 3.60 ms, under the 12.86 ms
+        between copies after which this machine's idle runs show a wake-up"``.
     """
     gap = number(ctx.get("idle_gap_ms"))
     event, wall = number(row.get("event_ms")), number(row.get("wall_ms"))
@@ -308,11 +325,7 @@ def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
         return None
     if gap < 0:
         return f"no idle time before it (its timing began {-gap:.2f} ms before the previous copy ended)"
-    idle = (
-        f"the GPU idle {gap:.2f} ms before it (the run's --pause)"
-        if ctx.get("idle_paused", False)
-        else f"host time since the previous copy ended {gap:.2f} ms (the GPU idle at most that)"
-    )
+    idle = _gap_text(gap, ctx)
     cal = calibration_of(ctx)
     if cal is None:
         return f"{idle}; no idle runs recorded beside this table to tell what a pause costs on this machine"
@@ -321,8 +334,11 @@ def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
             f"{idle}; this machine's idle runs show no wake-up cost after pauses up to {max(cal.pauses):g} ms "
             f"({cal.source})"
         )
-    if gap < cal.idle_ms:
-        return f"{idle}, under the {cal.idle_ms:g} ms after which this machine's idle runs show a wake-up"
+    if gap < cal.threshold_ms:
+        return (
+            f"{idle}, under the {cal.threshold_ms:.2f} ms between copies after which this machine's idle runs "
+            f"show a wake-up"
+        )
     if not np.isfinite(extra):
         return None
     if extra > cal.extra_ms:

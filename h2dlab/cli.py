@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=cli_common.pause_arg,
         default=None,
         metavar="MS",
-        help="spin MS ms with the GPU idle before each timed copy (after waking it), "
+        help="spin MS ms with the GPU idle before each timed copy (after a tiny GPU operation), "
         "to measure what a pause costs the next copy",
     )
     m.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")

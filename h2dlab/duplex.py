@@ -27,6 +27,7 @@ import torch
 
 from h2dlab.device import check_memory, random_source, release_memory, resolve_device
 from h2dlab.errors import UsageError
+from h2dlab.gc_steady import steady_gc
 from h2dlab.recorder import Recording, StopFlag, progress_bar
 from h2dlab.timing import CudaFault, Timer, error_text, is_cuda_fault, is_oom
 
@@ -220,7 +221,7 @@ def measuring(stop: StopFlag, bar: Any) -> Iterator[None]:
     """The measuring loop's frame: ``stop`` installed for signals, ``bar`` (or None) closed
     at the end however the loop ends."""
     try:
-        with stop.installed():
+        with stop.installed(), steady_gc():
             yield
     finally:
         if bar is not None:

@@ -1,6 +1,9 @@
 """What a pause costs the next copy: the ``idle`` runs of a recording (``h2dlab measure
---pause MS``: the kit wakes the GPU, spins MS ms with the GPU idle, then times the copy),
-compared from the tables. Re-exported by :mod:`h2dlab.factors`. No torch here.
+--pause MS``: the kit submits a tiny GPU operation and waits for it, spins MS ms with the
+GPU idle, then times the copy), compared from the tables. The pause comes on top of the
+loop's own work between copies (a few ms), so the runs also record how long each copy
+followed the previous one (``causes_wake.idle_gap_ms``). Re-exported by
+:mod:`h2dlab.factors`. No torch here.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from h2dlab.causes_wake import WakeCalibration, pause_of
+from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, pause_of
 from h2dlab.finding import Finding
 from h2dlab.rows import timed, value_ms
 from h2dlab.units import fmt_bytes
@@ -38,6 +41,11 @@ def _us(ms: float) -> str:
     return f"{ms * 1e3:.0f} µs" if ms < 1 else f"{ms:.2f} ms"
 
 
+def _and(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def _pauses_text(levels: list[float]) -> str:
     return ", ".join(f"{q:g}" for q in levels) + " ms"
 
@@ -46,7 +54,7 @@ def _runs(df: pd.DataFrame) -> tuple[pd.DataFrame, list[float], dict[str, list[f
     """The timed rows of paused runs (``pause_ms``, ``v``: the time), the pauses ascending,
     and per strategy the pauses that some of its sizes lack (strategies lacking none are
     not in it)."""
-    t = timed(df)
+    t = timed(df.assign(gap_ms=idle_gap_ms(df)))  # warm-ups count as previous copies
     t = t.assign(pause_ms=pauses(t), v=value_ms(t)).dropna(subset=["pause_ms"])
     levels = sorted(float(q) for q in t["pause_ms"].unique())
     missing: dict[str, list[float]] = {}
@@ -96,6 +104,13 @@ def _cells(t: pd.DataFrame, levels: list[float], missing: dict[str, list[float]]
     return cells.merge(share, on=["strategy", "size_bytes", "pause_ms"])
 
 
+def _gaps(t: pd.DataFrame) -> dict[float, float]:
+    """Per pause, the median ``gap_ms`` of :func:`_runs`'s timed rows ``t`` (host time from
+    the end of one copy to the start of the next); pauses without a finite gap left out."""
+    med = t.groupby("pause_ms")["gap_ms"].median().dropna()
+    return {float(q): float(v) for q, v in med.items()}
+
+
 def _base(cells: pd.DataFrame, levels: list[float]) -> pd.Series:
     """Each (strategy, size)'s median after the shortest pause."""
     return cells[cells["pause_ms"] == levels[0]].set_index(["strategy", "size_bytes"])["median_ms"]
@@ -122,7 +137,9 @@ def idle_wake(df: pd.DataFrame) -> Finding:
     ``values["cells"]``: one row per strategy, size and pause with ``median_ms``,
     ``p90_ms``, ``n``, ``ratio`` (median over the same cell's median after the shortest
     pause) and ``slow_share`` (share of copies at least :data:`SLOW_RATIO` times that
-    median). ``values["pauses"]``: the pauses, ascending; ``values["extra_p90_ms"]``: over
+    median). ``values["pauses"]``: the pauses, ascending; ``values["gaps_ms"]``: per pause,
+    the median host time from the end of one copy to the start of the next (the pause plus
+    the loop's own work; pauses without start times left out); ``values["extra_p90_ms"]``: over
     the cells after the longest pause, the largest p90 less the same cell's median after
     the shortest (how much that pause can add). ``holds`` when, for every
     strategy, the smallest size's median after the longest pause is at least
@@ -168,15 +185,25 @@ def idle_wake(df: pd.DataFrame) -> Finding:
             f"{_added(add, lg.loc[levels[0], 'median_ms'])} ({lg.loc[levels[-1], 'ratio']:.2f}x)"
         )
     tail = (
-        f"was at most {_us(x)} above the same cell's median right after a wake"
+        f"was at most {_us(x)} above the same cell's median after {levels[0]:g} ms"
         if x >= 0
-        else f"was at least {_us(-x)} below the same cell's median right after a wake"
+        else f"was at least {_us(-x)} below the same cell's median after {levels[0]:g} ms"
+    )
+    gaps = _gaps(t)
+    values["gaps_ms"] = gaps
+    have = [q for q in levels if q in gaps]
+    spans = (
+        f" Counting the loop's own work, a copy began a median {_and([f'{gaps[q]:.2f}' for q in have])} ms "
+        f"after the previous one ended, for pauses of {_and([f'{q:g}' for q in have])} ms."
+        if have
+        else ""
     )
     verdict = (
-        "With the GPU woken and then left idle for a pause before each timed copy (the CPU spinning "
-        "meanwhile): "
+        "With a pause before each timed copy (a tiny GPU operation waited for, then the CPU spinning with the "
+        "GPU idle): "
         + "; ".join(parts)
         + f". After the longest pause, {levels[-1]:g} ms, every cell's 90th percentile {tail}."
+        + spans
     )
     if missing:
         lacks = "; ".join(f"`{k}` lacks {_pauses_text(q)}" for k, q in sorted(missing.items()))
@@ -204,7 +231,11 @@ def wake_calibration(df: pd.DataFrame, source: str | None = None) -> WakeCalibra
     least :data:`SLOW_RATIO` times that size's median after the shortest pause (None when
     no pause did: the runs show no wake-up cost). ``extra_ms`` is, over the cells (every
     strategy and size) after pauses of at least ``idle_ms``, the largest p90 less the
-    cell's median after the shortest pause. ``shares``: per pause, the smallest such share
+    cell's median after the shortest pause. ``gap_ms`` is the median host time from the end
+    of one copy to the start of the next over the timed copies after pauses of ``idle_ms``
+    (the pause plus the loop's own work): the gap from which ``gpu_wake`` may name a copy,
+    since what counts is the time since the previous copy, not the pause alone (see
+    ``causes_wake``); None without start times. ``shares``: per pause, the smallest such share
     over the strategies. A strategy not timed after every pause is left out.
 
     Parameters
@@ -239,6 +270,7 @@ def wake_calibration(df: pd.DataFrame, source: str | None = None) -> WakeCalibra
         after = cells[cells["pause_ms"] >= idle]
         key = pd.MultiIndex.from_frame(after[["strategy", "size_bytes"]])
         extra = float(np.nanmax(after["p90_ms"].to_numpy() - _base(cells, levels).reindex(key).to_numpy()))
+    gap = _gaps(t).get(idle) if idle is not None else None
     if source is None:
         runs = df.attrs.get("dataset") or "a table"
         source = f"idle runs of {runs}: pauses {', '.join(f'{q:g}' for q in levels)} ms"
@@ -250,4 +282,5 @@ def wake_calibration(df: pd.DataFrame, source: str | None = None) -> WakeCalibra
         source=source,
         slow_ratio=SLOW_RATIO,
         min_share=WAKE_SHARE,
+        gap_ms=gap,
     )

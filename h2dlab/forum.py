@@ -11,6 +11,7 @@ import torch
 
 from h2dlab.device import check_memory, release_memory, resolve_device, tile
 from h2dlab.errors import Unavailable, UsageError
+from h2dlab.gc_steady import steady_gc
 from h2dlab.plan import plan_forum
 from h2dlab.recorder import Recording, StopFlag, progress_bar
 from h2dlab.spec import ForumSpec
@@ -78,7 +79,7 @@ def forum(
     todo = planned[run.start_at :]
     fault: CudaFault | None = None
     try:
-        with stop.installed():
+        with stop.installed(), steady_gc():
             i = 0
             while i < len(todo) and not stop:
                 group = [r for r in todo[i : i + 3] if r["seq"] == todo[i]["seq"]]

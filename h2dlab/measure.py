@@ -20,6 +20,7 @@ import torch
 
 from h2dlab import strategies
 from h2dlab.device import check_memory, empty_host_cache, random_source, release_memory, resolve_device
+from h2dlab.gc_steady import steady_gc
 from h2dlab.plan import cells, plan_spec
 from h2dlab.recorder import Recording, StopFlag, progress_bar
 from h2dlab.spec import SweepSpec
@@ -98,7 +99,7 @@ def sweep(
     checked: set[tuple[str, int]] = set()  # cells whose first copy was compared bytewise
     fault: CudaFault | None = None
     try:
-        with stop.installed():
+        with stop.installed(), steady_gc():
             for cell_rows in cells(planned[run.start_at :]):
                 if before_cell is not None:
                     before_cell(stop)

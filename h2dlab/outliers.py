@@ -32,7 +32,7 @@ explain() gives every flagged row one cause from ``CAUSES`` with an evidence sen
   then across curves (each run's timed copies of every strategy and size in ``t_s`` order;
   tables with start times only), so a machine-wide slow period in a run that interleaves
   many strategies, where each curve has only a few rows, is an episode too;
-- ``gpu_wake``: none of the above, the GPU had sat idle a few ms before the copy (the host
+- ``gpu_wake``: none of the above, no copy had run for a while before this one (the host
   time since the previous copy ended, ``causes_wake.idle_gap_ms``) at least as long as,
   and the copy slower by no more than, the machine's own idle runs show a wake-up needs
   and costs (``causes_wake``; never without such runs);

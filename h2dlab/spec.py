@@ -147,7 +147,7 @@ class SweepSpec:
         Element type of the copied tensor, by name (``'uint8'``, ``'float16'``, ...).
     pause_ms
         ``None``: no pause. Else milliseconds (0 to :data:`MAX_PAUSE_MS`) the GPU idles
-        before each timed copy, after being woken (``timing.Timer``'s ``pause_s``).
+        before each timed copy, after a tiny GPU operation (``timing.Timer``'s ``pause_s``).
 
     Examples
     --------

@@ -206,12 +206,14 @@ class Timer:
         Host clock in seconds (tests pass a seeded fake one).
     pause_s
         ``None`` (the default): no pause. Otherwise each call, after its first
-        synchronisation and before any counter is read, wakes the GPU (on CUDA, once the
-        context is live: records an event on the current stream and waits for it, a tiny
-        submission the GPU must process) and then spins on ``time.perf_counter`` (a busy
-        wait, not a sleep: only the GPU idles, the CPU keeps running) for ``pause_s``
-        seconds from the wake's return. The GPU thus idles ``pause_s`` plus the counter
-        reads (about 0.1-0.2 ms) before the timed copy; the pause is outside ``wall_ms``.
+        synchronisation and before any counter is read, makes a tiny GPU submission (on
+        CUDA, once the context is live: records an event on the current stream and waits
+        for it) and then spins on ``time.perf_counter`` (a busy wait, not a sleep: only
+        the GPU idles, the CPU keeps running) for ``pause_s`` seconds from its return. The
+        GPU thus idles ``pause_s`` plus the counter reads (about 0.1-0.2 ms) before the
+        timed copy; the pause is outside ``wall_ms``. The submission does not undo what a
+        spell without copies costs the next copy (``causes_wake``'s notes): the spell
+        that counts runs from the previous copy's end, the loop's own work included.
     """
 
     def __init__(
@@ -299,8 +301,8 @@ class Timer:
         return out, rec
 
     def pause(self, live: bool) -> None:
-        """Wake the GPU (when ``live``: an event recorded and waited for), then spin
-        ``pause_s`` seconds on ``time.perf_counter`` with the GPU idle."""
+        """A tiny GPU submission (when ``live``: an event recorded and waited for), then a
+        spin of ``pause_s`` seconds on ``time.perf_counter`` with the GPU idle."""
         if live:
             woken = torch.cuda.Event()
             woken.record()

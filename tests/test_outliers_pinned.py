@@ -12,6 +12,9 @@ the idle-gap check; nothing else changed. Regenerated again (helper wake2) when
 ``gpu_wake`` began to need a calibration from idle runs recorded beside the table: these
 recordings have none, so those 16 copies are ``unexplained`` again and every idle-gap
 check says no idle runs tell what a pause costs on this machine; nothing else changed.
+Regenerated (lead, session 6) when the idle gap stopped claiming "(the GPU idle at most
+that)": a gap is the time since the previous copy, and a GPU submission in it does not
+undo a spell without copies; 57 evidence sentences lost those words, nothing else changed.
 Regenerate it only when the recordings or the
 cause rules change on purpose (``python tests/test_outliers_pinned.py``), and say so in the
 commit.

@@ -35,7 +35,7 @@ def test_no_calibration_no_gpu_wake_and_ruled_out_says_so(runs):
         gap = causes.neighbours(e)["idle_gap_ms"]
         for i in e.index[(with_cal["cause"] == "gpu_wake").to_numpy()]:
             want = (
-                f"host time since the previous copy ended {gap[i]:.2f} ms (the GPU idle at most that); no idle runs recorded beside this table to tell what a "
+                f"host time since the previous copy ended {gap[i]:.2f} ms; no idle runs recorded beside this table to tell what a "
                 "pause costs on this machine"
             )
             assert table.at[i, "idle gap"] == want
@@ -51,7 +51,7 @@ def test_a_calibration_without_a_wake_up_names_no_gpu_wake(runs):
     i = e.index[e["is_outlier"] & (e["cause"] == "unexplained")][0]
     gap = causes.neighbours(e).at[i, "idle_gap_ms"]
     assert outliers.ruled_out(e).at[i, "idle gap"] == (
-        f"host time since the previous copy ended {gap:.2f} ms (the GPU idle at most that); this machine's idle runs show no wake-up cost after pauses up "
+        f"host time since the previous copy ended {gap:.2f} ms; this machine's idle runs show no wake-up cost after pauses up "
         "to 10 ms (synthetic idle runs: pauses 0, 1, 2, 10 ms)"
     )
 
@@ -71,7 +71,7 @@ def test_a_gap_under_the_calibrated_threshold_is_not_gpu_wake(runs):
         assert (e.loc[under, "cause"] == "unexplained").all()
         for i in e.index[under]:
             assert e.at[i, "evidence"].endswith(
-                f"host time since the previous copy ended {gap[i]:.2f} ms (the GPU idle at most that), under the 10 ms after which this machine's idle runs "
+                f"host time since the previous copy ended {gap[i]:.2f} ms, under the 10.00 ms between copies after which this machine's idle runs "
                 "show a wake-up"
             )
         moved += int(under.sum())
@@ -113,9 +113,10 @@ SYNTHETIC_MACHINE = {"gpu_name": "synthetic GPU", "hostname": "synthetic-host", 
 
 
 def synthetic_recording(folder, idle_env=None):
-    """recording.json, an ``idle`` kind (pauses 0, 3 and 10 ms; after 10 ms half the 4 KiB
-    copies are 0.05 ms slower) and a ``sweep`` kind of 4 KiB copies 1 ms apart, one of them
-    0.04 ms slower after 12 ms idle, written with the kit's own writers. Every run names
+    """recording.json, an ``idle`` kind (pauses 0, 3 and 10 ms, each on top of 3 ms of the
+    loop's own work between copies; after 10 ms half the 4 KiB copies are 0.05 ms slower)
+    and a ``sweep`` kind of 4 KiB copies 1 ms apart, one of them 0.04 ms slower after 15 ms
+    without copies, written with the kit's own writers. Every run names
     :data:`SYNTHETIC_MACHINE` and device ``cuda:0``; ``idle_env`` (a dict) is merged into
     each idle run's env.json."""
     folder.mkdir()
@@ -128,7 +129,7 @@ def synthetic_recording(folder, idle_env=None):
     for pause in (0, 3, 10):
         for strategy, base in (("pinned_reuse", 0.010), ("pageable", 0.020)):
             ms = base + 0.0001 * k + (0.05 * (k % 2 == 0) if pause == 10 else 0.0)
-            t = _row_table(f"synthetic-{pause}-{strategy}", ms, k * 0.01, strategy=strategy)
+            t = _row_table(f"synthetic-{pause}-{strategy}", ms, k * (3 + pause) / 1000, strategy=strategy)
             env = {
                 **SYNTHETIC_MACHINE,
                 "spec": {"pause_ms": float(pause), "device": "cuda:0"},
@@ -140,7 +141,7 @@ def synthetic_recording(folder, idle_env=None):
     ms = np.full(n, 0.05) * np.exp(np.random.default_rng(3).normal(0, 0.02, n))
     ms[30] += 0.04
     gaps = np.full(n, 1.0)
-    gaps[30] = 12.0
+    gaps[30] = 15.0
     wall = ms * 1.01
     t_s = np.concatenate([[0.0], np.cumsum(wall[:-1] + gaps[1:])]) / 1000
     save(
@@ -156,6 +157,8 @@ def test_load_attaches_the_recordings_idle_calibration(tmp_path, capsys):
     want = wake_calibration(datasets.load(folder / "idle"), source="x")
     assert want.idle_ms == 10.0 and want.shares == pytest.approx((0.0, 0.0, 0.5))
     assert want.extra_ms == pytest.approx(0.05 + 0.00142 - 0.00095)
+    # the threshold is the gap the cost came at: 10 ms of pause + 3 ms of loop - a copy's wall
+    assert want.gap_ms == pytest.approx(13.0 - 0.0485, abs=0.03) and want.threshold_ms == want.gap_ms
     for where in (folder / "sweep", folder / "sweep" / "pow2.csv.gz", folder / "idle"):
         cal = datasets.load(where).attrs["wake_calibration"]
         assert dataclasses.replace(cal, source="x") == want, where
@@ -169,8 +172,8 @@ def test_load_attaches_the_recordings_idle_calibration(tmp_path, capsys):
     assert list(e.index[e["is_outlier"]]) == [30]
     assert e.at[30, "cause"] == "gpu_wake"
     assert (
-        "(idle runs of rec/idle: pauses 0, 3, 10 ms); the first work after an idle spell can pay a wake-up"
-        in e.at[30, "evidence"]
+        "(idle runs of rec/idle: pauses 0, 3, 10 ms); the first copy after a spell without copies can pay a "
+        "wake-up" in e.at[30, "evidence"]
     )
     assert "likely, not certain" in e.at[30, "evidence"]
     for source in (str(folder / "sweep"), f"{folder}:sweep"):  # a kind's folder, RECORDING:KIND
