@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from h2dlab import datasets
+from h2dlab.errors import Unavailable, UsageError
 from h2dlab.record_folder import default_folder, read_manifest
 
-__all__ = ["find_recording", "gpu_name", "live_recording", "same_machine", "this_machine"]
+__all__ = ["find_recording", "gpu_name", "live_recording", "record_failed", "same_machine", "this_machine"]
 
 
 def gpu_name() -> str | None:
@@ -89,6 +90,13 @@ def live_recording(
         Receives the recorder's output line by line (a notebook shows it).
     machine
         This machine as :func:`this_machine` describes it (default: asked now).
+
+    Raises
+    ------
+    UsageError
+        When the recorder refused its command (exit 2: e.g. an unfinished recording whose
+        recording.json is damaged); ``Unavailable`` when it failed or was stopped. One line
+        each, ending with the recorder's own error line.
     """
     here = dict(machine) if machine is not None else this_machine()
     found = find_recording(here)
@@ -103,15 +111,34 @@ def live_recording(
     echo(f"recording this machine once: h2dlab record {' '.join(args)}")
     kit = str(Path(__file__).resolve().parent.parent)  # the recorder runs this very kit
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [kit, os.environ.get("PYTHONPATH")]))}
+    last = ""  # the recorder's last line: its own one-line error when it fails
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
         try:
             for line in proc.stdout or []:
                 echo(line.rstrip())
+                last = line.strip() or last
         except KeyboardInterrupt:  # a notebook's stop button: the recorder keeps what it has
             proc.send_signal(signal.SIGINT)
             proc.wait()
             raise
         rc = proc.wait()
     if rc != 0:
-        raise RuntimeError(f"h2dlab record exited with {rc}: see {found / 'record.log'}")
+        raise record_failed(rc, last, found, args)
     return found, True
+
+
+def record_failed(rc: int, said: str, folder: Path, args: list[str]) -> UsageError:
+    """The one-line error for a recorder that exited with ``rc`` (its last line ``said``):
+    a ``UsageError`` when it refused what it was given (exit 2), else ``Unavailable`` (this
+    machine's recording failed or was stopped; what it kept is resumed next time)."""
+    what = f"h2dlab record {' '.join(args)} exited with {rc}"
+    said = said.removeprefix("h2dlab: error: ").strip() or "it printed nothing"
+    log = folder / "record.log"
+    see = f" (its log: {log})" if log.is_file() else ""
+    if rc == 2:
+        return UsageError(f"recording this machine was refused ({what}): {said}")
+    how = "stopped" if rc == 130 else "failed"
+    return Unavailable(
+        f"recording this machine {how} ({what}): {said}{see}; live mode resumes it next time, "
+        "or use replay mode (H2DLAB_MODE=replay) to read the recorded data"
+    )

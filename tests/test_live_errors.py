@@ -1,0 +1,95 @@
+"""Live mode's recorder failing reaches the user in the kit's one-line style (helper "guard").
+
+live.live_recording raised a bare RuntimeError("h2dlab record exited with N: see
+FOLDER/record.log") when its child `h2dlab record` failed: `h2dlab report --mode live`
+printed a traceback (cli.failure re-raises what is not a UsageError/OSError) and exit 1,
+and the log it named did not exist when the recorder refused at once. Now: UsageError
+(exit 2) when the recorder refused its command, Unavailable (exit 1) when it failed or was
+stopped; one line that ends with the recorder's own error. Machines here are SYNTHETIC.
+"""
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+from h2dlab import cli, live, session
+from h2dlab.errors import Unavailable, UsageError
+
+MACHINE = {"hostname": "synthetic-host", "gpu_name": "Synthetic GPU", "gpu_count": 1}
+
+
+def _damaged_unfinished(runs):
+    """An unfinished recording of MACHINE whose recording.json lacks its device and plan:
+    live mode resumes it, and the recorder refuses (exit 2)."""
+    folder = runs / "synthetic-host-synthetic-gpu-2030-01-01"
+    folder.mkdir(parents=True)
+    manifest = {**MACHINE, "status": "incomplete", "created": "2030-01-01T00:00:00"}
+    (folder / "recording.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_a_refused_resume_is_a_usage_error_with_the_recorders_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("H2DLAB_RUNS", str(tmp_path / "runs"))
+    folder = _damaged_unfinished(tmp_path / "runs")
+    said = []
+    with pytest.raises(UsageError) as exc:
+        live.live_recording(echo=said.append, machine=MACHINE)
+    assert not isinstance(exc.value, Unavailable)
+    assert str(exc.value) == (
+        f"recording this machine was refused (h2dlab record --resume {folder} exited with 2): "
+        f"{folder / 'recording.json'} is damaged (device None is not cpu, cuda or cuda:N): "
+        "it cannot be resumed; record into a new folder"
+    )
+    assert said[0] == f"recording this machine once: h2dlab record --resume {folder}"
+
+
+class _FakeRecorder:
+    """A SYNTHETIC recorder process: prints ``lines`` and exits with ``rc``."""
+
+    def __init__(self, lines, rc):
+        self.stdout, self.rc = iter(lines), rc
+
+    def __call__(self, *a, **k):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def wait(self):
+        return self.rc
+
+
+@pytest.mark.parametrize("rc,how", [(1, "failed"), (130, "stopped")])
+def test_a_failed_recording_is_unavailable(tmp_path, monkeypatch, rc, how):
+    monkeypatch.setenv("H2DLAB_RUNS", str(tmp_path / "runs"))
+    lines = ["forum/ascending-1 ...\n", "h2dlab: error: CUDA error: synthetic failure\n", "\n"]
+    monkeypatch.setattr(subprocess, "Popen", _FakeRecorder(lines, rc))
+    with pytest.raises(Unavailable) as exc:
+        live.live_recording(echo=lambda line: None, machine=MACHINE)
+    text = str(exc.value)
+    assert text.startswith(f"recording this machine {how} (h2dlab record --quick --out {tmp_path / 'runs'}/")
+    assert f"exited with {rc}): CUDA error: synthetic failure; live mode resumes it next time" in text
+    assert "\n" not in text and "record.log" not in text  # no log was written: none is named
+
+
+def test_report_live_says_it_in_one_line(tmp_path, monkeypatch, capsys):
+    """Through the command (a pretend CUDA machine): before, a RuntimeError traceback, exit 1."""
+    monkeypatch.setenv("H2DLAB_RUNS", str(tmp_path / "runs"))
+    monkeypatch.delenv("H2DLAB_DATA", raising=False)
+    folder = _damaged_unfinished(tmp_path / "runs")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(session, "this_machine", lambda: dict(MACHINE))
+    rc = cli.main(["report", "--mode", "live", "--outdir", str(tmp_path / "reports")])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "Traceback" not in err
+    line = [x for x in err.splitlines() if x.startswith("h2dlab: error:")]
+    assert line == [
+        f"h2dlab: error: recording this machine was refused (h2dlab record --resume {folder} exited with 2): "
+        f"{folder / 'recording.json'} is damaged (device None is not cpu, cuda or cuda:N): it cannot be "
+        "resumed; record into a new folder"
+    ]
