@@ -55,6 +55,8 @@ def fmt_ms(ms: float, scale_of: float | None = None) -> str:
     the unit from another value (an IQR is written in its median's unit)."""
     if not math.isfinite(ms):
         return "n/a"
+    if scale_of is not None and not math.isfinite(scale_of):  # a median that overflowed: n/a
+        scale_of = None
     ref = abs(scale_of if scale_of is not None else ms)
     unit, f = ("µs", 1e3) if ref < 1 else ("ms", 1.0) if ref < 1000 else ("s", 1e-3)
     v = ms * f

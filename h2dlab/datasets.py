@@ -128,12 +128,11 @@ def timeline(name: str) -> pd.DataFrame:
 
 def names() -> dict[str, str]:
     """Recorded datasets that are present, with a one-line description each."""
-    found = {
+    return {
         n: desc
         for n, (folder, desc) in {**DATASETS, **TIMELINES}.items()
         if (DATA_DIR / folder).is_dir() and any(_tables(DATA_DIR / folder))
     }
-    return found
 
 
 def _where(name: str | os.PathLike[str]) -> Path:
@@ -160,6 +159,8 @@ def _where(name: str | os.PathLike[str]) -> Path:
         if suffix_of(where) in SUFFIXES or re.search(r"[/\\]", text):
             raise SchemaError(f"{text}: no such file or folder")
         raise SchemaError(f"unknown dataset {text!r}: give a recorded dataset ({known}) or a path")
+    if not (where.is_file() or where.is_dir()):  # reading /dev/null fails; a pipe waits forever
+        raise SchemaError(f"{text}: neither a file nor a folder (a device or a pipe): give a table's path")
     return where
 
 
@@ -204,11 +205,7 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
     paths = [folder] if folder.is_file() else _tables(folder)
     if not paths:
         subs = sorted(k.name for k in folder.iterdir() if k.is_dir() and _tables(k))
-        more = (
-            f": give one of its folders, e.g. {folder / subs[0]} (folders with tables: {', '.join(subs)})"
-            if subs
-            else ""
-        )
+        more = f": give one of its folders, e.g. {folder / subs[0]} ({', '.join(subs)})" if subs else ""
         raise SchemaError(f"{folder}: holds no measurement table ({', '.join(SUFFIXES)}){more}")
     out = _read_runs(paths, os.fspath(name))
     idle = _idle_beside(folder)

@@ -44,7 +44,9 @@ def run_tables(folder: str | Path) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(
-        p for p in folder.iterdir() if suffix_of(p) in SUFFIXES and not p.name.endswith(".partial.csv")
+        p
+        for p in folder.iterdir()
+        if suffix_of(p) in SUFFIXES and not p.name.endswith(".partial.csv") and p.is_file()
     )
 
 

@@ -108,7 +108,11 @@ def resolve(source: str) -> Source:
     head, _, rest = text.partition(":")
     rec = _recording(head)
     if rec is not None:
-        kind, _, run = rest.partition(":")
+        kind, colon, run = rest.partition(":")
+        if colon and not run:  # 'h200:sweep:' read every run, where 'forum_a100:' is refused
+            raise UsageError(
+                f"{text!r} names no run after its last ':': give {head}:{kind} for every {kind} run, or {head}:{kind}:RUN"
+            )
         return _from_recording(rec, head, kind, run or None)
     head, _, run = text.rpartition(":")
     try:

@@ -94,7 +94,7 @@ def test_messages_name_what_the_folder_holds(tmp_path):
     ):
         sources.resolve(f"{stopped}:sweep")
     other = _build(tmp_path / "other", "subfolder of another name")
-    with pytest.raises(datasets.SchemaError, match=r"give one of its folders, e\.g\. .*other/mine"):
+    with pytest.raises(datasets.SchemaError, match=r"give one of its folders, e\.g\. .*other/mine \(mine\)$"):
         datasets.load(other)
     bare = _build(tmp_path / "bare", "kinds without recording.json")
     with pytest.raises(

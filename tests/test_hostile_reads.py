@@ -1,0 +1,78 @@
+"""Hostile RUN arguments to explain and compare (helper "guard"), each of which ended in a
+traceback, the wrong exit code, a hang or a silent reading before:
+
+- a device or a pipe given as the table (``/dev/null``, a FIFO named ``x.csv``): exit 1,
+  "h2dlab: error: Not a directory: /dev/null";
+- a FIFO named like a table inside a folder of tables: explain of the folder waited forever
+  (and a folder named ``x.csv`` there failed the whole read);
+- ``compare`` of a table whose timed copies are so large that their median overflows:
+  OverflowError traceback in fmt_ms;
+- ``RECORDING:KIND:`` with nothing after the last colon read every run, where
+  ``DATASET:`` is refused.
+
+Tables here are SYNTHETIC (copies of data/h200's d2h table with a value replaced).
+"""
+
+import os
+import shutil
+
+import pandas as pd
+import pytest
+
+from h2dlab import cli, datasets
+from h2dlab.cli_compare import fmt_ms
+from h2dlab.record_folder import run_tables
+from tests.conftest import refused_in_one_line
+
+D2H = datasets.DATA_DIR / "h200" / "d2h" / "d2h.csv.gz"
+
+
+def _copy(folder, name="synthetic.csv.gz"):
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(D2H, folder / name)
+    shutil.copy(D2H.with_name(D2H.name + ".env.json"), folder / f"{name}.env.json")
+    return folder / name
+
+
+@pytest.mark.parametrize("cmd", ["explain", "compare"])
+def test_a_device_or_a_pipe_is_refused_in_one_line(tmp_path, capsys, monkeypatch, cmd):
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(tmp_path / "pipe.csv")
+    for given in ("/dev/null", "pipe.csv"):
+        line = refused_in_one_line([cmd, given], [given, "neither a file nor a folder"], capsys, tmp_path)
+        assert (
+            line
+            == f"h2dlab: error: {given}: neither a file nor a folder (a device or a pipe): give a table's path"
+        )
+
+
+def test_a_pipe_or_folder_named_like_a_table_is_no_table(tmp_path, capsys):
+    table = _copy(tmp_path / "runs")
+    os.mkfifo(tmp_path / "runs" / "pipe.csv")  # reading it would wait for a writer forever
+    (tmp_path / "runs" / "folder.csv").mkdir()
+    assert run_tables(tmp_path / "runs") == [table]  # checked first: a regression fails, not hangs
+    assert len(datasets.load(tmp_path / "runs")) == len(datasets.load(D2H))
+    assert cli.main(["explain", str(tmp_path / "runs")]) == 0
+    assert "606 rows, run(s) synthetic" in capsys.readouterr().out
+
+
+def test_compare_shows_an_overflowing_median_as_n_a(tmp_path, capsys):
+    path = tmp_path / "synthetic-huge.csv"
+    df = pd.read_csv(D2H).assign(event_ms=1e308)  # finite, so the reader takes it
+    df.to_csv(path, index=False)
+    assert cli.main(["compare", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "n/a (0 µs)" in out and "Traceback" not in out
+    assert fmt_ms(0.0, float("inf")) == "0 µs" and fmt_ms(0.5, float("nan")) == "500 µs"
+    assert fmt_ms(0.5, 2.0) == "0.50"  # a finite median still sets the unit and the decimals
+
+
+@pytest.mark.parametrize("given", ["h200:sweep:", "h200:d2h:"])
+def test_a_recording_kind_with_an_empty_run_is_refused(tmp_path, capsys, monkeypatch, given):
+    monkeypatch.chdir(tmp_path)
+    kind = given.split(":")[1]
+    line = refused_in_one_line(["compare", given], [], capsys, tmp_path)
+    assert line == (
+        f"h2dlab: error: {given!r} names no run after its last ':': give h200:{kind} for every "
+        f"{kind} run, or h200:{kind}:RUN"
+    )
