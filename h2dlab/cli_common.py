@@ -4,6 +4,7 @@ and the option types (so that subcommands in other modules parse alike)."""
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import shlex
@@ -186,7 +187,7 @@ def _is_cuda_fault(exc: BaseException) -> bool:
 def failure(exc: Exception) -> int:
     """The exit code for ``exc`` after printing it in one line on stderr: 1 when this
     machine or the run failed (``Unavailable``, an ``OSError``, a CUDA fault), 2 for a
-    ``UsageError``. Anything else is a bug and is raised again (Python prints its
+    ``UsageError`` (and a file name too long for this system: a name the user gave). Anything else is a bug and is raised again (Python prints its
     traceback and exits 1); so is everything when ``H2DLAB_DEBUG`` is on (:func:`debugging`)."""
     if debugging():
         raise exc
@@ -194,6 +195,8 @@ def failure(exc: Exception) -> int:
         code, text = EXIT_FAILURE, _one_line(exc)
     elif isinstance(exc, UsageError):
         code, text = EXIT_USAGE, _one_line(exc)
+    elif isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:  # a name given: a usage mistake
+        code, text = EXIT_USAGE, f"{exc.strerror}: {exc.filename}: give a shorter name"
     elif isinstance(exc, OSError):  # a full disk, a vanished or forbidden file
         where = f"{exc.strerror}: {exc.filename}" if exc.strerror and exc.filename else _one_line(exc)
         code, text = EXIT_FAILURE, f"{where} (H2DLAB_DEBUG=1 shows where)"

@@ -110,6 +110,12 @@ def _main_raising(body: str):
             "No space left on device: /tmp/x.csv",
         ),
         ("raise KeyboardInterrupt", 130, "interrupted"),
+        # a name too long for the file system is the name given, not the machine: it was exit 1
+        (
+            "raise OSError(36, 'File name too long', '/tmp/aaa.csv')",
+            2,
+            "File name too long: /tmp/aaa.csv: give a shorter",
+        ),
     ],
 )
 def test_exit_codes(body, code, needle):

@@ -76,3 +76,22 @@ def test_a_recording_kind_with_an_empty_run_is_refused(tmp_path, capsys, monkeyp
         f"h2dlab: error: {given!r} names no run after its last ':': give h200:{kind} for every "
         f"{kind} run, or h200:{kind}:RUN"
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["explain", "{long}"],
+        ["compare", "forum_a100", "{long}"],
+        ["explain", "forum_a100", "--out", "{long}"],
+        ["measure", "--device", "cpu", "--sizes", "1KiB", "--out", "{long}"],
+    ],
+)
+def test_a_name_too_long_is_a_usage_mistake(tmp_path, capsys, monkeypatch, argv):
+    """It was exit 1 ('this machine or the run failed'), the name given being the mistake."""
+    monkeypatch.chdir(tmp_path)
+    long = str(tmp_path / ("a" * 300 + ".csv"))
+    argv = [a.replace("{long}", long) for a in argv]
+    line = refused_in_one_line(argv, ["File name too long", "give a shorter name"], capsys, tmp_path)
+    assert line.startswith(f"h2dlab: error: File name too long: {long}")  # measure: its .partial.csv
+    assert line.endswith(": give a shorter name")
