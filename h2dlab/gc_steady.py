@@ -31,17 +31,19 @@ __all__ = ["steady_gc"]
 def steady_gc() -> Iterator[None]:
     """Within the block, Python's collector walks only objects made inside it.
 
-    On entry: one full collection, then ``gc.freeze()``. On exit, however the block ends:
-    ``gc.unfreeze()``, unless the collector's permanent generation already held objects
-    on entry (someone else froze them: they stay frozen, and so do the block's). Nested
-    blocks leave the freezing to the outermost.
+    On entry: one full collection, then ``gc.freeze()``, whatever was frozen before (on
+    the H200 machine's Python 3.12 a few hundred objects already were when the kit's
+    loops started, so a block that froze only an empty permanent generation froze
+    nothing there). On exit, however the block ends: ``gc.unfreeze()`` when nothing was
+    frozen on entry; otherwise everything stays frozen, the block's objects too, since
+    unfreezing would hand back objects someone else froze. A nested block thus leaves the
+    unfreezing to the outermost.
     """
-    outer = gc.get_freeze_count() == 0
-    if outer:
-        gc.collect()
-        gc.freeze()
+    before = gc.get_freeze_count()
+    gc.collect()
+    gc.freeze()
     try:
         yield
     finally:
-        if outer:
+        if before == 0:
             gc.unfreeze()

@@ -46,16 +46,18 @@ def test_an_error_inside_still_hands_objects_back():
 def test_nested_blocks_leave_it_to_the_outermost_and_a_freeze_from_outside_stays():
     with steady_gc():
         frozen = gc.get_freeze_count()
+        inner_made = _Marker()
         with steady_gc():
-            assert gc.get_freeze_count() == frozen  # no second collect-and-freeze
-        assert gc.get_freeze_count() == frozen  # the inner block did not unfreeze
-    assert gc.get_freeze_count() == 0
+            assert not _tracked(inner_made)  # the inner block froze what the outer made since
+        assert gc.get_freeze_count() > frozen  # and did not unfreeze
+    assert gc.get_freeze_count() == 0 and _tracked(inner_made)
     mine = _Marker()
     gc.freeze()
     try:
+        made_after = _Marker()
         with steady_gc():
-            pass
-        assert gc.get_freeze_count() > 0 and not _tracked(mine)  # someone else's freeze is kept
+            assert not _tracked(made_after)  # frozen although something was frozen already
+        assert gc.get_freeze_count() > 0 and not _tracked(mine) and not _tracked(made_after)
     finally:
         gc.unfreeze()
 
