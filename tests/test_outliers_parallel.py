@@ -267,6 +267,9 @@ def test_busiest_share_reads_the_window():
     got = busiest_share(df)
     assert got[0] == pytest.approx(0.9) and got[1:].isna().all()
     assert busiest_share(pd.DataFrame({"wall_ms": [1.0]})).isna().all()
+    # A table without the columns: NaN for each of its rows, under its own labels.
+    got = busiest_share(pd.DataFrame({"wall_ms": [1.0, 2.0]}, index=[5, 9]))
+    pd.testing.assert_series_equal(got, pd.Series([np.nan, np.nan], index=[5, 9]))
 
 
 def test_neighbours_give_the_busiest_share_per_size():
@@ -292,3 +295,91 @@ def test_h200_omp_two_staged_copies_are_host_parallel():
     ]
     busy = hp["busiest_cpu_ms"] / hp["others_window_ms"]
     assert (busy >= MIN_BUSIEST_SHARE).all() and (hp["cpu_ms"] >= MIN_ON_CPU * hp["wall_ms"]).all()
+
+
+# --- the evidence sentence, word for word (row and neighbours built by hand, made-up numbers) ---
+
+#: Its fixed end, after the numbers.
+TAIL = (
+    ": host-side work ran long while PyTorch's worker threads ran beside it, consistent with a parallel "
+    "CPU copy (pin_memory(), torch.cat, copy_ into pinned memory) waiting at its end for its slowest "
+    "worker, spinning on its CPU; whether one worker lagged (descheduled by the VM's host, say) or all "
+    "ran slow, the table cannot say"
+)
+
+
+def _said(**kw) -> str:
+    """The evidence for ``_case(**kw)``, its start given as "SLOW"; fails where the rule does not fire."""
+    row, ctx, val, wait = _case(**kw)
+    for k in [k for k, v in kw.items() if v is None]:
+        del row[k]  # a column the table lacks
+    found = parallel_cause(row, ctx, val, "SLOW", wait)
+    assert found is not None and found[0] == "host_parallel"
+    return found[1]
+
+
+def test_evidence_sentence_word_for_word():
+    # The call 105 ms of the 110 (5 ms left for the GPU), 55 ms longer than the usual 50.
+    assert _said(issue_ms=105.0, issue_cell=50.0) == (
+        "SLOW; the time went inside the timed call, which took 105.00 ms (copies of this size: 50.00 ms, "
+        "median), then only 5.00 ms waiting for the GPU; the timing thread was on its CPU for 90% of wall "
+        "with no wait to run, no context switch; beside it the process's other threads ran 120.00 ms of CPU "
+        "in the 120.00 ms window, 1.0 CPUs' worth, the busiest ('python3') on a CPU for 90% of the window "
+        "(copies of this size: 9.0 CPUs' worth, the busiest 80%, median)" + TAIL
+    )
+
+
+def test_evidence_names_where_the_usual_time_in_the_call_came_from():
+    # No median of this size: the group's usual share (50 %) at the expected 10 ms.
+    assert _said(issue_cell=np.nan, issue_typ=0.5).startswith(
+        "SLOW; the time went inside the timed call, which took 110.00 ms (its neighbours spend 50% of "
+        "their time in the call: 5.00 ms at its expected time), then only 0.00 ms waiting for the GPU; "
+    )
+    # No time of the call, or no usual time to compare it with: the host clock only.
+    host = "SLOW; the host clock ran 110.00 ms (the table has no time of the call to say more); the timing"
+    assert _said(issue_ms=np.nan).startswith(host)
+    assert _said(issue_ms=None).startswith(host)
+    assert _said(issue_cell=np.nan, issue_typ=np.nan).startswith(host)
+
+
+def test_evidence_counts_the_wait_and_both_kinds_of_switch():
+    assert "90% of wall with 2.50 ms waiting to run, 3 context switch(es); beside" in _said(
+        wait=2.5, nivcsw=1.0, nvcsw=2.0
+    )
+    assert "with no wait to run, 1 context switch(es); beside" in _said(nivcsw=1.0)
+    assert "with no wait to run, 2 context switch(es); beside" in _said(nvcsw=2.0)
+    assert "with no wait to run, 2 context switch(es); beside" in _said(nivcsw=1.0, nvcsw=1.0)
+    # Either count unknown: nothing said of switches.
+    for kw in ({"nivcsw": np.nan}, {"nvcsw": np.nan}, {"nivcsw": None, "nvcsw": None}):
+        assert "with no wait to run; beside" in _said(**kw), kw
+
+
+def test_evidence_names_the_busiest_thread_only_when_known():
+    for kw in ({"busiest_thread": ""}, {"busiest_thread": None}):
+        assert "1.0 CPUs' worth, the busiest on a CPU for 90% of the window (copies" in _said(**kw), kw
+
+
+def test_evidence_says_when_the_workers_ran_as_for_its_neighbours():
+    same = "; the workers ran as they do for its neighbours)" + TAIL
+    # Both of the same size's medians unknown, or either: no comparison.
+    for kw in ({"others_cell": np.nan}, {"busiest_cell": np.nan}):
+        assert _said(**kw).endswith("the busiest ('python3') on a CPU for 90% of the window" + TAIL), kw
+    # 1.0 CPUs' worth and 90 % against the same: as usual.
+    assert _said(others_cell=1.0, busiest_cell=0.9).endswith(
+        " (copies of this size: 1.0 CPUs' worth, the busiest 90%, median" + same
+    )
+    # CPUs' worth: within 10 % of the median, bounds included (1.125 against 1.25, exactly 0.125).
+    assert _said(others_cpu_ms=135.0, others_cell=1.25, busiest_cell=0.9).endswith(same)
+    assert not _said(others_cpu_ms=135.0, others_cell=1.26, busiest_cell=0.9).endswith(same)
+    assert not _said(others_cell=1.2, busiest_cell=0.9).endswith(same)  # 1.0 is 17 % below
+    # A median under one CPU's worth: still 10 % of it (0.09 at 0.9), not of one CPU.
+    assert not _said(others_cell=0.9, busiest_cell=0.9).endswith(same)
+    assert _said(others_cell=0.95, busiest_cell=0.9).endswith(same)
+    # The busiest's share: within 5 points of the median.
+    assert _said(others_cell=1.0, busiest_cell=0.86).endswith(same)
+    assert not _said(others_cell=1.0, busiest_cell=0.84).endswith(same)
+    assert not _said(others_cell=1.0, busiest_cell=0.5).endswith(same)
+
+
+def test_no_rule_without_wall_time():
+    assert not _fires(wall_ms=0.0)
