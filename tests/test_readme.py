@@ -120,10 +120,13 @@ def expected():
         c, p = f["cells"], f["pauses"]
         small = c[(c.strategy == "pinned_reuse") & (c.size_bytes == c.size_bytes.min())].set_index("pause_ms")
         between = small.loc[p[1:-1], "ratio"]
-        rows["a small copy after the GPU sat idle"] = [
+        gaps = f["gaps_ms"]
+        rows["a small copy after a spell without copies"] = [
             f"a {fmt_bytes(small.size_bytes.iloc[0], compact=True)} `pinned_reuse` copy: "
-            f"{small.loc[p[0], 'median_ms'] * 1e3:.0f} µs right after a wake",
-            f"{small.loc[p[-1], 'median_ms'] * 1e3:.0f} µs after {p[-1]:g} ms idle",
+            f"{small.loc[p[0], 'median_ms'] * 1e3:.0f} µs after a {p[0]:g} ms pause",
+            f"{gaps[p[0]]:.1f} ms after the previous copy",
+            f"{small.loc[p[-1], 'median_ms'] * 1e3:.0f} µs after a {p[-1]:g} ms pause",
+            f"{gaps[p[-1]]:.1f} ms after the previous copy",
             f"{small.loc[p[-1], 'slow_share']:.0%} of copies at least {factors_idle.SLOW_RATIO:g}x",
             f"after {p[1]:g} to {p[-2]:g} ms {between.min():.2f}x to {between.max():.2f}x",
         ]
