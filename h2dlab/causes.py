@@ -5,7 +5,7 @@ Rules with direct evidence come first, in this order: ``context_init``,
 ``host_alloc_growth``, ``device_alloc`` (allocator counters), then the per-copy evidence
 of table schemas 2 and 3 (``h2dlab.causes_evidence``) — ``page_faults``,
 ``host_preempted``, ``host_blocked``, ``gc_pause``, ``other_threads``, ``host_parallel``,
-``gpu_shared``, ``gpu_clock_low``. A
+``host_crowded``, ``gpu_shared``, ``gpu_clock_low``. A
 column a table does not have (older tables) or a NaN in it (not measured) makes its rule
 unavailable, never a guess. Every rule compares the row with its neighbours (same run
 and strategy, or same run for the GPU's state), so a condition that holds for every copy
@@ -74,6 +74,10 @@ CAUSES: dict[str, str] = {
     "host_parallel": (
         "the time went into the timed host call while PyTorch's worker threads ran beside it (a parallel CPU "
         "copy waits for its slowest worker)"
+    ),
+    "host_crowded": (
+        "PyTorch's worker threads took the CPUs: the timing thread waited to run, then on its CPU for them "
+        "(a parallel CPU copy with as many workers as CPUs)"
     ),
     "gpu_shared": "other processes used the GPU during the copy, more than during its neighbours",
     "gpu_clock_low": "the GPU's SM clock was well below the run's median",

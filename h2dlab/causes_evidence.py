@@ -6,9 +6,10 @@ the GPU and the SM clock; schema 3 adds the scheduler's account of the timing th
 (run-queue wait, context switches, a move to another CPU), every thread's CPU time and
 page faults, and ``issue_ms`` (when the timed call returned). ``evidence_cause`` tries,
 in order: ``page_faults``, ``host_preempted``, ``host_blocked``, ``gc_pause``,
-``other_threads``, ``host_parallel`` (schema 4, ``h2dlab.causes_parallel``), ``gpu_shared``,
-``gpu_clock_low``. A NaN or missing column makes its rule unavailable,
-never a guess; every rule compares the row with its neighbours (``causes.neighbours``).
+``other_threads``, ``host_parallel``, ``host_crowded`` (schema 4: ``h2dlab.causes_parallel``,
+``h2dlab.causes_crowded``), ``gpu_shared``, ``gpu_clock_low``. A NaN or missing column
+makes its rule unavailable, never a guess; every rule compares the row with its
+neighbours (``causes.neighbours``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from h2dlab.causes_crowded import crowded_cause
 from h2dlab.causes_parallel import parallel_cause
 from h2dlab.causes_threads import MIN_OTHERS_RATIO, others_cause, others_ms, usual_share
 from h2dlab.causes_wake import wake_check
@@ -218,9 +220,9 @@ def evidence_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tup
             f"{slow}; Python's garbage collector ran {int(gc)} time(s) during the copy{took} (its neighbours: "
             f"{0 if not finite(gtyp) else gtyp:g}), pausing the thread that issues it{cpu}"
         )
-    found = others_cause(row, ctx, val, slow) or parallel_cause(
-        row, ctx, val, slow, run_delay_inside(_get(row, "run_delay_ms"), wall, _get(row, "cpu_ms"))
-    )
+    wait = run_delay_inside(_get(row, "run_delay_ms"), wall, _get(row, "cpu_ms"))
+    found = others_cause(row, ctx, val, slow)
+    found = found or parallel_cause(row, ctx, val, slow, wait) or crowded_cause(row, ctx, val, slow, wait)
     if found:
         return found
     procs, pmed = _get(row, "gpu_procs"), ctx["procs_med"]

@@ -33,6 +33,7 @@ __all__ = [
     "MIN_OTHERS_CPUS",
     "busiest_share",
     "parallel_cause",
+    "usual_issue",
 ]
 
 #: The timing thread was on its CPU for at least this share of the copy's wall time
@@ -79,10 +80,24 @@ def busiest_share(df: pd.DataFrame) -> pd.Series:
     return df["busiest_cpu_ms"].astype(float) / window.where(window > 0)
 
 
-def _usual_issue(row: pd.Series, ctx: pd.Series) -> tuple[float, str]:
+def usual_issue(row: pd.Series, ctx: pd.Series) -> tuple[float, str]:
     """The neighbours' usual time in the timed call (ms) and how the sentence names it: the
-    median over copies of this size (``issue_cell``), else the group's usual share of its
-    time in the call (``issue_typ``) at this copy's expected time."""
+    median over copies of this size (``ctx["issue_cell"]``), else the group's usual share
+    of its time in the call (``ctx["issue_typ"]``) at this copy's expected time (NaN where
+    neither is known). ``causes_crowded`` reads it too.
+
+    Parameters
+    ----------
+    row
+        The row of ``outliers.detect()``'s output (``expected_ms``).
+    ctx
+        Its row of ``causes.neighbours()`` (``issue_cell``, ``issue_typ``).
+
+    Returns
+    -------
+    tuple of (float, str)
+        The usual time in the call (ms) and the words that say where it came from.
+    """
     cell, typ = number(ctx.get("issue_cell")), number(ctx.get("issue_typ"))
     if np.isfinite(cell):
         return cell, f"copies of this size: {cell:.2f} ms, median"
@@ -146,7 +161,7 @@ def parallel_cause(
     if rate < MIN_OTHERS_CPUS or busy < MIN_BUSIEST_SHARE:
         return None
     issue = number(row.get("issue_ms"))
-    usual, like = _usual_issue(row, ctx)
+    usual, like = usual_issue(row, ctx)
     in_call = np.isfinite(issue) and np.isfinite(usual)
     if in_call and issue - usual < MIN_IN_CALL_SHARE * extra:
         return None

@@ -26,6 +26,9 @@ explain() gives every flagged row one cause from ``CAUSES`` with an evidence sen
 - ``host_parallel``: (tables that read each thread's own CPU clock) the extra time went
   into the timed host call, the timing thread on its CPU, while PyTorch's worker threads
   ran beside it (``causes_parallel``; tried after ``other_threads``, before ``gpu_shared``);
+- ``host_crowded``: (the same tables) as ``host_parallel``, but the workers had taken the
+  CPUs: the timing thread waited to run for part of the extra time (a quarter to a half),
+  then on its CPU for them (``causes_crowded``; tried right after ``host_parallel``);
 - ``episode``: part of a time-ordered stretch of slow rows, found with a change-point
   method (ruptures' kernel change-point search with a linear kernel: the l2 cost, PELT;
   ``h2dlab.episodes``) in two passes: per curve (one strategy's copies in ``order``),
