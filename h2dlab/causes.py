@@ -18,6 +18,8 @@ runs calibrate (``h2dlab.causes_wake``; never without them), else ``unexplained`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -38,6 +40,7 @@ from h2dlab.causes_parallel import busiest_share
 from h2dlab.causes_threads import others_share
 from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, run_pauses, wake_cause
 from h2dlab.episodes import Stretch
+from h2dlab.wake_source import Wake, of_attrs, per_run
 
 __all__ = [
     "CAUSES",
@@ -108,7 +111,9 @@ def _col(df: pd.DataFrame, name: str) -> pd.Series:
 
 
 def neighbours(
-    df: pd.DataFrame, pauses: dict[object, float] | None = None, wake: WakeCalibration | None = None
+    df: pd.DataFrame,
+    pauses: dict[object, float] | None = None,
+    wake: WakeCalibration | Mapping[object, Wake] | None = None,
 ) -> pd.DataFrame:
     """Per row, what its neighbours looked like (the rules compare a row with these).
 
@@ -122,8 +127,9 @@ def neighbours(
     ``procs_med``, ``idle_gap_ms`` (host time since the previous timed copy of the run
     ended: ``causes_wake.idle_gap_ms``), ``idle_pause_ms`` (the row's run's ``--pause``,
     NaN where it did not pause: from ``pauses``, else read from ``df.attrs``), ``wake`` (the
-    same ``causes_wake.WakeCalibration`` on every row: ``wake``, else
-    ``df.attrs["wake_calibration"]``; None without idle runs), ``issue_cell`` (median ``issue_ms`` over the timed
+    row's run's ``causes_wake.WakeCalibration``, or a sentence why it has none: ``wake``,
+    one for every row or per run, else ``df.attrs``, ``wake_source.of_attrs``; None without
+    idle runs), ``issue_cell`` (median ``issue_ms`` over the timed
     rows of the same group and size, NaN below :data:`MIN_CELL_ROWS`), and from schema 3
     the medians of ``rd_typ`` (the run-queue wait that fits in the copy,
     ``causes_evidence.run_delay_inside``, / wall_ms),
@@ -176,8 +182,7 @@ def neighbours(
     pauses = run_pauses(df) if pauses is None else pauses
     ctx["idle_gap_ms"] = idle_gap_ms(df)
     ctx["idle_pause_ms"] = df["run_id"].map(pauses).astype(float)
-    wake = df.attrs.get("wake_calibration") if wake is None else wake
-    ctx["wake"] = pd.Series([wake] * len(df), index=df.index, dtype=object)
+    ctx["wake"] = per_run(of_attrs(df.attrs) if wake is None else wake, df["run_id"])
     run = df["run_id"]
     ctx["clock_med"] = _col(df, "sm_clock_mhz").where(timed).groupby(run, sort=False).transform("median")
     ctx["procs_med"] = _col(df, "gpu_procs").where(timed).groupby(run, sort=False).transform("median")

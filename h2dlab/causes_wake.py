@@ -14,9 +14,9 @@ sits (the GPU's copy engine, its PCIe link, the driver, the host) the tables can
 How long a spell it takes, and what the wake-up costs, is a property of the machine and
 even of the VM's boot: one H200 boot showed it after 2 ms, the kit's own recording on
 another after 10 ms but not after 3 ms. So the rule uses only a :class:`WakeCalibration`
-made from idle runs recorded beside the table (``factors_idle.wake_calibration``,
-attached by ``datasets.load`` as ``attrs["wake_calibration"]``); without one, ``gpu_wake``
-never fires.
+made from idle runs recorded on the copy's machine (``factors_idle.wake_calibration``,
+attached per run by ``datasets.load``: ``wake_source``); without one, ``gpu_wake`` never
+fires.
 
 The table records when each copy's timing began (``t_s``) and how long it took
 (``wall_ms``): :func:`idle_gap_ms` is the host time from the end of the previous timed
@@ -231,8 +231,8 @@ def _issue_text(row: pd.Series, ctx: pd.Series) -> str:
 
 
 def calibration_of(ctx: pd.Series) -> WakeCalibration | None:
-    """The :class:`WakeCalibration` in a row of ``causes.neighbours()`` (``ctx["wake"]``),
-    or None when the table has no idle runs beside it."""
+    """The :class:`WakeCalibration` in a row of ``causes.neighbours()`` (``ctx["wake"]``), or
+    None where the row's run has none (``ctx["wake"]`` is then None or says why, in words)."""
     cal = ctx.get("wake")
     return cal if isinstance(cal, WakeCalibration) else None
 
@@ -302,8 +302,8 @@ def wake_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[s
 def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
     """What the idle gap rules out for one copy, in words that quote the numbers, or
     None where the gap or the timing is unknown (``causes_evidence.ruled_out``'s
-    ``idle gap`` check). Without a calibration (``ctx["wake"]``) it says that no idle
-    runs tell what a pause costs on this machine.
+    ``idle gap`` check). Without a calibration it gives the reason ``ctx["wake"]`` holds
+    (a str), else says that no idle runs tell what a pause costs on this machine.
 
     Parameters
     ----------
@@ -328,7 +328,8 @@ def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
     idle = _gap_text(gap, ctx)
     cal = calibration_of(ctx)
     if cal is None:
-        return f"{idle}; no idle runs recorded beside this table to tell what a pause costs on this machine"
+        why = ctx.get("wake")
+        return f"{idle}; {why if isinstance(why, str) else 'no idle runs recorded beside this table to tell what a pause costs on this machine'}"
     if cal.idle_ms is None or cal.extra_ms is None:
         return (
             f"{idle}; this machine's idle runs show no wake-up cost after pauses up to {max(cal.pauses):g} ms "

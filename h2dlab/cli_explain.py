@@ -216,14 +216,15 @@ def report(source: str, n_boot: int = 100) -> dict[str, Any]:
     from h2dlab import model, outliers
     from h2dlab.causes_wake import run_pauses
     from h2dlab.env import describe
+    from h2dlab.wake_source import of_attrs
 
     df = load_source(source)
     env = datasets.run_env(df)
     names = _run_names(df)
     # Analyse a copy without attrs: pandas deep-copies attrs (every run's env.json) on each
     # column access, which cost more CPU than the fit itself; explain gets what it reads of
-    # them (the runs' --pause, the idle runs' calibration) as arguments.
-    wake, pauses = df.attrs.get("wake_calibration"), run_pauses(df)
+    # them (the runs' --pause, each run's calibration by the idle runs) as arguments.
+    wake, pauses = of_attrs(df.attrs), run_pauses(df)
     df = df.copy(deep=False)
     df.attrs = {}
     fitted = judged_fits(df, names, n_boot)

@@ -23,7 +23,6 @@ import pandas as pd
 
 from h2dlab import wake_source
 from h2dlab.catalog import DATASETS, TIMELINES
-from h2dlab.causes_wake import WakeCalibration
 from h2dlab.record_folder import is_kind_folder, is_recording, kinds_in
 from h2dlab.record_folder import run_tables as _tables
 from h2dlab.schema import (
@@ -170,11 +169,13 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
     Every run's fingerprint is in ``df.attrs['envs']`` (run_id -> env dict), and the
     dataset name in ``df.attrs['dataset']``. A kind of a recording (its folder, or one of
     its tables; ``record_folder.is_kind_folder``) whose recording has an ``idle`` kind gets
-    ``df.attrs['wake_calibration']``, ``factors_idle.wake_calibration`` of those idle runs
-    measured on a CUDA GPU of the table's machine (``wake_source``; None when they hold
-    fewer than two pauses): what ``outliers.explain`` needs to name a copy ``gpu_wake`` on
-    this machine. The ``idle`` kind gets it from its own runs. An idle kind that cannot be
-    read gives None and one warning; the table still loads.
+    ``df.attrs['wake_calibrations']``: per run, ``factors_idle.wake_calibration`` of those
+    idle runs measured on a CUDA GPU of that run's machine, or a sentence saying why they
+    cannot calibrate it (``wake_source.calibrations``): what ``outliers.explain`` needs to
+    name a copy ``gpu_wake``. ``df.attrs['wake_calibration']`` holds the one calibration
+    every run shares, None when they do not share one (``wake_source.shared``). The
+    ``idle`` kind gets them from its own runs. An idle kind that cannot be read gives no
+    calibration (None and an empty mapping) and one warning; the table still loads.
 
     Raises
     ------
@@ -210,7 +211,9 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
     out = _read_runs(paths, os.fspath(name))
     idle = _idle_beside(folder)
     if idle is not None:
-        out.attrs["wake_calibration"] = _calibrate(out, idle, folder)
+        cals = _calibrate(out, idle, folder)
+        out.attrs["wake_calibrations"] = cals
+        out.attrs["wake_calibration"] = wake_source.shared(cals, out.attrs["envs"])
     return out
 
 
@@ -244,15 +247,15 @@ def _idle_beside(where: Path) -> Path | None:
     return idle if is_kind_folder(kind) and _tables(idle) else None
 
 
-def _calibrate(table: pd.DataFrame, idle: Path, folder: Path) -> WakeCalibration | None:
-    """The calibration a recording's idle runs make for ``table`` (``wake_source``), None
-    when they cannot make one; idle runs that cannot be read give None and a warning."""
+def _calibrate(table: pd.DataFrame, idle: Path, folder: Path) -> dict[object, wake_source.Wake]:
+    """Per run of ``table``, the calibration a recording's idle runs make for it or why they
+    cannot (``wake_source.calibrations``); idle runs that cannot be read give none and a warning."""
     try:
         runs = table if idle == folder else _read_runs(_tables(idle), "")
     except (ValueError, TypeError, KeyError, OSError) as exc:  # SchemaError is a ValueError
         warnings.warn(f"{idle}: the idle runs cannot be read ({exc}); gpu_wake is off", stacklevel=3)
-        return None
-    return wake_source.calibration(table, runs, f"{idle.parent.name}/idle")
+        return {}
+    return wake_source.calibrations(table, runs, f"{idle.parent.name}/idle")
 
 
 FORUM_COLUMNS = {

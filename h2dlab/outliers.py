@@ -44,7 +44,7 @@ explain() gives every flagged row one cause from ``CAUSES`` with an evidence sen
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -54,6 +54,7 @@ from h2dlab.causes import CAUSES, generic_cause, group_columns, neighbours, spec
 from h2dlab.causes_wake import WakeCalibration, run_pauses
 from h2dlab.episodes import pelt_l2
 from h2dlab.model import MODEL_COLUMNS, check_values, fit_line, value_ms
+from h2dlab.wake_source import Wake, of_attrs, shared
 
 __all__ = [
     "CAUSES",
@@ -157,7 +158,9 @@ def _detected(df: pd.DataFrame) -> bool:
 
 
 def explain(
-    df: pd.DataFrame, wake: WakeCalibration | None = None, pauses: dict[object, float] | None = None
+    df: pd.DataFrame,
+    wake: WakeCalibration | Mapping[object, Wake] | None = None,
+    pauses: dict[object, float] | None = None,
 ) -> pd.DataFrame:
     """Add ``episode`` (id or -1), ``cause`` and ``evidence`` to ``detect()``'s output.
 
@@ -179,10 +182,13 @@ def explain(
     flagged row in no episode and with no direct evidence is
     ``gpu_wake`` when the idle gap before it and its small extra time fit a wake-up, else
     ``unexplained``: episodes win over ``gpu_wake`` (a stretch of slow copies is not one
-    copy's wake-up). ``gpu_wake`` needs a calibration from idle runs recorded on the same
-    machine: ``wake`` (``factors_idle.wake_calibration``), else
-    ``df.attrs["wake_calibration"]``, which ``datasets.load`` attaches to a kind of a
-    recording that has an ``idle`` kind; without one no copy is ``gpu_wake``. ``pauses``
+    copy's wake-up). ``gpu_wake`` needs a calibration from idle runs recorded on the copy's
+    machine: ``wake``, one (``factors_idle.wake_calibration``) for every run or a mapping
+    run_id to its run's (or to a sentence why it has none: ``wake_source.calibrations``),
+    else the ``attrs`` ``datasets.load`` attaches to a kind of a recording that has an
+    ``idle`` kind (``wake_source.of_attrs``); a copy of a run without one is never
+    ``gpu_wake``. The output's ``attrs`` hold the calibration used, per run, under
+    ``wake_calibrations``, and the one they share under ``wake_calibration``. ``pauses``
     (run_id to ``--pause`` ms) is read from ``df.attrs["envs"]`` when None
     (``causes_wake.run_pauses``).
 
@@ -201,7 +207,7 @@ def explain(
     out["cause"] = ""
     out["evidence"] = ""
     v = value_ms(out)
-    wake = df.attrs.get("wake_calibration") if wake is None else wake
+    wake = of_attrs(df.attrs) if wake is None else wake
     pauses = run_pauses(df) if pauses is None else pauses
     ctx = neighbours(out, pauses, wake)  # --pause and calibration, from the attrs out no longer has
 
@@ -242,7 +248,12 @@ def explain(
         )
         out.at[i, "cause"] = cause
         out.at[i, "evidence"] = ev
-    out.attrs = {**df.attrs, "wake_calibration": wake} if wake is not None else dict(df.attrs)
+    out.attrs = dict(df.attrs)
+    if wake is not None:  # ruled_out(out) reads it back, one per run
+        runs = out["run_id"].unique()
+        one = shared(wake, runs) if isinstance(wake, Mapping) else wake
+        cals = dict(wake) if isinstance(wake, Mapping) else dict.fromkeys(runs, wake)
+        out.attrs.update(wake_calibrations=cals, wake_calibration=one)
     return out
 
 

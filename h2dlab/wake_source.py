@@ -1,15 +1,19 @@
-"""Which idle runs may calibrate ``gpu_wake`` for a table, and the calibration they make.
+"""Which idle runs may calibrate ``gpu_wake`` for each run of a table, and the calibration they make.
 
-``datasets.load`` attaches to each kind of a recording the calibration its ``idle`` runs
-make (``attrs["wake_calibration"]``). An idle run only speaks for the table's GPU when it
-timed copies to a CUDA GPU (``spec.device`` ``cuda...``; ``measure --device cpu --pause``
-copies within host memory) on the same machine: the same ``gpu_name``, ``hostname`` and
-``platform`` (kernel and boot image) in its env.json as every run of the table. A table
-whose runs lack those, or come from several machines, gets no calibration. No torch here.
+``datasets.load`` attaches to each kind of a recording, per run, the calibration its
+``idle`` runs make (``attrs["wake_calibrations"]``, :func:`calibrations`). An idle run
+only speaks for a run's GPU when it timed copies to a CUDA GPU (``spec.device``
+``cuda...``; ``measure --device cpu --pause`` copies within host memory) on the same
+machine: the same ``gpu_name``, ``hostname`` and ``platform`` (kernel and boot image) in
+its env.json as that run. A run that lacks those, or whose machine no idle run shares,
+gets no calibration; where the recording's idle runs come from another machine or boot,
+or the run does not name its machine, it gets a sentence saying so instead, which the
+copies' idle-gap check quotes (``causes_wake.wake_check``). No torch here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -17,18 +21,37 @@ import pandas as pd
 from h2dlab.causes_wake import WakeCalibration
 from h2dlab.factors_idle import wake_calibration
 
-__all__ = ["MACHINE_KEYS", "calibrating_runs", "calibration", "machine_of", "on_cuda"]
+__all__ = [
+    "MACHINE_KEYS",
+    "Wake",
+    "calibrating_runs",
+    "calibration",
+    "calibrations",
+    "machine_of",
+    "of_attrs",
+    "on_cuda",
+    "per_run",
+    "shared",
+]
 
-#: The env.json fields an idle run must share with a table's runs to calibrate it.
+#: The env.json fields an idle run must share with a run to calibrate it.
 MACHINE_KEYS = ("gpu_name", "hostname", "platform")
+
+#: What one run's calibration may be: a :class:`~h2dlab.causes_wake.WakeCalibration`, or
+#: a sentence saying why the recording's idle runs cannot calibrate it.
+Wake = WakeCalibration | str
+
+
+def _named(env: dict, key: str) -> bool:
+    v = env.get(key)
+    return isinstance(v, str) and bool(v.strip())
 
 
 def machine_of(env: Any) -> tuple[str, ...] | None:
     """A run's machine from its env.json (:data:`MACHINE_KEYS`), None when it lacks one."""
-    if not isinstance(env, dict):
+    if not isinstance(env, dict) or not all(_named(env, k) for k in MACHINE_KEYS):
         return None
-    values = tuple(env.get(k) for k in MACHINE_KEYS)
-    return values if all(isinstance(v, str) and v.strip() for v in values) else None
+    return tuple(env[k] for k in MACHINE_KEYS)
 
 
 def on_cuda(env: Any) -> bool:
@@ -38,8 +61,22 @@ def on_cuda(env: Any) -> bool:
     return isinstance(device, str) and device.startswith("cuda")
 
 
+def _envs(df: pd.DataFrame) -> dict:
+    envs = df.attrs.get("envs")
+    return envs if isinstance(envs, dict) else {}
+
+
+def _runs_of(machine: tuple[str, ...] | None, idle_runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``idle_runs`` measured on a CUDA GPU of ``machine`` (none for None)."""
+    envs = _envs(idle_runs)
+    keep = [r for r, e in envs.items() if machine is not None and on_cuda(e) and machine_of(e) == machine]
+    out = idle_runs[idle_runs["run_id"].isin(keep)]
+    out.attrs = {**idle_runs.attrs, "envs": {r: envs[r] for r in keep}}
+    return out
+
+
 def calibrating_runs(table: pd.DataFrame, idle_runs: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``idle_runs`` that may calibrate ``gpu_wake`` for ``table``.
+    """The rows of ``idle_runs`` that may calibrate ``gpu_wake`` for every run of ``table``.
 
     Parameters
     ----------
@@ -53,24 +90,132 @@ def calibrating_runs(table: pd.DataFrame, idle_runs: pd.DataFrame) -> pd.DataFra
     pandas.DataFrame
         The idle runs measured on a CUDA GPU of the one machine every run of ``table``
         was measured on (no rows when the table's runs do not name one machine);
-        ``attrs["envs"]`` holds theirs only.
+        ``attrs["envs"]`` holds theirs only. :func:`calibrations` matches run by run.
     """
-    machines = {machine_of(e) for e in (table.attrs.get("envs") or {}).values()}
-    machine = machines.pop() if len(machines) == 1 else None
-    envs = idle_runs.attrs.get("envs")
-    envs = envs if isinstance(envs, dict) else {}
-    keep = [r for r, e in envs.items() if machine is not None and on_cuda(e) and machine_of(e) == machine]
-    out = idle_runs[idle_runs["run_id"].isin(keep)]
-    out.attrs = {**idle_runs.attrs, "envs": {r: envs[r] for r in keep}}
-    return out
+    machines = {machine_of(e) for e in _envs(table).values()}
+    return _runs_of(machines.pop() if len(machines) == 1 else None, idle_runs)
 
 
-def calibration(table: pd.DataFrame, idle_runs: pd.DataFrame, label: str) -> WakeCalibration | None:
-    """``factors_idle.wake_calibration`` of the idle runs that may calibrate ``table``
-    (:func:`calibrating_runs`), named ``label``; None when they hold fewer than two pauses."""
-    runs = calibrating_runs(table, idle_runs)
+def _calibrate(runs: pd.DataFrame, label: str) -> WakeCalibration | None:
     runs.attrs["dataset"] = label
     try:
         return wake_calibration(runs)
     except ValueError:
         return None
+
+
+def calibration(table: pd.DataFrame, idle_runs: pd.DataFrame, label: str) -> WakeCalibration | None:
+    """``factors_idle.wake_calibration`` of the idle runs that may calibrate ``table``
+    (:func:`calibrating_runs`), named ``label``; None when they hold fewer than two pauses."""
+    return _calibrate(calibrating_runs(table, idle_runs), label)
+
+
+def _elsewhere(machine: tuple[str, ...], others: list[tuple[str, ...]], label: str) -> str:
+    """Why idle runs of ``others`` (machines) cannot calibrate a run of ``machine``: the keys
+    in which the nearest of them differs, with both values."""
+    nearest = min(sorted(others), key=lambda m: sum(a != b for a, b in zip(m, machine, strict=True)))
+    differ = ", ".join(
+        f"{k} {theirs} where this run's is {ours}"
+        for k, theirs, ours in zip(MACHINE_KEYS, nearest, machine, strict=True)
+        if theirs != ours
+    )
+    where = "another machine or boot" if len(others) == 1 else f"{len(others)} other machines or boots"
+    nearest_of = "" if len(others) == 1 else "the nearest: "
+    return (
+        f"the recording's idle runs ({label}) were measured on {where} ({nearest_of}{differ}), so they cannot "
+        f"tell what a pause costs on this one"
+    )
+
+
+def calibrations(table: pd.DataFrame, idle_runs: pd.DataFrame, label: str) -> dict[object, Wake]:
+    """Per run of ``table``, the calibration of the idle runs measured on a CUDA GPU of its
+    own machine, or why the idle runs cannot make one for it.
+
+    Parameters
+    ----------
+    table
+        The runs to explain (their env.json in ``attrs["envs"]``, run_id to dict).
+    idle_runs
+        Runs measured with ``--pause`` (their env.json in ``attrs["envs"]``).
+    label
+        What the calibrations name as their idle runs (``WakeCalibration.source``), e.g.
+        ``"h200/idle"``.
+
+    Returns
+    -------
+    dict
+        run_id to ``factors_idle.wake_calibration`` of the CUDA idle runs of the run's
+        machine (:data:`MACHINE_KEYS`), made once per machine; or, where some idle runs
+        timed a CUDA GPU of a named machine but none of this run's, a sentence saying that
+        the idle runs come from another machine or boot (naming each key that differs
+        from the nearest such machine, with both values), or that the run's env.json does
+        not name its machine. Runs whose machine's idle runs hold fewer than two pauses,
+        and every run when no idle run timed a CUDA GPU of a named machine, are left out.
+    """
+    idle_machines = sorted({m for e in _envs(idle_runs).values() if on_cuda(e) and (m := machine_of(e))})
+    made: dict[tuple[str, ...], WakeCalibration | None] = {}
+    out: dict[object, Wake] = {}
+    for run, env in _envs(table).items() if idle_machines else ():
+        machine = machine_of(env)
+        if machine is None:
+            lacks = ", ".join(k for k in MACHINE_KEYS if isinstance(env, dict) and not _named(env, k))
+            named = f"names no {lacks}" if isinstance(env, dict) else "is missing"
+            out[run] = (
+                f"this run's env.json {named}, so the recording's idle runs ({label}) cannot be matched to "
+                f"its machine"
+            )
+        elif machine not in idle_machines:
+            out[run] = _elsewhere(machine, idle_machines, label)
+        else:
+            if machine not in made:
+                made[machine] = _calibrate(_runs_of(machine, idle_runs), label)
+            if made[machine] is not None:
+                out[run] = made[machine]
+    return out
+
+
+def shared(wake: Mapping[object, Wake], run_ids: Iterable[object]) -> WakeCalibration | None:
+    """The one calibration every run of ``run_ids`` has in ``wake`` (:func:`calibrations`),
+    else None (a run without one, or runs of two machines)."""
+    found = [wake.get(r) for r in run_ids]
+    first = found[0] if found else None
+    return first if isinstance(first, WakeCalibration) and all(c == first for c in found) else None
+
+
+def of_attrs(attrs: Mapping[str, Any]) -> WakeCalibration | Mapping[object, Wake] | None:
+    """The calibration(s) a table's ``attrs`` carry: ``attrs["wake_calibrations"]`` (per
+    run) where set, else ``attrs["wake_calibration"]`` (one for every run), else None."""
+    per = attrs.get("wake_calibrations")
+    return per if isinstance(per, Mapping) else attrs.get("wake_calibration")
+
+
+def per_run(wake: WakeCalibration | Mapping[object, Wake] | None, run_ids: pd.Series) -> pd.Series:
+    """Per row, its run's calibration (or the sentence why it has none; None where neither).
+
+    Parameters
+    ----------
+    wake
+        One calibration for every run, a mapping run_id to calibration or sentence
+        (:func:`calibrations`; runs it lacks get None), or None.
+    run_ids
+        The rows' ``run_id``.
+
+    Returns
+    -------
+    pandas.Series
+        Objects on ``run_ids``'s index.
+
+    Raises
+    ------
+    TypeError
+        ``wake`` is neither a ``WakeCalibration``, a mapping nor None.
+    """
+    if isinstance(wake, Mapping):
+        values = [wake.get(r) for r in run_ids]
+    elif wake is None or isinstance(wake, WakeCalibration):
+        values = [wake] * len(run_ids)
+    else:
+        raise TypeError(
+            f"wake must be a WakeCalibration or a mapping run_id -> one, not {type(wake).__name__}"
+        )
+    return pd.Series(values, index=run_ids.index, dtype=object)
