@@ -86,9 +86,10 @@ CAUSES: dict[str, str] = {
     "gpu_clock_low": "the GPU's SM clock was well below the run's median",
     "episode": "part of a time-ordered stretch of slow copies",
     "gpu_wake": (
-        "a little slow after a spell without copies: the first copy after one pays for a wake-up (of the GPU's "
-        "copy engine, its PCIe link, the driver or the host); named only where idle runs recorded beside the "
-        "table show after how long a spell, and at what cost (likely, not certain: only the gap points to it)"
+        "a small copy a little slow after a spell without copies, consistent with some part waking up (the GPU's "
+        "copy engine, its PCIe link, the driver or the host: not shown which); named only where idle runs "
+        "recorded beside the table show after how long a spell, and at what cost (likely, not certain: only the "
+        "gap points to it)"
     ),
     "unexplained": "no evidence points anywhere; the evidence says what was ruled out",
 }

@@ -1,22 +1,21 @@
-"""The ``gpu_wake`` rule: a small copy is slow when no copy ran for a while before it.
+"""The ``gpu_wake`` rule: a small copy a little slow when no copy ran for a while before it.
 
-The first copy after a spell without copies pays for a wake-up. A probe outside the kit
-first showed it on the H200; the kit measures it itself with ``h2dlab measure --pause MS``
-(the ``idle`` kind of a recording: the timer submits a tiny GPU operation and waits for
-it, spins MS ms with the GPU idle, then times the copy). That submission does not undo the
-cost: a probe on the H200 (kit commit b0713c3) timed 64 KiB pageable copies through the
-kit's timer with a zero pause, so the submission came right before each copy, and they
-took a median 108 us when the previous copy had ended 3 ms before and 186 us when it had
-ended 100 ms before; and in the recorded idle runs a copy that followed a 82-109 ms gap
-(a full garbage collection in the loop, see ``gc_steady``) was slow even in the runs with
-pauses of 0-3 ms. So what counts is the time since the previous *copy*; where the delay
-sits (the GPU's copy engine, its PCIe link, the driver, the host) the tables cannot say.
-How long a spell it takes, and what the wake-up costs, is a property of the machine and
-even of the VM's boot: one H200 boot showed it after 2 ms, the kit's own recording on
-another after 10 ms but not after 3 ms. So the rule uses only a :class:`WakeCalibration`
-made from idle runs recorded on the copy's machine (``factors_idle.wake_calibration``,
-attached per run by ``datasets.load``: ``wake_source``); without one, ``gpu_wake`` never
-fires.
+A longer gap since the previous copy goes with a slower small copy, consistent with some
+part (the GPU's copy engine, its PCIe link, the driver, the host) waking up; the tables
+cannot say which, nor prove the mechanism. The kit measures it with ``h2dlab measure
+--pause MS`` (the ``idle`` kind of a recording: the timer submits a tiny GPU operation and
+waits for it, spins MS ms with the GPU idle, then times the copy). That submission does
+not remove the cost: a probe on the H200 (kit commit b0713c3, host clock) timed 64 KiB
+pageable copies through the kit's timer with a zero pause, the submission right before
+each copy: a median 108 us after 3 ms of spinning since the previous copy, 186 us after
+100 ms; and in the recorded idle runs the copy after a 82-109 ms gap (a garbage
+collection in the loop, see ``gc_steady``) was slow even in the runs with pauses of 0-3
+ms. So the gap is measured from the previous *copy*; it is not the only factor (in the
+same probe, sleeping 3 ms instead of spinning made the copy slower too). When the cost
+starts, and what it is, varies between machines and between recordings of one machine:
+so the rule uses only a :class:`WakeCalibration` made from idle runs recorded on the
+copy's machine (``factors_idle.wake_calibration``, attached per run by ``datasets.load``:
+``wake_source``); without one, ``gpu_wake`` never fires.
 
 The table records when each copy's timing began (``t_s``) and how long it took
 (``wall_ms``): :func:`idle_gap_ms` is the host time from the end of the previous timed
@@ -246,7 +245,8 @@ def _calibrated(cal: WakeCalibration) -> str:
     return (
         f"in this machine's idle runs, after pauses of {cal.idle_ms:g} ms{between}, "
         f"{cal.share_at(cal.idle_ms):.0%} of the smallest copies took at least {cal.slow_ratio:g}x their median "
-        f"after the shortest pause, and the slowest tenth at most {cal.extra_ms:.2f} ms more ({cal.source})"
+        f"after the shortest pause, and every cell's 90th percentile at most {cal.extra_ms:.2f} ms above its "
+        f"median after the shortest pause ({cal.source})"
     )
 
 

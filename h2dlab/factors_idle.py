@@ -204,6 +204,9 @@ def idle_wake(df: pd.DataFrame) -> Finding:
         + "; ".join(parts)
         + f". After the longest pause, {levels[-1]:g} ms, every cell's 90th percentile {tail}."
         + spans
+        # a run's pause is its env.json's: each pause lies in runs of its own
+        + " Each pause ran in runs of its own (a process each), so part of any difference between pauses is the "
+        "spread between processes."
     )
     if missing:
         lacks = "; ".join(f"`{k}` lacks {_pauses_text(q)}" for k, q in sorted(missing.items()))

@@ -1,21 +1,26 @@
 """Python's garbage collector kept from stalling a measuring loop between copies.
 
-A full (generation 2) collection walks every object Python tracks. In a process with
-torch, CUDA and pandas loaded that is some 170 000 objects, and on the H200 machine one
-collection took 34-59 ms (``gc.collect()`` three times, kit commit b0713c3). The loop makes
-enough objects per row to start one every few hundred copies: in the recorded ``idle``
-runs of ``data/h200`` the copy after such a stall (82-109 ms between two copies where the
-loop usually leaves 3-13 ms) was the slowest of its cell in three of the four runs, because
-a copy after a long spell without copies is slow whatever filled the spell (a probe on the
-same machine: a 64 KiB pageable copy took a median 108 us after 3 ms of spinning, 186 us
-after 100 ms of spinning and 175 us after a full collection).
+A full (generation 2) collection walks every object Python tracks. In a probe process on
+the H200 machine (torch, CUDA and the kit's timer loaded, no pandas: 166 000 objects) one
+took 34-59 ms (``gc.collect()`` three times, kit commit b0713c3); in a run of the kit's own
+CLI there (``h2dlab measure ... --pause 0``, every collection logged) the full collections
+took 14, 47 and 91 ms, the 91 ms one between two copies. The loop makes enough objects to
+start one such collection in each 252-copy idle run of ``data/h200``: there the copy at
+``order`` 52 began 82-109 ms after the previous one ended, where the loop otherwise leaves
+3-13 ms, and it was the slowest of its cell in three of the four runs. That is consistent
+with what a probe on the same machine showed (host clock, medians): a 64 KiB pageable copy
+took 108 us after 3 ms of spinning, 186 us after 100 ms of spinning and 175 us after a
+full collection (see ``causes_wake``).
 
 :func:`steady_gc` collects once before the loop and then freezes every object that exists
-(``gc.freeze()``): later collections, full ones included, walk only the objects made since,
-which took under 0.1 ms on that machine. The collector stays on, so a collection that
-starts during a copy is still counted (``gc_count``, ``gc_ms``). After the loop the frozen
-objects are handed back to the collector (``gc.unfreeze()``), so a notebook's kernel that
-measured keeps collecting as before.
+(``gc.freeze()``): later collections, full ones included, walk only the objects made since
+(a full collection took under 0.1 ms right after the freeze in that probe). The collector
+stays on, so a collection that starts during a copy is still counted (``gc_count``,
+``gc_ms``). After the loop the frozen objects are handed back to the collector
+(``gc.unfreeze()``) only where nothing was frozen before it: the lent H200's Python starts
+with a few hundred objects frozen, and those, the loop's heap with them, stay frozen (in a
+notebook's kernel too). The copy-table loops use it (``measure``, ``forum``, ``duplex``
+and ``batch``); ``overlap``'s timeline does not.
 """
 
 from __future__ import annotations

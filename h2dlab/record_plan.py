@@ -230,7 +230,7 @@ PLAN: tuple[Experiment, ...] = (
     Experiment("batch", "equal", _a("batch --layout equal --reps 5 --reps-large 3 --warmup 1 --seed 0"), 73.4, 14.8, _a(f"batch --layout equal {_BQ} --seed 0"), fresh=False, what="1-1024 equal tensors, 1 MiB-1 GiB in all, seven ways"),
     Experiment("batch", "mixed", _a("batch --layout mixed --totals 1MiB,16MiB,256MiB --reps 5 --reps-large 3 --warmup 1 --seed 1"), 31.8, 0, _SKIP, fresh=False, what="the same with seeded mixed sizes"),
     *(
-        Experiment("idle", f"pause-{ms}ms", _a(f"{_IDLE} --pause {ms}", reps="40"), est, 0, _SKIP, fresh=False, what=f"4 KiB-1 MiB, each copy after the GPU idled {ms} ms")
+        Experiment("idle", f"pause-{ms}ms", _a(f"{_IDLE} --pause {ms}", reps="40"), est, 0, _SKIP, fresh=False, what=f"4 KiB-1 MiB, each copy after a {ms} ms pause, GPU idle")
         for ms, est in _PAUSES.items()
     ),
     Experiment("concurrent", "concurrent", _a(f"{_GPUS} --reps 5 --reps-large 3 --warmup 2"), 20, 15, _a(f"{_GPUS} --reps 3 --reps-large 2 --warmup 1"), min_gpus=2, what="1 then 2 GPUs copying at once"),

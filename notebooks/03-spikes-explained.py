@@ -25,7 +25,7 @@
 # | `other_threads` | the process's other threads ran far more CPUs' worth during the copy than during copies of its size (tables that read each thread's own CPU clock name the busiest; older ones cannot say which) |
 # | `host_parallel` | the extra time went into the timed host call while PyTorch's worker threads ran beside it, the busiest on a CPU nearly the whole copy: a parallel CPU copy (`pin_memory()`, `torch.cat`, `copy_` into pinned memory) waits for its slowest worker (tables that read each thread's own CPU clock only) |
 # | `episode` | part of a stretch of slow copies in time order, found by change-point detection |
-# | `gpu_wake` | a copy a little slow after a spell without copies: the first copy after one pays a wake-up (of the GPU's copy engine, its PCIe link, the driver or the host); named only where idle runs recorded beside the table (`h2dlab measure --pause`) show after how long a spell, and at what cost, on this machine (likely, not certain: only the gap points to it) |
+# | `gpu_wake` | a small copy a little slow after a spell without copies (the copy after a long gap, sometimes the next one too), consistent with some part waking up (the GPU's copy engine, its PCIe link, the driver or the host: not shown which); named only where idle runs recorded beside the table (`h2dlab measure --pause`) show after how long a spell, and at what cost, on this machine (likely, not certain: only the gap points to it) |
 # | `unexplained` | none of the above; the evidence says what was ruled out |
 
 # %% tags=["parameters"]
@@ -155,15 +155,18 @@ pd.concat(ruled).round(2) if ruled else rec.lacks("forum", "sweep", "allocator")
 # ## 7 · The first copy after a pause
 #
 # *Does a copy cost more when no copy ran for a while?* A small copy's time is mostly fixed
-# costs, and one of them can depend on what came before: the first copy after a spell
-# without copies can pay a wake-up (of the GPU's copy engine, its PCIe link, the driver or the
-# host: the tables cannot say which). The recording's `idle` runs measure this with the kit
-# itself (`h2dlab measure --pause MS`): before each timed copy the kit makes a tiny GPU
-# submission and waits for it, then spins the CPU for the pause while the GPU has nothing to
-# do, then times the copy by CUDA events. The pause comes on top of the few milliseconds the
-# kit's own loop spends between copies, and the submission does not spare the copy the
-# wake-up: what counts is the time since the previous copy. The same small copies after each
-# pause, each pause its own process:
+# costs, and one of them can depend on what came before: after a spell without copies a
+# small copy can be slower, consistent with some part waking up (the GPU's copy engine, its
+# PCIe link, the driver or the host: the tables cannot say which). The recording's `idle`
+# runs measure this with the kit itself (`h2dlab measure --pause MS`): before each timed copy
+# the kit makes a tiny GPU submission and waits for it, then spins the CPU for the pause while
+# the GPU has nothing to do, then times the copy by CUDA events. The pause comes on top of the
+# few milliseconds the kit's own loop spends between copies, and the submission does not
+# remove the cost, so the gap that matters here is the time since the previous copy. It is
+# not the only factor: whether the host thread spun or slept in the gap is not recorded, and a
+# data loader's thread usually sleeps. Each pause ran in its own process, and processes differ
+# a little, so small differences between pauses are not the pause's doing. The same small
+# copies after each pause:
 
 # %% tags=["hide-input"]
 display(Markdown(str(factors.idle_wake(rec.table("idle"))))) if rec.has("idle") else rec.lacks("idle")
@@ -174,8 +177,9 @@ plots.idle_pause(rec.table("idle"), name=f"{DATA}:idle") if rec.has("idle") else
 # %% [markdown]
 # `explain` reads these runs when it judges a slow small copy in the same recording: it names
 # one `gpu_wake` only when the copy began at least as long after the previous one ended as the
-# copies of the shortest pause at which these runs show the cost, and its extra time is no
-# more than they show. The kit's own loop
+# copies of the shortest pause at which these runs show the cost did (their median gap), and
+# its extra time is no more than they show. When the cost starts is this recording's answer,
+# not necessarily your machine's: record your own (`h2dlab record --only idle`). The kit's own loop
 # leaves a few milliseconds between copies (its bookkeeping and evidence reads run there), so what a pause costs
 # on your machine decides whether the kit's small-copy figures carry a wake-up. In your own
 # code, a copy issued after the GPU has waited for the host (data loading, say) can pay it.

@@ -177,3 +177,27 @@ def test_wake_calibration_without_a_wake_up_cost():
     one.attrs["envs"] = {"synthetic-0": {"spec": {"pause_ms": 0.0}}}
     with pytest.raises(ValueError, match="^wake_calibration: The idle runs hold one pause"):
         wake_calibration(one)
+
+
+def test_each_pauses_gap_since_the_previous_copy_synthetic():
+    """With start times (synthetic: each copy starts 3 ms of loop plus its run's pause after
+    the previous one started), idle_wake gives each pause's median gap since the previous
+    copy ended, and says so; without them it says nothing of gaps."""
+    df = synthetic()
+    pause_of = {"synthetic-0": 0.0, "synthetic-1": 3.0, "synthetic-2": 10.0}
+    t = np.zeros(len(df))
+    for rid, g in df.groupby("run_id"):
+        t[g.index] = np.arange(len(g)) * (3.0 + pause_of[rid]) / 1000
+    f = idle_wake(df.assign(t_s=t))
+    want = {
+        p: float(np.median(3.0 + p - df[df.run_id == r].wall_ms.to_numpy()[:-1])) for r, p in pause_of.items()
+    }
+    assert f["gaps_ms"] == pytest.approx(want)
+    assert 2.9 < want[0.0] < 3.0 and 12.9 < want[10.0] < 13.0
+    assert (
+        f"a copy began a median {want[0.0]:.2f}, {want[3.0]:.2f} and {want[10.0]:.2f} ms after the previous "
+        "one ended, for pauses of 0, 3 and 10 ms." in f.verdict
+    )
+    assert "part of any difference between pauses is the spread between processes" in f.verdict
+    plain = idle_wake(df)
+    assert plain["gaps_ms"] == {} and "after the previous one ended" not in plain.verdict

@@ -29,8 +29,8 @@ SYNTHETIC_WAKE = WakeCalibration(
 )
 SYNTHETIC_SAID = (
     "in this machine's idle runs, after pauses of 2 ms, 40% of the smallest copies took at least 1.5x their "
-    "median after the shortest pause, and the slowest tenth at most 0.25 ms more (synthetic idle runs: pauses "
-    "0, 1, 2, 10 ms)"
+    "median after the shortest pause, and every cell's 90th percentile at most 0.25 ms above its median after "
+    "the shortest pause (synthetic idle runs: pauses 0, 1, 2, 10 ms)"
 )
 
 # --- the idle gap ------------------------------------------------------------------------

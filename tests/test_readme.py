@@ -128,7 +128,7 @@ def expected():
             f"{small.loc[p[-1], 'median_ms'] * 1e3:.0f} µs after a {p[-1]:g} ms pause",
             f"{gaps[p[-1]]:.1f} ms after the previous copy",
             f"{small.loc[p[-1], 'slow_share']:.0%} of copies at least {factors_idle.SLOW_RATIO:g}x",
-            f"after {p[1]:g} to {p[-2]:g} ms {between.min():.2f}x to {between.max():.2f}x",
+            f"after {p[1]:g} to {p[-2]:g} ms pauses {between.min():.2f}x to {between.max():.2f}x",
         ]
     omp = factors.openmp_wait(datasets.load("h200_omp")).values
     d, p = omp["default"], omp["passive"]
