@@ -28,7 +28,7 @@ from h2dlab.causes_parallel import (
     MIN_IN_CALL_SHARE,
     MIN_ON_CPU,
     MIN_OTHERS_CPUS,
-    usual_issue,
+    in_call_where,
 )
 from h2dlab.rows import number
 
@@ -139,17 +139,9 @@ def crowded_cause(
         return None
     if rate < MIN_OTHERS_CPUS or busy < MIN_BUSIEST_SHARE:
         return None
-    issue = number(row.get("issue_ms"))
-    usual, like = usual_issue(row, ctx)
-    in_call = np.isfinite(issue) and np.isfinite(usual)
-    if in_call and issue - usual < MIN_IN_CALL_SHARE * extra:
+    where = in_call_where(row, ctx, wall, extra)
+    if where is None:
         return None
-    where = (
-        f"the time went inside the timed call, which took {issue:.2f} ms ({like}), "
-        f"then only {wall - issue:.2f} ms waiting for the GPU"
-        if in_call
-        else f"the host clock ran {wall:.2f} ms (the table has no time of the call to say more)"
-    )
     iv, v = number(row.get("nivcsw")), number(row.get("nvcsw"))
     switched = (
         f", {int(iv)} involuntary and {int(v)} voluntary context switch(es)" if np.isfinite(iv + v) else ""

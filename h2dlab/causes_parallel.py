@@ -32,6 +32,7 @@ __all__ = [
     "MIN_ON_CPU",
     "MIN_OTHERS_CPUS",
     "busiest_share",
+    "in_call_where",
     "parallel_cause",
     "usual_issue",
 ]
@@ -108,6 +109,24 @@ def usual_issue(row: pd.Series, ctx: pd.Series) -> tuple[float, str]:
     )
 
 
+def in_call_where(row: pd.Series, ctx: pd.Series, wall: float, extra: float) -> str | None:
+    """Where a host-side rule's extra time went, in words, or None when the timed call
+    (``issue_ms``) did not run at least :data:`MIN_IN_CALL_SHARE` of ``extra`` longer than its
+    neighbours' usual call (:func:`usual_issue`). Where the table has no ``issue_ms`` (or no
+    usual call time) the whole ``wall`` is the host's and the words say so.
+    ``causes_crowded`` reads it too."""
+    issue = number(row.get("issue_ms"))
+    usual, like = usual_issue(row, ctx)
+    if not (np.isfinite(issue) and np.isfinite(usual)):
+        return f"the host clock ran {wall:.2f} ms (the table has no time of the call to say more)"
+    if issue - usual < MIN_IN_CALL_SHARE * extra:
+        return None
+    return (
+        f"the time went inside the timed call, which took {issue:.2f} ms ({like}), "
+        f"then only {wall - issue:.2f} ms waiting for the GPU"
+    )
+
+
 def parallel_cause(
     row: pd.Series, ctx: pd.Series, val: float, slow: str, wait_ms: float
 ) -> tuple[str, str] | None:
@@ -160,17 +179,9 @@ def parallel_cause(
         return None
     if rate < MIN_OTHERS_CPUS or busy < MIN_BUSIEST_SHARE:
         return None
-    issue = number(row.get("issue_ms"))
-    usual, like = usual_issue(row, ctx)
-    in_call = np.isfinite(issue) and np.isfinite(usual)
-    if in_call and issue - usual < MIN_IN_CALL_SHARE * extra:
+    where = in_call_where(row, ctx, wall, extra)
+    if where is None:
         return None
-    where = (
-        f"the time went inside the timed call, which took {issue:.2f} ms ({like}), "
-        f"then only {wall - issue:.2f} ms waiting for the GPU"
-        if in_call
-        else f"the host clock ran {wall:.2f} ms (the table has no time of the call to say more)"
-    )
     iv, v = number(row.get("nivcsw")), number(row.get("nvcsw"))
     switched = (
         (", no context switch" if iv + v == 0 else f", {int(iv + v)} context switch(es)")
