@@ -96,18 +96,44 @@ def calibrating_runs(table: pd.DataFrame, idle_runs: pd.DataFrame) -> pd.DataFra
     return _runs_of(machines.pop() if len(machines) == 1 else None, idle_runs)
 
 
-def _calibrate(runs: pd.DataFrame, label: str) -> WakeCalibration | None:
+def _calibrate_or_why(runs: pd.DataFrame, label: str) -> Wake:
+    """``factors_idle.wake_calibration`` of ``runs``, else why they cannot make one (its
+    message, as a clause naming ``label`` and this run's machine)."""
     runs.attrs["dataset"] = label
     try:
         return wake_calibration(runs)
-    except ValueError:
-        return None
+    except ValueError as exc:
+        why = str(exc).removeprefix("wake_calibration: ").rstrip(".")
+        why = why[:1].lower() + why[1:]
+        return why.replace("the idle runs", f"the idle runs of this run's machine ({label})", 1)
+
+
+def _calibrate(runs: pd.DataFrame, label: str) -> WakeCalibration | None:
+    cal = _calibrate_or_why(runs, label)
+    return cal if isinstance(cal, WakeCalibration) else None
 
 
 def calibration(table: pd.DataFrame, idle_runs: pd.DataFrame, label: str) -> WakeCalibration | None:
     """``factors_idle.wake_calibration`` of the idle runs that may calibrate ``table``
     (:func:`calibrating_runs`), named ``label``; None when they hold fewer than two pauses."""
     return _calibrate(calibrating_runs(table, idle_runs), label)
+
+
+def _unusable(idle_runs: pd.DataFrame, label: str) -> str | None:
+    """Why no idle run of ``idle_runs`` can calibrate any run (none timed a CUDA GPU, or
+    those that did name no machine), in words; None when the table carries no env.json."""
+    envs = _envs(idle_runs)
+    if not envs:
+        return None
+    if not any(on_cuda(e) for e in envs.values()):
+        return (
+            f"the recording's idle runs ({label}) timed no CUDA GPU (their env.json's spec.device), so they "
+            f"cannot tell what a pause costs on one"
+        )
+    return (
+        f"the recording's idle runs ({label}) that timed a CUDA GPU do not name their machine "
+        f"({', '.join(MACHINE_KEYS)} in their env.json), so they cannot be matched to this run's"
+    )
 
 
 def _elsewhere(machine: tuple[str, ...], others: list[tuple[str, ...]], label: str) -> str:
@@ -149,13 +175,18 @@ def calibrations(table: pd.DataFrame, idle_runs: pd.DataFrame, label: str) -> di
         timed a CUDA GPU of a named machine but none of this run's, a sentence saying that
         the idle runs come from another machine or boot (naming each key that differs
         from the nearest such machine, with both values), or that the run's env.json does
-        not name its machine. Runs whose machine's idle runs hold fewer than two pauses,
-        and every run when no idle run timed a CUDA GPU of a named machine, are left out.
+        not name its machine; where its machine's idle runs cannot make one (fewer than two
+        pauses, or no strategy timed after every pause), what they lack; where no idle run
+        timed a CUDA GPU of a named machine, that (every run the same sentence). Empty
+        when ``idle_runs`` carries no env.json (``attrs["envs"]``).
     """
     idle_machines = sorted({m for e in _envs(idle_runs).values() if on_cuda(e) and (m := machine_of(e))})
-    made: dict[tuple[str, ...], WakeCalibration | None] = {}
+    if not idle_machines:
+        why = _unusable(idle_runs, label)
+        return dict.fromkeys(_envs(table), why) if why is not None else {}
+    made: dict[tuple[str, ...], Wake] = {}
     out: dict[object, Wake] = {}
-    for run, env in _envs(table).items() if idle_machines else ():
+    for run, env in _envs(table).items():
         machine = machine_of(env)
         if machine is None:
             lacks = ", ".join(k for k in MACHINE_KEYS if isinstance(env, dict) and not _named(env, k))
@@ -168,9 +199,8 @@ def calibrations(table: pd.DataFrame, idle_runs: pd.DataFrame, label: str) -> di
             out[run] = _elsewhere(machine, idle_machines, label)
         else:
             if machine not in made:
-                made[machine] = _calibrate(_runs_of(machine, idle_runs), label)
-            if made[machine] is not None:
-                out[run] = made[machine]
+                made[machine] = _calibrate_or_why(_runs_of(machine, idle_runs), label)
+            out[run] = made[machine]
     return out
 
 

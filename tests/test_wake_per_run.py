@@ -200,24 +200,64 @@ def test_a_run_that_does_not_name_its_machine_says_so(tmp_path, env, said):
     assert e.at[_slow(e, "synthetic-sweep"), "cause"] == "gpu_wake"
 
 
-def test_without_usable_idle_runs_no_run_gets_a_sentence(tmp_path):
-    """Idle runs only on the CPU, or with one pause: no calibration and no sentence (the
-    old words), for the matching run and the other boot's alike."""
+ONE_PAUSE_SAID = (
+    "the idle runs of this run's machine (rec/idle) hold one pause (0 ms): at least two pauses with timed "
+    "copies are needed to tell what a pause costs (the shortest is the baseline); record them with "
+    "`h2dlab record --only idle` (it times each strategy after each pause)"
+)
+ON_CPU_SAID = (
+    "the recording's idle runs (rec/idle) timed no CUDA GPU (their env.json's spec.device), so they cannot "
+    "tell what a pause costs on one"
+)
+UNNAMED_SAID = (
+    "the recording's idle runs (rec/idle) that timed a CUDA GPU do not name their machine (gpu_name, "
+    "hostname, platform in their env.json), so they cannot be matched to this run's"
+)
+
+
+def _rewrite_idle_envs(folder, change):
+    for p in (folder / "idle").glob("*.csv.gz"):
+        env = datasets.read_env(p)
+        change(env)
+        datasets.env_path(p).write_text(json.dumps(env))
+
+
+def test_unusable_idle_runs_say_why_not_that_none_were_recorded(tmp_path):
+    """Idle runs with one pause, only on the CPU, or naming no machine: no calibration, and
+    each run's idle-gap check says why (it said 'no idle runs recorded beside this table',
+    false with idle runs beside it); the other boot's run keeps its own sentence."""
     folder = synthetic_recording(tmp_path / "rec")
     _add_sweep_run(folder, "pow2-other", "synthetic-other", OTHER_BOOT)
     for p in (folder / "idle").iterdir():
         if "pause-0ms" not in p.name:
             p.unlink()
     df = datasets.load(folder / "sweep")
-    assert df.attrs["wake_calibrations"] == {"synthetic-other": OTHER_SAID}  # its idle runs: one pause
+    assert df.attrs["wake_calibrations"] == {"synthetic-other": OTHER_SAID, "synthetic-sweep": ONE_PAUSE_SAID}
     assert df.attrs["wake_calibration"] is None
-    for p in (folder / "idle").glob("*.csv.gz"):
-        env = datasets.read_env(p)
-        env["spec"]["device"] = "cpu"
-        datasets.env_path(p).write_text(json.dumps(env))
-    df = datasets.load(folder / "sweep")
-    assert df.attrs["wake_calibrations"] == {} and df.attrs["wake_calibration"] is None
     e = outliers.explain(df)
+    i = _slow(e, "synthetic-sweep")
+    assert e.at[i, "cause"] == "unexplained" and e.at[i, "evidence"].endswith(f"ms; {ONE_PAUSE_SAID}")
+    _rewrite_idle_envs(folder, lambda env: env["spec"].update(device="cpu"))
+    df = datasets.load(folder / "sweep")
+    assert df.attrs["wake_calibrations"] == dict.fromkeys(["synthetic-sweep", "synthetic-other"], ON_CPU_SAID)
+    assert df.attrs["wake_calibration"] is None
+    e = outliers.explain(df)
+    for run in ("synthetic-sweep", "synthetic-other"):
+        assert e.at[_slow(e, run), "evidence"].endswith(f"ms; {ON_CPU_SAID}")
+    _rewrite_idle_envs(folder, lambda env: env.update(hostname="", spec={**env["spec"], "device": "cuda:0"}))
+    df = datasets.load(folder / "sweep")
+    assert df.attrs["wake_calibrations"] == dict.fromkeys(
+        ["synthetic-sweep", "synthetic-other"], UNNAMED_SAID
+    )
+    # a table carrying no env.json at all gets nothing (nothing to match)
+    bare = datasets.load(folder / "idle")
+    bare.attrs["envs"] = {}
+    assert wake_source.calibrations(df, bare, "rec/idle") == {}
+
+
+def test_a_mapping_without_the_run_says_the_old_words(two_boots):
+    df = datasets.load(two_boots / "sweep")
+    e = outliers.explain(df, wake={})
     for run in ("synthetic-sweep", "synthetic-other"):
         assert e.at[_slow(e, run), "evidence"].endswith(
             "no idle runs recorded beside this table to tell what a pause costs on this machine"
