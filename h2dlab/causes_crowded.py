@@ -99,7 +99,7 @@ def crowded_cause(
     beyond its usual (``ctx["cpu_typ"]`` at the expected time) covers at least
     :data:`MIN_COVER_SHARE` of the extra; the other threads ran at least
     :data:`MIN_OTHERS_CPUS` CPUs' worth and the busiest was on a CPU for at least
-    :data:`MIN_BUSIEST_SHARE` of the window.
+    :data:`MIN_BUSIEST_SHARE` of the window (and at most all of it: one thread cannot run longer); a timed call longer than the whole copy makes no rule.
 
     Parameters
     ----------
@@ -137,7 +137,7 @@ def crowded_cause(
         return None
     if cpu + wait_ms < MIN_AWAKE * wall or waited + cpu - cpu_usual < MIN_COVER_SHARE * extra:
         return None
-    if rate < MIN_OTHERS_CPUS or busy < MIN_BUSIEST_SHARE:
+    if rate < MIN_OTHERS_CPUS or not MIN_BUSIEST_SHARE <= busy <= 1:  # above 1: not one thread's time
         return None
     where = in_call_where(row, ctx, wall, extra)
     if where is None:

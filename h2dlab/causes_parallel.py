@@ -112,14 +112,15 @@ def usual_issue(row: pd.Series, ctx: pd.Series) -> tuple[float, str]:
 def in_call_where(row: pd.Series, ctx: pd.Series, wall: float, extra: float) -> str | None:
     """Where a host-side rule's extra time went, in words, or None when the timed call
     (``issue_ms``) did not run at least :data:`MIN_IN_CALL_SHARE` of ``extra`` longer than its
-    neighbours' usual call (:func:`usual_issue`). Where the table has no ``issue_ms`` (or no
-    usual call time) the whole ``wall`` is the host's and the words say so.
-    ``causes_crowded`` reads it too."""
+    neighbours' usual call (:func:`usual_issue`), or took longer than the whole copy
+    (``issue_ms`` above ``wall``: the clocks contradict each other, no rule). Where the table
+    has no ``issue_ms`` (or no usual call time) the whole ``wall`` is the host's and the
+    words say so. ``causes_crowded`` reads it too."""
     issue = number(row.get("issue_ms"))
     usual, like = usual_issue(row, ctx)
     if not (np.isfinite(issue) and np.isfinite(usual)):
         return f"the host clock ran {wall:.2f} ms (the table has no time of the call to say more)"
-    if issue - usual < MIN_IN_CALL_SHARE * extra:
+    if issue - usual < MIN_IN_CALL_SHARE * extra or issue > wall:
         return None
     return (
         f"the time went inside the timed call, which took {issue:.2f} ms ({like}), "
@@ -139,7 +140,7 @@ def parallel_cause(
     else ``issue_typ`` at the expected time; where the table has no ``issue_ms`` the
     whole wall time is the host's), the other threads ran at least :data:`MIN_OTHERS_CPUS`
     CPUs' worth and the busiest of them was on a CPU for at least
-    :data:`MIN_BUSIEST_SHARE` of the window.
+    :data:`MIN_BUSIEST_SHARE` of the window (and at most all of it: one thread cannot run longer).
 
     ``causes_evidence.evidence_cause`` tries it after every rule with direct evidence of
     another story (allocator counters, page faults, the scheduler's wait or sleep, GC,
@@ -177,7 +178,7 @@ def parallel_cause(
     on_cpu, rate, busy = cpu / wall, others / window, top / window
     if extra <= 0 or on_cpu < MIN_ON_CPU or wait_ms >= MAX_WAIT_SHARE * extra:
         return None
-    if rate < MIN_OTHERS_CPUS or busy < MIN_BUSIEST_SHARE:
+    if rate < MIN_OTHERS_CPUS or not MIN_BUSIEST_SHARE <= busy <= 1:  # above 1: not one thread's time
         return None
     where = in_call_where(row, ctx, wall, extra)
     if where is None:

@@ -254,6 +254,15 @@ def test_busiest_thread_boundary():
     assert _fires(busiest_cpu_ms=108.0) and not _fires(busiest_cpu_ms=107.99)  # 0.9 of the window
 
 
+def test_no_rule_on_clocks_that_contradict_each_other():
+    """As host_crowded (tests/test_outliers_crowded.py): the busiest thread on a CPU longer
+    than the window, or the timed call longer than the whole copy, make no rule (it said
+    'on a CPU for 833333...% of the window', 'then only -1000...00 ms waiting for the GPU')."""
+    assert _fires(busiest_cpu_ms=120.0) and not _fires(busiest_cpu_ms=120.01)
+    assert _fires(issue_ms=110.0) and not _fires(issue_ms=110.01)
+    assert not _fires(busiest_cpu_ms=1e300) and not _fires(issue_ms=1e300)
+
+
 def test_no_rule_without_exact_clocks_or_extra():
     for missing in ("others_cpu_ms", "others_window_ms", "busiest_cpu_ms", "cpu_ms"):
         assert not _fires(**{missing: np.nan})
