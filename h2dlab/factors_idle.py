@@ -15,6 +15,7 @@ import pandas as pd
 
 from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, pause_of
 from h2dlab.finding import Finding
+from h2dlab.machines import MACHINE_KEYS, machine_of, off_gpu
 from h2dlab.rows import timed, value_ms
 from h2dlab.units import fmt_bytes
 
@@ -28,12 +29,16 @@ SLOW_RATIO = 1.5
 WAKE_SHARE = 0.2
 
 
+def _envs(df: pd.DataFrame) -> dict:
+    envs = df.attrs.get("envs")
+    return envs if isinstance(envs, dict) else {}
+
+
 def pauses(df: pd.DataFrame) -> pd.Series:
     """Per row, the pause (ms) its run spun with the GPU idle before each timed copy, read
     from the run's env.json (``spec.pause_ms``, see ``causes_wake.pause_of``); NaN for runs
     measured without ``--pause`` and for a pause no run could have taken."""
-    envs = df.attrs.get("envs")
-    envs = envs if isinstance(envs, dict) else {}
+    envs = _envs(df)
     return df["run_id"].map(lambda run_id: pause_of(envs.get(run_id))).astype(float)
 
 
@@ -56,6 +61,8 @@ def _runs(df: pd.DataFrame) -> tuple[pd.DataFrame, list[float], dict[str, list[f
     not in it)."""
     t = timed(df.assign(gap_ms=idle_gap_ms(df)))  # warm-ups count as previous copies
     t = t.assign(pause_ms=pauses(t), v=value_ms(t)).dropna(subset=["pause_ms"])
+    envs = _envs(df)
+    t = t[~t["run_id"].map(lambda r: off_gpu(envs.get(r))).astype(bool)]  # no GPU sat idle
     levels = sorted(float(q) for q in t["pause_ms"].unique())
     missing: dict[str, list[float]] = {}
     for (strategy, _size), g in t.groupby(["strategy", "size_bytes"], sort=True):
@@ -71,9 +78,23 @@ def _shortfall(
     """Why the runs ``df`` (``t``: the timed rows of its paused runs) cannot tell what a pause
     costs, in one plain sentence (None when they can)."""
     again = "record them with `h2dlab record --only idle` (it times each strategy after each pause)"
+    envs = _envs(df)
+    machines = sorted({m for r in t["run_id"].unique() if (m := machine_of(envs.get(r)))})
+    if len(machines) > 1:
+        differ = [k for i, k in enumerate(MACHINE_KEYS) if len({m[i] for m in machines}) > 1]
+        return (
+            f"The idle runs were measured on {len(machines)} machines or boots (their env.json differs in "
+            f"{', '.join(differ)}): what a pause costs is compared within one machine, so give the idle runs "
+            f"of one; {again}."
+        )
     if len(levels) < 2:
         held = f"one pause ({_pauses_text(levels)})"
-        if not levels and pauses(df).notna().any():  # paused runs, but no copy timed
+        paused = pauses(df).notna()
+        if not levels and paused.any() and df.loc[paused, "run_id"].map(lambda r: off_gpu(envs.get(r))).all():
+            held = (
+                "no run on a CUDA GPU (their env.json's spec.device: copies within host memory, no GPU idle)"
+            )
+        elif not levels and paused.any():  # paused runs, but no copy timed
             held = "no timed copy (every row a warm-up, an error or no time)"
         elif not levels:
             held = "no pause (no run records a `spec.pause_ms` it could have taken)"
@@ -211,6 +232,10 @@ def idle_wake(df: pd.DataFrame) -> Finding:
     if missing:
         lacks = "; ".join(f"`{k}` lacks {_pauses_text(q)}" for k, q in sorted(missing.items()))
         verdict += f" Left out, as not timed after every pause: {lacks}."
+    envs = _envs(df)
+    off = sorted(str(r) for r in set(df.loc[pauses(df).notna(), "run_id"]) if off_gpu(envs.get(r)))
+    if off:
+        verdict += f" Left out, as timed on no CUDA GPU (copies within host memory): run(s) {', '.join(off)}."
     longest = cells[cells["pause_ms"] == levels[-1]]
     first = base.reindex(pd.MultiIndex.from_frame(longest[["strategy", "size_bytes"]])).to_numpy()
     added = longest["median_ms"].to_numpy() - first

@@ -20,6 +20,7 @@ import pandas as pd
 
 from h2dlab.causes_wake import WakeCalibration
 from h2dlab.factors_idle import wake_calibration
+from h2dlab.machines import MACHINE_KEYS, machine_of, missing_keys, on_cuda
 
 __all__ = [
     "MACHINE_KEYS",
@@ -34,31 +35,9 @@ __all__ = [
     "shared",
 ]
 
-#: The env.json fields an idle run must share with a run to calibrate it.
-MACHINE_KEYS = ("gpu_name", "hostname", "platform")
-
 #: What one run's calibration may be: a :class:`~h2dlab.causes_wake.WakeCalibration`, or
 #: a sentence saying why the recording's idle runs cannot calibrate it.
 Wake = WakeCalibration | str
-
-
-def _named(env: dict, key: str) -> bool:
-    v = env.get(key)
-    return isinstance(v, str) and bool(v.strip())
-
-
-def machine_of(env: Any) -> tuple[str, ...] | None:
-    """A run's machine from its env.json (:data:`MACHINE_KEYS`), None when it lacks one."""
-    if not isinstance(env, dict) or not all(_named(env, k) for k in MACHINE_KEYS):
-        return None
-    return tuple(env[k] for k in MACHINE_KEYS)
-
-
-def on_cuda(env: Any) -> bool:
-    """Whether a run's env.json says it timed copies to a CUDA GPU (``spec.device``)."""
-    spec = env.get("spec") if isinstance(env, dict) else None
-    device = spec.get("device") if isinstance(spec, dict) else None
-    return isinstance(device, str) and device.startswith("cuda")
 
 
 def _envs(df: pd.DataFrame) -> dict:
@@ -189,7 +168,7 @@ def calibrations(table: pd.DataFrame, idle_runs: pd.DataFrame, label: str) -> di
     for run, env in _envs(table).items():
         machine = machine_of(env)
         if machine is None:
-            lacks = ", ".join(k for k in MACHINE_KEYS if isinstance(env, dict) and not _named(env, k))
+            lacks = ", ".join(missing_keys(env))
             named = f"names no {lacks}" if isinstance(env, dict) else "is missing"
             out[run] = (
                 f"this run's env.json {named}, so the recording's idle runs ({label}) cannot be matched to "

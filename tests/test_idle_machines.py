@@ -1,0 +1,98 @@
+"""factors.idle_wake (notebook 03 §7) and factors_idle.wake_calibration compare pauses
+within one machine on a CUDA GPU: idle runs of two machines or boots are not compared (the
+verdict said 'the longest pause added ...' across machines), runs timed on the CPU are left
+out (the verdict called their copies 'the CPU spinning with the GPU idle'). Every table
+here is synthetic (the builder of tests/test_wake_calibration.py)."""
+
+import json
+
+import pytest
+
+from h2dlab import datasets, factors
+from h2dlab.factors_idle import wake_calibration
+from h2dlab.machines import MACHINE_KEYS, machine_of, missing_keys, off_gpu, on_cuda
+from tests.test_wake_calibration import synthetic_recording
+
+
+def _set_env(folder, pattern, change):
+    """Rewrite the env.json of the idle runs matching ``pattern`` (``device`` goes in spec)."""
+    for p in sorted((folder / "idle").glob(pattern)):
+        env = datasets.read_env(p)
+        for k, v in change.items():
+            (env["spec"] if k == "device" else env)[k] = v
+        datasets.env_path(p).write_text(json.dumps(env))
+
+
+@pytest.fixture
+def folder(tmp_path):
+    return synthetic_recording(tmp_path / "rec")
+
+
+def test_one_machines_idle_runs_are_compared(folder):
+    f = factors.idle_wake(datasets.load(folder / "idle"))
+    assert f.verdict.startswith("With a pause before each timed copy") and len(f.values["cells"]) == 6
+    assert "Left out" not in f.verdict
+
+
+@pytest.mark.parametrize(
+    ("change", "differ"),
+    [({"hostname": "other-host"}, "hostname"), ({"platform": "x", "gpu_name": "y"}, "gpu_name, platform")],
+)
+def test_idle_runs_of_two_machines_are_not_compared(folder, change, differ):
+    _set_env(folder, "pause-10ms-*.csv.gz", change)
+    idle = datasets.load(folder / "idle")
+    f = factors.idle_wake(idle)
+    want = (
+        f"The idle runs were measured on 2 machines or boots (their env.json differs in {differ}): what a "
+        "pause costs is compared within one machine, so give the idle runs of one; record them with "
+        "`h2dlab record --only idle` (it times each strategy after each pause)."
+    )
+    assert f.verdict == want and not f.holds and f.values["cells"].empty
+    with pytest.raises(ValueError, match="^wake_calibration: The idle runs were measured on 2 machines"):
+        wake_calibration(idle)
+    # the recording's own per-run calibration still matches each run to its machine's runs
+    cals = idle.attrs["wake_calibrations"]
+    assert (
+        isinstance(cals["synthetic-10-pageable"], str)
+        and "hold one pause (10 ms)" in cals["synthetic-10-pageable"]
+    )
+    assert cals["synthetic-0-pageable"].pauses == (0.0, 3.0) and cals["synthetic-0-pageable"].idle_ms is None
+
+
+def test_idle_runs_on_the_cpu_are_left_out(folder):
+    _set_env(folder, "pause-10ms-*.csv.gz", {"device": "cpu"})
+    f = factors.idle_wake(datasets.load(folder / "idle"))
+    assert f.values["pauses"] == [0.0, 3.0]
+    assert f.verdict.endswith(
+        " Left out, as timed on no CUDA GPU (copies within host memory): run(s) synthetic-10-pageable, "
+        "synthetic-10-pinned_reuse."
+    )
+    _set_env(folder, "*.csv.gz", {"device": "cpu"})
+    f = factors.idle_wake(datasets.load(folder / "idle"))
+    assert f.verdict.startswith(
+        "The idle runs hold no run on a CUDA GPU (their env.json's spec.device: copies within host memory, "
+        "no GPU idle): at least two pauses"
+    )
+    assert "GPU idle):" in f.verdict and "spinning with the GPU idle" not in f.verdict
+
+
+def test_runs_that_name_no_machine_or_device_are_still_compared(folder):
+    """Tables whose env.json holds only the pause (older tests, hand-made tables): compared."""
+    _set_env(folder, "*.csv.gz", {"hostname": None})
+    f = factors.idle_wake(datasets.load(folder / "idle"))
+    assert f.verdict.startswith("With a pause before each timed copy")
+
+
+def test_machine_helpers():
+    env = {"gpu_name": "g", "hostname": "h", "platform": "p", "spec": {"device": "cuda:1"}}
+    assert MACHINE_KEYS == ("gpu_name", "hostname", "platform")
+    assert machine_of(env) == ("g", "h", "p") and missing_keys(env) == []
+    assert machine_of({**env, "hostname": " "}) is None and missing_keys({**env, "platform": 3}) == [
+        "platform"
+    ]
+    assert missing_keys(None) == list(MACHINE_KEYS) and machine_of([1]) is None
+    assert on_cuda(env) and not off_gpu(env)
+    cpu = {"spec": {"device": "cpu"}}
+    assert off_gpu(cpu) and not on_cuda(cpu)
+    for unknown in (None, {}, {"spec": {}}, {"spec": {"device": 3}}, {"spec": "cpu"}):
+        assert not off_gpu(unknown) and not on_cuda(unknown)
