@@ -40,6 +40,7 @@ from h2dlab.causes_parallel import busiest_share
 from h2dlab.causes_threads import others_share
 from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, run_pauses, wake_cause
 from h2dlab.episodes import Stretch
+from h2dlab.rows import column
 from h2dlab.wake_source import Wake, of_attrs, per_run
 
 __all__ = [
@@ -108,7 +109,7 @@ def group_columns(df: pd.DataFrame) -> list[str]:
 
 
 def _col(df: pd.DataFrame, name: str) -> pd.Series:
-    return df[name].astype(float) if name in df.columns else pd.Series(np.nan, index=df.index)
+    return column(df, name)
 
 
 def neighbours(

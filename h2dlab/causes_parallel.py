@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from h2dlab.rows import number
+from h2dlab.rows import column, number
 
 __all__ = [
     "MAX_WAIT_SHARE",
@@ -77,8 +77,8 @@ def busiest_share(df: pd.DataFrame) -> pd.Series:
     ``busiest_cpu_ms / others_window_ms`` (schema 4), NaN where not recorded."""
     if not {"busiest_cpu_ms", "others_window_ms"} <= set(df.columns):
         return pd.Series(np.nan, index=df.index)
-    window = df["others_window_ms"].astype(float)
-    return df["busiest_cpu_ms"].astype(float) / window.where(window > 0)
+    window = column(df, "others_window_ms")
+    return column(df, "busiest_cpu_ms") / window.where(window > 0)
 
 
 def usual_issue(row: pd.Series, ctx: pd.Series) -> tuple[float, str]:

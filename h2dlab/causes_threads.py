@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from h2dlab.rows import number
+from h2dlab.rows import column, number
 
 __all__ = ["MIN_OTHERS_RATIO", "others_cause", "others_ms", "others_share", "usual_share"]
 
@@ -42,7 +42,7 @@ def others_share(df: pd.DataFrame) -> pd.Series:
     ``(proc_cpu_ms - cpu_ms) / wall_ms`` (at least 0; schema 3), else NaN."""
 
     def col(name: str) -> pd.Series:
-        return df[name].astype(float) if name in df.columns else pd.Series(np.nan, index=df.index)
+        return column(df, name)
 
     exact, window = col("others_cpu_ms"), col("others_window_ms")
     inexact = np.maximum(col("proc_cpu_ms") - col("cpu_ms"), 0.0) / df["wall_ms"].astype(float)

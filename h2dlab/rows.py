@@ -11,10 +11,21 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["MEASURED_COLUMNS", "MODEL_COLUMNS", "check_values", "number", "timed", "value_ms"]
+__all__ = [
+    "MEASURED_COLUMNS",
+    "MODEL_COLUMNS",
+    "TIMING_COLUMNS",
+    "check_values",
+    "column",
+    "number",
+    "timed",
+    "value_ms",
+]
 
 #: Columns a model reads; fit() and medians() refuse a table without them.
 MODEL_COLUMNS = ("run_id", "strategy", "size_bytes", "warmup", "wall_ms", "event_ms", "error")
+#: Numeric columns every model reads: no measured row may hold text in them.
+TIMING_COLUMNS = ("size_bytes", "wall_ms", "event_ms")
 #: Numeric columns that no measured row may hold a negative or infinite value in.
 MEASURED_COLUMNS = (
     "size_bytes",
@@ -48,7 +59,7 @@ def check_values(df: pd.DataFrame, required: tuple[str, ...] = MODEL_COLUMNS) ->
     ValueError
         A ``required`` column is missing, or a row without an error holds a negative or
         infinite value in one of ``MEASURED_COLUMNS`` (NaN means "not measured" and is
-        allowed).
+        allowed; so does a value that is not a number, except in ``TIMING_COLUMNS``).
     """
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"expected a pandas DataFrame (a measurement table), got {type(df).__name__}")
@@ -59,7 +70,15 @@ def check_values(df: pd.DataFrame, required: tuple[str, ...] = MODEL_COLUMNS) ->
     for col in MEASURED_COLUMNS:
         if col not in df.columns:
             continue
-        x = pd.to_numeric(df.loc[ok, col], errors="coerce").astype(float)
+        raw = df.loc[ok, col]
+        x = pd.to_numeric(raw, errors="coerce").astype(float)
+        text = x.isna() & raw.notna() & (raw.astype(str).str.strip() != "")
+        if col in TIMING_COLUMNS and text.any():  # the times and sizes every model reads
+            first = x.index[text.to_numpy()][0]
+            raise ValueError(
+                f"column {col!r} holds {int(text.sum())} value(s) that are not numbers in rows without an "
+                f"error (first at index {first!r}: {raw[first]!r}): fix or drop those rows"
+            )
         bad = np.isinf(x) | (x < 0)
         if bad.any():
             first = x.index[bad.to_numpy()][0]
@@ -120,3 +139,25 @@ def number(x: object) -> float:
         return float(x)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return np.nan
+
+
+def column(df: pd.DataFrame, name: str) -> pd.Series:
+    """A column of ``df`` as floats: NaN where the table lacks it, and where a value is
+    not a number (a table built by hand; :func:`check_values` lets such a value through as
+    not measured, like NaN, and so does :func:`number`).
+
+    Parameters
+    ----------
+    df
+        A measurement table.
+    name
+        The column.
+
+    Returns
+    -------
+    pandas.Series
+        float64, on ``df``'s index.
+    """
+    if name not in df.columns:
+        return pd.Series(np.nan, index=df.index)
+    return pd.to_numeric(df[name], errors="coerce").astype(float)
