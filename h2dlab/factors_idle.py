@@ -127,9 +127,11 @@ def _cells(t: pd.DataFrame, levels: list[float], missing: dict[str, list[float]]
 
 def _gaps(t: pd.DataFrame) -> dict[float, float]:
     """Per pause, the median ``gap_ms`` of :func:`_runs`'s timed rows ``t`` (host time from
-    the end of one copy to the start of the next); pauses without a finite gap left out."""
+    the end of one copy to the start of the next); pauses without a finite gap left out, and
+    those whose median gap is shorter than the pause itself (the gap spans the pause: start
+    times that contradict it tell nothing)."""
     med = t.groupby("pause_ms")["gap_ms"].median().dropna()
-    return {float(q): float(v) for q, v in med.items()}
+    return {float(q): float(v) for q, v in med.items() if v >= q}
 
 
 def _base(cells: pd.DataFrame, levels: list[float]) -> pd.Series:
@@ -160,7 +162,7 @@ def idle_wake(df: pd.DataFrame) -> Finding:
     pause) and ``slow_share`` (share of copies at least :data:`SLOW_RATIO` times that
     median). ``values["pauses"]``: the pauses, ascending; ``values["gaps_ms"]``: per pause,
     the median host time from the end of one copy to the start of the next (the pause plus
-    the loop's own work; pauses without start times left out); ``values["extra_p90_ms"]``: over
+    the loop's own work; pauses without start times, or whose median gap is shorter than the pause, left out); ``values["extra_p90_ms"]``: over
     the cells after the longest pause, the largest p90 less the same cell's median after
     the shortest (how much that pause can add). ``holds`` when, for every
     strategy, the smallest size's median after the longest pause is at least
@@ -263,7 +265,8 @@ def wake_calibration(df: pd.DataFrame, source: str | None = None) -> WakeCalibra
     of one copy to the start of the next over the timed copies after pauses of ``idle_ms``
     (the pause plus the loop's own work): the gap from which ``gpu_wake`` may name a copy,
     since what counts is the time since the previous copy, not the pause alone (see
-    ``causes_wake``); None without start times. ``shares``: per pause, the smallest such share
+    ``causes_wake``); None without start times, or where their median gap is shorter than
+    the pause. ``shares``: per pause, the smallest such share
     over the strategies. A strategy not timed after every pause is left out.
 
     Parameters

@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from h2dlab import datasets, factors
+from h2dlab import datasets, factors, outliers
 from h2dlab.factors_idle import wake_calibration
 from h2dlab.machines import MACHINE_KEYS, machine_of, missing_keys, off_gpu, on_cuda
+from h2dlab.tableio import save
 from tests.test_wake_calibration import synthetic_recording
 
 
@@ -96,3 +97,25 @@ def test_machine_helpers():
     assert off_gpu(cpu) and not on_cuda(cpu)
     for unknown in (None, {}, {"spec": {}}, {"spec": {"device": 3}}, {"spec": "cpu"}):
         assert not off_gpu(unknown) and not on_cuda(unknown)
+
+
+def test_start_times_that_contradict_the_pause_give_no_gap(folder):
+    """Idle runs whose copies start 1 µs apart (each takes longer: the median gap after
+    the 10 ms pause is negative) tell nothing about the gap: the calibration falls back to
+    the pause (it took the negative median as its threshold, named gpu_wake copies after
+    any gap and said 'after pauses of 10 ms (a median -0.01 ms from the end of one copy to
+    the start of the next ...)'), and idle_wake leaves that pause out of its gaps."""
+    good = wake_calibration(datasets.load(folder / "idle"))
+    assert good.gap_ms == pytest.approx(13.0, abs=0.1) and good.threshold_ms == good.gap_ms
+    for p in sorted((folder / "idle").glob("pause-10ms-*.csv.gz")):
+        df, env = datasets.read(p), datasets.read_env(p)
+        save(df.assign(t_s=df["order"] * 1e-6), p, env=env)
+    idle = datasets.load(folder / "idle")
+    cal = wake_calibration(idle)
+    assert cal.idle_ms == 10.0 and cal.gap_ms is None and cal.threshold_ms == 10.0
+    f = factors.idle_wake(idle)
+    assert set(f.values["gaps_ms"]) == {0.0, 3.0} and "for pauses of 0 and 3 ms." in f.verdict
+    e = outliers.explain(datasets.load(folder / "sweep"))
+    (slow,) = e.index[e["order"] == 30]  # 15 ms after the previous copy: above the 10 ms pause
+    assert e.at[slow, "cause"] == "gpu_wake" and "-0." not in e.at[slow, "evidence"]
+    assert "after pauses of 10 ms, 50% of the smallest copies" in e.at[slow, "evidence"]
