@@ -217,9 +217,22 @@ def per_run(wake: WakeCalibration | Mapping[object, Wake] | None, run_ids: pd.Se
     Raises
     ------
     TypeError
-        ``wake`` is neither a ``WakeCalibration``, a mapping nor None.
+        ``wake`` is neither a ``WakeCalibration``, a mapping nor None, or the mapping holds
+        a value that is neither a ``WakeCalibration``, a str nor None.
+    ValueError
+        The mapping holds a blank sentence.
     """
     if isinstance(wake, Mapping):
+        for run, v in wake.items():
+            if not (v is None or isinstance(v, (WakeCalibration, str))):
+                raise TypeError(
+                    f"wake[{run!r}] must be a WakeCalibration, a sentence why the run has none, or None; "
+                    f"not {type(v).__name__}"
+                )
+            if isinstance(v, str) and not v.strip():
+                raise ValueError(
+                    f"wake[{run!r}] is a blank sentence: say why the run has no calibration, or give None"
+                )
         values = [wake.get(r) for r in run_ids]
     elif wake is None or isinstance(wake, WakeCalibration):
         values = [wake] * len(run_ids)

@@ -6,6 +6,7 @@ Every table and machine here is synthetic (made up): the builders of
 
 import dataclasses
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -262,3 +263,22 @@ def test_a_mapping_without_the_run_says_the_old_words(two_boots):
         assert e.at[_slow(e, run), "evidence"].endswith(
             "no idle runs recorded beside this table to tell what a pause costs on this machine"
         )
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "said"),
+    [
+        (5, TypeError, "must be a WakeCalibration, a sentence why the run has none, or None; not int"),
+        (float("nan"), TypeError, "not float"),
+        ({"idle_ms": 10.0}, TypeError, "not dict"),
+        (" ", ValueError, "is a blank sentence: say why the run has no calibration, or give None"),
+    ],
+)
+def test_a_mapping_value_that_is_no_calibration_nor_sentence_is_refused(two_boots, value, error, said):
+    """It read as 'no idle runs recorded beside this table' (a blank sentence: a dangling
+    '; ' at the evidence's end)."""
+    df = datasets.load(two_boots / "sweep")
+    with pytest.raises(error, match=r"^wake\['synthetic-other'\] .*" + re.escape(said)):
+        outliers.explain(df, wake={"synthetic-sweep": SYNTHETIC_WAKE, "synthetic-other": value})
+    e = outliers.explain(df, wake={"synthetic-sweep": None, "synthetic-other": "a reason"})
+    assert e.at[_slow(e, "synthetic-other"), "evidence"].endswith("ms; a reason")
