@@ -167,9 +167,89 @@ def test_a_stretch_across_curves_needs_two_curves_none_holding_more_than_half():
     assert len(stretch_table(ab[:10] + ["x"] * 3 + ["a", "b", "a"] + ab[16:], range(10, 16))) == 1
 
 
+def _two_runs() -> tuple[pd.DataFrame, pd.Series]:
+    """Synthetic: runs "b" and "a" (in that row order), 30 rows each alternating two
+    strategies, rows 10-15 of each at 2x."""
+    one = pd.DataFrame(
+        {
+            "t_s": np.arange(30) / 100,
+            "order": np.arange(30),
+            "rep": 0,
+            "strategy": ["x", "y"] * 15,
+            "size_bytes": 1024,
+            "robust_z": 0.0,
+        }
+    )
+    df = pd.concat([one.assign(run_id="b"), one.assign(run_id="a")], ignore_index=True)
+    ratio = pd.Series(np.where(df["order"].between(10, 15), 2.0, 1.0), index=df.index)
+    return df, ratio
+
+
+def test_stretches_across_curves_come_per_run_in_the_runs_sorted_order():
+    df, ratio = _two_runs()
+    got = episodes.across_curves(df, ratio, [], 0.01, ["run_id", "strategy"])
+    assert [s.rows for s in got] == [tuple(range(40, 46)), tuple(range(10, 16))]  # run "a", then "b"
+    # The table's row order changes nothing, not even which run's stretch comes first.
+    back = df.iloc[::-1]
+    assert episodes.across_curves(back, ratio[back.index], [], 0.01, ["run_id", "strategy"]) == got
+
+
+def test_a_timeline_column_left_empty_still_makes_one_timeline():
+    # A synthetic table with world and gpu columns but no value in them: each run is one timeline.
+    df, ratio = _two_runs()
+    want = episodes.across_curves(df, ratio, [], 0.01, ["run_id", "strategy"])
+    got = episodes.across_curves(df.assign(world=np.nan, gpu=None), ratio, [], 0.01, ["run_id", "strategy"])
+    assert got == want and len(got) == 2
+
+
+def test_a_curve_column_left_empty_is_one_curve():
+    df, ratio = _two_runs()
+    want = episodes.across_curves(df, ratio, [], 0.01, ["run_id", "strategy"])
+    with_nan = df.assign(n_tensors=np.nan)
+    assert episodes.across_curves(with_nan, ratio, [], 0.01, ["run_id", "strategy", "n_tensors"]) == want
+
+
+def test_a_stretch_of_one_curve_does_not_hide_a_later_one_across_curves():
+    ab = ["a", "b"] * 25
+    strategy = ab[:10] + ["x"] * 6 + ab[16:]  # rows 10-15: one curve's own stretch
+    (s,) = stretch_table(strategy, [*range(10, 16), *range(30, 36)])
+    assert s.rows == tuple(range(30, 36))
+
+
+def test_neutral_rows_count_as_at_their_expected_time():
+    df, ratio = _two_runs()
+    (s,) = episodes.across_curves(df, ratio, range(40, 46), 0.01, ["run_id", "strategy"])
+    assert s.rows == tuple(range(10, 16))  # run "a"'s slow rows were explained: only run "b"'s
+    assert s.median_ratio == 2.0
+
+
+def test_a_start_time_or_score_that_is_not_a_number_counts_as_missing():
+    df, ratio = _two_runs()
+    df = df[df["run_id"] == "a"]
+    want = episodes.across_curves(df, ratio, [], 0.01, ["run_id", "strategy"])
+    assert [s.rows for s in want] == [tuple(range(40, 46))]
+    for col in ("t_s", "robust_z"):
+        for missing in (np.nan, "n/a"):
+            bad = df.astype({col: object})
+            bad.loc[[40, 45], col] = missing  # rows 40 and 45 do not take part
+            (s,) = episodes.across_curves(bad, ratio, [], 0.01, ["run_id", "strategy"])
+            assert s.rows == (41, 42, 43, 44), (col, missing)
+
+
 def test_time_order_breaks_ties_by_order_and_puts_missing_times_last():
     df = pd.DataFrame({"t_s": [2.0, np.nan, 1.0, 1.0], "order": [0, 1, 3, 2], "rep": 0})
     assert list(episodes.time_order(df)) == [3, 2, 0, 1]
+
+
+def test_time_order_keeps_the_tables_order_for_exact_ties():
+    # A synthetic table whose only time key is t_s (300 rows, 3 start times, two missing):
+    # rows at the same time stay in the table's order (a stable sort), missing times last.
+    rng = np.random.default_rng(0)
+    t = rng.integers(0, 3, 300).astype(float)
+    t[[5, 50]] = np.nan
+    df = pd.DataFrame({"t_s": t}, index=1000 + rng.permutation(300))
+    want = sorted(range(300), key=lambda i: (np.isnan(t[i]), np.nan_to_num(t[i]), i))
+    assert list(episodes.time_order(df)) == list(df.index[want])
 
 
 def test_rows_explained_by_a_specific_cause_are_neutral_across_curves():
