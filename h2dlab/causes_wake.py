@@ -252,9 +252,9 @@ def _calibrated(cal: WakeCalibration) -> str:
 
 def _gap_text(gap: float, ctx: pd.Series) -> str:
     """The idle gap in words: host time since the previous copy ended, and how much of it
-    was the run's ``--pause`` (``ctx["idle_pause_ms"]``) where it paused."""
+    was the run's ``--pause`` (``ctx["idle_pause_ms"]``) where it paused and the gap holds it."""
     pause = number(ctx.get("idle_pause_ms"))
-    held = f" ({pause:g} ms of it the run's --pause)" if np.isfinite(pause) else ""
+    held = f" ({pause:g} ms of it the run's --pause)" if np.isfinite(pause) and pause <= gap else ""
     return f"host time since the previous copy ended {gap:.2f} ms{held}"
 
 

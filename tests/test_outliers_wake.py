@@ -414,3 +414,16 @@ def test_explain_says_how_much_of_the_gap_was_the_runs_pause():
         # nothing else moves
         others = ~small
         pd.testing.assert_series_equal(e.loc[others, "cause"], plain.loc[others, "cause"])
+
+
+def test_a_gap_shorter_than_the_runs_pause_does_not_claim_the_pause():
+    """A paused run whose start times put the previous copy's end 0.88 ms before this one
+    (t_s that contradict the 10 ms pause): the sentence gives the gap alone, where it said
+    '0.88 ms (10 ms of it the run's --pause)'; a gap that holds the pause still names it."""
+    assert wake_check(_row(), _ctx(idle_gap_ms=0.88, idle_pause_ms=10.0)) == (
+        "host time since the previous copy ended 0.88 ms, under the 2.00 ms between copies after which this "
+        "machine's idle runs show a wake-up"
+    )
+    assert wake_check(_row(event_ms=np.nan), _ctx(idle_gap_ms=10.0, idle_pause_ms=10.0)).startswith(
+        "host time since the previous copy ended 10.00 ms (10 ms of it the run's --pause): "
+    )
