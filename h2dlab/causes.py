@@ -41,6 +41,7 @@ from h2dlab.causes_threads import others_share
 from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, run_pauses, wake_cause
 from h2dlab.episodes import Stretch
 from h2dlab.rows import column
+from h2dlab.spec import MAX_PAUSE_MS
 from h2dlab.wake_source import Wake, of_attrs, per_run
 
 __all__ = [
@@ -112,6 +113,19 @@ def _col(df: pd.DataFrame, name: str) -> pd.Series:
     return column(df, name)
 
 
+def _check_pauses(pauses: object) -> None:
+    """Refuse a ``pauses`` argument that is not run_id -> a pause ``--pause`` could take."""
+    if pauses is None:
+        return
+    if not isinstance(pauses, Mapping):
+        raise TypeError(f"pauses must be a mapping run_id -> pause in ms, not {type(pauses).__name__}")
+    for run, v in pauses.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"pauses[{run!r}] must be a number of ms, not {type(v).__name__}")
+        if not 0 <= v <= MAX_PAUSE_MS:
+            raise ValueError(f"pauses[{run!r}] is {v!r}: a run's --pause is 0 to {MAX_PAUSE_MS:g} ms")
+
+
 def neighbours(
     df: pd.DataFrame,
     pauses: dict[object, float] | None = None,
@@ -143,7 +157,15 @@ def neighbours(
     ``busiest_cell`` likewise of the busiest other thread's share of that window
     (``causes_parallel.busiest_share``, schema 4). Medians are over timed rows (no warm-up, no error); NaN where
     unmeasured.
+
+    Raises
+    ------
+    TypeError
+        ``pauses`` is not a mapping run_id -> pause, or holds a value that is not a number.
+    ValueError
+        ``pauses`` holds a pause no run could have taken (outside 0 to ``spec.MAX_PAUSE_MS``).
     """
+    _check_pauses(pauses)
     ctx = pd.DataFrame(index=df.index)
     ctx["first_order"] = df.groupby("run_id", sort=False)["order"].transform("min")
     ctx["bucket"] = np.ceil(np.log2(np.maximum(df["size_bytes"].to_numpy(float), 1))).astype(int)

@@ -282,3 +282,27 @@ def test_a_mapping_value_that_is_no_calibration_nor_sentence_is_refused(two_boot
         outliers.explain(df, wake={"synthetic-sweep": SYNTHETIC_WAKE, "synthetic-other": value})
     e = outliers.explain(df, wake={"synthetic-sweep": None, "synthetic-other": "a reason"})
     assert e.at[_slow(e, "synthetic-other"), "evidence"].endswith("ms; a reason")
+
+
+@pytest.mark.parametrize(
+    ("pauses", "error", "said"),
+    [
+        (5, TypeError, "pauses must be a mapping run_id -> pause in ms, not int"),
+        ({"synthetic-other": "x"}, TypeError, "pauses['synthetic-other'] must be a number of ms, not str"),
+        ({"synthetic-other": True}, TypeError, "pauses['synthetic-other'] must be a number of ms, not bool"),
+        (
+            {"synthetic-other": -5},
+            ValueError,
+            "pauses['synthetic-other'] is -5: a run's --pause is 0 to 1000 ms",
+        ),
+        ({"synthetic-other": float("nan")}, ValueError, "pauses['synthetic-other'] is nan"),
+    ],
+)
+def test_explain_refuses_pauses_no_run_could_take(two_boots, pauses, error, said):
+    """It raised "'int' object is not callable" or pandas' "could not convert string to
+    float", or said '(-5 ms of it the run's --pause)'."""
+    df = datasets.load(two_boots / "sweep")
+    with pytest.raises(error, match="^" + re.escape(said)):
+        outliers.explain(df, pauses=pauses)
+    e = outliers.explain(df, pauses={"synthetic-other": 2})
+    assert "(2 ms of it the run's --pause)" in e.at[_slow(e, "synthetic-other"), "evidence"]
