@@ -115,9 +115,10 @@ def _unusable(idle_runs: pd.DataFrame, label: str) -> str | None:
     )
 
 
-def _elsewhere(machine: tuple[str, ...], others: list[tuple[str, ...]], label: str) -> str:
+def _elsewhere(machine: tuple[str, ...], others: list[tuple[str, ...]], label: str, unnamed: bool) -> str:
     """Why idle runs of ``others`` (machines) cannot calibrate a run of ``machine``: the keys
-    in which the nearest of them differs, with both values."""
+    in which the nearest of them differs, with both values (``unnamed``: some CUDA idle runs
+    name no machine, so the sentence speaks of those that do)."""
     nearest = min(sorted(others), key=lambda m: sum(a != b for a, b in zip(m, machine, strict=True)))
     differ = ", ".join(
         f"{k} {theirs} where this run's is {ours}"
@@ -127,7 +128,8 @@ def _elsewhere(machine: tuple[str, ...], others: list[tuple[str, ...]], label: s
     where = "another machine or boot" if len(others) == 1 else f"{len(others)} other machines or boots"
     nearest_of = "" if len(others) == 1 else "the nearest: "
     return (
-        f"the recording's idle runs ({label}) were measured on {where} ({nearest_of}{differ}), so they cannot "
+        f"the recording's idle runs{' that name their machine' if unnamed else ''} ({label}) were measured on "
+        f"{where} ({nearest_of}{differ}), so they cannot "
         f"tell what a pause costs on this one"
     )
 
@@ -175,7 +177,8 @@ def calibrations(table: pd.DataFrame, idle_runs: pd.DataFrame, label: str) -> di
                 f"its machine"
             )
         elif machine not in idle_machines:
-            out[run] = _elsewhere(machine, idle_machines, label)
+            unnamed = any(on_cuda(e) and machine_of(e) is None for e in _envs(idle_runs).values())
+            out[run] = _elsewhere(machine, idle_machines, label, unnamed)
         else:
             if machine not in made:
                 made[machine] = _calibrate_or_why(_runs_of(machine, idle_runs), label)

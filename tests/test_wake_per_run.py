@@ -306,3 +306,17 @@ def test_explain_refuses_pauses_no_run_could_take(two_boots, pauses, error, said
         outliers.explain(df, pauses=pauses)
     e = outliers.explain(df, pauses={"synthetic-other": 2})
     assert "(2 ms of it the run's --pause)" in e.at[_slow(e, "synthetic-other"), "evidence"]
+
+
+def test_another_machines_sentence_speaks_of_the_idle_runs_that_name_one(tmp_path):
+    """Half the idle runs name no hostname: the other boot's run is told of 'the recording's
+    idle runs that name their machine', not of all of them (the others may be its own)."""
+    folder = synthetic_recording(tmp_path / "rec")
+    for p in sorted((folder / "idle").glob("*-pageable.csv.gz")):
+        env = datasets.read_env(p)
+        datasets.env_path(p).write_text(json.dumps({**env, "hostname": ""}))
+    _add_sweep_run(folder, "pow2-other", "synthetic-other", OTHER_BOOT)
+    cals = datasets.load(folder / "sweep").attrs["wake_calibrations"]
+    assert cals["synthetic-other"] == OTHER_SAID.replace(
+        "the recording's idle runs (rec/idle)", "the recording's idle runs that name their machine (rec/idle)"
+    )
