@@ -328,9 +328,13 @@ def ruled_out(row: pd.Series, ctx: pd.Series) -> dict[str, str]:
         )
     issue, wall = _get(row, "issue_ms"), row["wall_ms"]
     if finite(issue) and finite(ctx["issue_typ"]):
+        then = (  # a call longer than the whole copy: the clocks disagree, no negative wait
+            f"then {wall - issue:.2f} ms waiting for the GPU"
+            if issue <= wall
+            else f"longer than the copy's {wall:.2f} ms wall time (the two clocks disagree)"
+        )
         out["time in the call"] = (
-            f"{issue:.2f} ms in the timed call (its neighbours: {ctx['issue_typ']:.0%} of their time), then "
-            f"{wall - issue:.2f} ms waiting for the GPU"
+            f"{issue:.2f} ms in the timed call (its neighbours: {ctx['issue_typ']:.0%} of their time), {then}"
         )
     idle = wake_check(row, ctx)
     if idle:

@@ -378,3 +378,21 @@ def test_h200_crowded_copies_synthetic(key):
     longer = 0.51 * extra
     row["run_delay_ms"], row["cpu_ms"] = longer, row["wall_ms"] - longer
     assert evidence_cause(row, ctx, val, "s")[0] == "host_preempted"
+
+
+def test_a_call_longer_than_the_copy_is_no_negative_wait_synthetic(runs):
+    """The crowded copies with a wall time of 0 (a table may hold it) and their time in the
+    call kept: explain's 'time in the call' check said 'then -0.07 ms waiting for the GPU'."""
+    df, kind = runs[0]
+    d = df.copy()
+    d.loc[kind == "host_crowded", "wall_ms"] = 0.0
+    e = outliers.explain(d)
+    ev = e.loc[kind == "host_crowded", "evidence"]
+    assert not ev.str.contains("then -").any() and not e["evidence"].str.contains("then -").any()
+    said = ev[ev.str.contains("in the timed call")]
+    assert (
+        len(said) > 0
+        and said.str.contains(
+            r"of their time\), longer than the copy's 0\.00 ms wall time \(the two clocks disagree\)"
+        ).all()
+    )
