@@ -175,7 +175,7 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
     name a copy ``gpu_wake``. ``df.attrs['wake_calibration']`` holds the one calibration
     every run shares, None when they do not share one (``wake_source.shared``). The
     ``idle`` kind gets them from its own runs. An idle kind that cannot be read gives no
-    calibration (None and an empty mapping) and one warning; the table still loads.
+    calibration (None, each run a sentence saying so) and one warning; the table loads.
 
     Raises
     ------
@@ -249,12 +249,12 @@ def _idle_beside(where: Path) -> Path | None:
 
 def _calibrate(table: pd.DataFrame, idle: Path, folder: Path) -> dict[object, wake_source.Wake]:
     """Per run of ``table``, the calibration a recording's idle runs make for it or why they
-    cannot (``wake_source.calibrations``); idle runs that cannot be read give none and a warning."""
+    cannot (``wake_source.calibrations``); unreadable idle runs: a sentence saying so, and a warning."""
     try:
         runs = table if idle == folder else _read_runs(_tables(idle), "")
     except (ValueError, TypeError, KeyError, OSError) as exc:  # SchemaError is a ValueError
         warnings.warn(f"{idle}: the idle runs cannot be read ({exc}); gpu_wake is off", stacklevel=3)
-        return {}
+        return wake_source.unreadable(table, f"{idle.parent.name}/idle")
     return wake_source.calibrations(table, runs, f"{idle.parent.name}/idle")
 
 

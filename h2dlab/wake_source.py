@@ -33,6 +33,7 @@ __all__ = [
     "on_cuda",
     "per_run",
     "shared",
+    "unreadable",
 ]
 
 #: What one run's calibration may be: a :class:`~h2dlab.causes_wake.WakeCalibration`, or
@@ -184,6 +185,13 @@ def calibrations(table: pd.DataFrame, idle_runs: pd.DataFrame, label: str) -> di
                 made[machine] = _calibrate_or_why(_runs_of(machine, idle_runs), label)
             out[run] = made[machine]
     return out
+
+
+def unreadable(table: pd.DataFrame, label: str) -> dict[object, Wake]:
+    """Per run of ``table``, the sentence that the recording's idle runs (``label``) cannot be
+    read (``datasets.load`` warns once with the reason)."""
+    why = f"the recording's idle runs ({label}) cannot be read, so they cannot tell what a pause costs here"
+    return dict.fromkeys(_envs(table), why)
 
 
 def shared(wake: Mapping[object, Wake], run_ids: Iterable[object]) -> WakeCalibration | None:

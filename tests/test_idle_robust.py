@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from h2dlab import cli, datasets, session
+from h2dlab import cli, datasets, outliers, session
 from h2dlab.causes_wake import run_pauses
 from h2dlab.factors_idle import pauses
 from h2dlab.record_folder import read_manifest
@@ -186,3 +186,18 @@ def test_a_recording_json_that_is_not_an_object_reads_as_none(tmp_path, text):
     want = session.recording(str(bare), environ={}).banner().replace(str(bare.resolve()), "X")
     assert rec.banner().replace(str(folder.resolve()), "X") == want
     assert rec.lacks("idle") == ""
+
+
+def test_a_damaged_idle_kind_is_said_in_each_copys_evidence(tmp_path):
+    """The copies' idle-gap check says the idle runs cannot be read (the warning alone is
+    lost in --json and notebooks), where it said 'no idle runs recorded beside this table'."""
+    folder = synthetic_recording(tmp_path / "rec")
+    _garbage(sorted((folder / "idle").glob("pause-3ms*.csv.gz"))[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        df = datasets.load(folder / "sweep")
+    said = "the recording's idle runs (rec/idle) cannot be read, so they cannot tell what a pause costs here"
+    assert df.attrs["wake_calibrations"] == {"synthetic-sweep": said} and df.attrs["wake_calibration"] is None
+    e = outliers.explain(df)
+    (slow,) = e.index[e["order"] == 30]
+    assert e.at[slow, "cause"] == "unexplained" and e.at[slow, "evidence"].endswith(f"ms; {said}")
