@@ -72,6 +72,19 @@ def _runs(df: pd.DataFrame) -> tuple[pd.DataFrame, list[float], dict[str, list[f
     return t, levels, missing
 
 
+def _lacks_text(t: pd.DataFrame, missing: dict[str, list[float]]) -> str:
+    """``missing`` in words: per strategy the pauses it lacks at every size, and those it
+    lacks at some of its sizes only (timed after them at others)."""
+    parts = []
+    for strategy, lack in sorted(missing.items()):
+        have = set(t.loc[t["strategy"].astype(str) == strategy, "pause_ms"])
+        nowhere, partly = [q for q in lack if q not in have], [q for q in lack if q in have]
+        said = [_pauses_text(nowhere)] if nowhere else []
+        said += [f"{_pauses_text(partly)} at some of its sizes"] if partly else []
+        parts.append(f"`{strategy}` lacks {' and '.join(said)}")
+    return "; ".join(parts)
+
+
 def _shortfall(
     df: pd.DataFrame, t: pd.DataFrame, levels: list[float], missing: dict[str, list[float]]
 ) -> str | None:
@@ -103,7 +116,7 @@ def _shortfall(
             f"what a pause costs (the shortest is the baseline); {again}."
         )
     if set(missing) >= set(t["strategy"].astype(str)):
-        lacks = "; ".join(f"`{s}` lacks {_pauses_text(q)}" for s, q in sorted(missing.items()))
+        lacks = _lacks_text(t, missing)
         return (
             f"No strategy of the idle runs was timed after every pause ({_pauses_text(levels)}: {lacks}), "
             f"so no copy can be compared across them; {again}."
@@ -232,7 +245,7 @@ def idle_wake(df: pd.DataFrame) -> Finding:
         "spread between processes."
     )
     if missing:
-        lacks = "; ".join(f"`{k}` lacks {_pauses_text(q)}" for k, q in sorted(missing.items()))
+        lacks = _lacks_text(t, missing)
         verdict += f" Left out, as not timed after every pause: {lacks}."
     envs = _envs(df)
     off = sorted(str(r) for r in set(df.loc[pauses(df).notna(), "run_id"]) if off_gpu(envs.get(r)))

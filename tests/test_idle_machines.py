@@ -12,6 +12,7 @@ from h2dlab import datasets, factors, outliers
 from h2dlab.factors_idle import wake_calibration
 from h2dlab.machines import MACHINE_KEYS, machine_of, missing_keys, off_gpu, on_cuda
 from h2dlab.tableio import save
+from tests.test_idle_wake_gaps import synthetic_idle
 from tests.test_wake_calibration import synthetic_recording
 
 
@@ -119,3 +120,24 @@ def test_start_times_that_contradict_the_pause_give_no_gap(folder):
     (slow,) = e.index[e["order"] == 30]  # 15 ms after the previous copy: above the 10 ms pause
     assert e.at[slow, "cause"] == "gpu_wake" and "-0." not in e.at[slow, "evidence"]
     assert "after pauses of 10 ms, 50% of the smallest copies" in e.at[slow, "evidence"]
+
+
+def test_a_strategy_timed_after_a_pause_at_some_sizes_only_says_so():
+    """The 10 ms runs timed pageable at 1 MiB only (synthetic): pageable is left out, its
+    words say it lacks 10 ms at some of its sizes; a strategy lacking a pause at every size
+    still says plainly that it lacks it. It said '`pageable` lacks 0, 3, 10 ms' of a
+    strategy timed after each of them (at one size or the other)."""
+    df = synthetic_idle(lambda strategy, size, pause, k: 0.01 + 0.0001 * k)
+    keep = ~((df["run_id"] == "synthetic-10") & (df["strategy"] == "pageable") & (df["size_bytes"] == 4096))
+    f = factors.idle_wake(df[keep])
+    assert f.verdict.endswith(
+        " Left out, as not timed after every pause: `pageable` lacks 10 ms at some of its sizes."
+    )
+    keep &= ~((df["run_id"] == "synthetic-0") & (df["strategy"] == "pageable") & (df["size_bytes"] == 2**20))
+    keep &= ~((df["run_id"] == "synthetic-3") & (df["strategy"] == "pinned_reuse"))
+    f = factors.idle_wake(df[keep].copy())
+    assert f.verdict == (
+        "No strategy of the idle runs was timed after every pause (0, 3, 10 ms: `pageable` lacks 0, 10 ms at "
+        "some of its sizes; `pinned_reuse` lacks 3 ms), so no copy can be compared across them; record them with "
+        "`h2dlab record --only idle` (it times each strategy after each pause)."
+    )
