@@ -20,7 +20,7 @@ import pandas as pd
 
 from h2dlab.causes_wake import WakeCalibration
 from h2dlab.factors_idle import wake_calibration
-from h2dlab.machines import MACHINE_KEYS, machine_of, missing_keys, on_cuda
+from h2dlab.machines import MACHINE_KEYS, machine_of, missing_keys, off_gpu, on_cuda
 
 __all__ = [
     "MACHINE_KEYS",
@@ -157,7 +157,8 @@ def calibrations(table: pd.DataFrame, idle_runs: pd.DataFrame, label: str) -> di
         timed a CUDA GPU of a named machine but none of this run's, a sentence saying that
         the idle runs come from another machine or boot (naming each key that differs
         from the nearest such machine, with both values), or that the run's env.json does
-        not name its machine; where its machine's idle runs cannot make one (fewer than two
+        not name its machine, or that it timed no CUDA GPU (``spec.device`` another device);
+        where its machine's idle runs cannot make one (fewer than two
         pauses, or no strategy timed after every pause), what they lack; where no idle run
         timed a CUDA GPU of a named machine, that (every run the same sentence). Empty
         when ``idle_runs`` carries no env.json (``attrs["envs"]``).
@@ -170,7 +171,12 @@ def calibrations(table: pd.DataFrame, idle_runs: pd.DataFrame, label: str) -> di
     out: dict[object, Wake] = {}
     for run, env in _envs(table).items():
         machine = machine_of(env)
-        if machine is None:
+        if off_gpu(env):  # host-memory copies: no GPU to wake
+            out[run] = (
+                f"this run timed no CUDA GPU (its env.json's spec.device is {env['spec']['device']}), so the "
+                f"recording's idle runs ({label}) do not speak for its copies"
+            )
+        elif machine is None:
             lacks = ", ".join(missing_keys(env))
             named = f"names no {lacks}" if isinstance(env, dict) else "is missing"
             out[run] = (

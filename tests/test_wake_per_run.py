@@ -320,3 +320,22 @@ def test_another_machines_sentence_speaks_of_the_idle_runs_that_name_one(tmp_pat
     assert cals["synthetic-other"] == OTHER_SAID.replace(
         "the recording's idle runs (rec/idle)", "the recording's idle runs that name their machine (rec/idle)"
     )
+
+
+def test_a_run_timed_on_the_cpu_gets_no_gpu_wake(tmp_path):
+    """A run of the idle runs' own machine timed with --device cpu (host-memory copies): no
+    calibration and no gpu_wake, its check says why; it was named gpu_wake ('the GPU's copy
+    engine, its PCIe link ...') after the same 15 ms gap."""
+    folder = synthetic_recording(tmp_path / "rec")
+    df = datasets.read(folder / "sweep" / "pow2.csv.gz").assign(run_id="synthetic-cpu")
+    save(df, folder / "sweep" / "pow2-cpu.csv.gz", env={**SYNTHETIC_MACHINE, "spec": {"device": "cpu"}})
+    df = datasets.load(folder / "sweep")
+    said = (
+        "this run timed no CUDA GPU (its env.json's spec.device is cpu), so the recording's idle runs (rec/idle) "
+        "do not speak for its copies"
+    )
+    assert df.attrs["wake_calibrations"]["synthetic-cpu"] == said
+    e = outliers.explain(df)
+    assert e.at[_slow(e, "synthetic-sweep"), "cause"] == "gpu_wake"
+    i = _slow(e, "synthetic-cpu")
+    assert e.at[i, "cause"] == "unexplained" and e.at[i, "evidence"].endswith(f"ms; {said}")
