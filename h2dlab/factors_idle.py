@@ -16,7 +16,7 @@ import pandas as pd
 from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, pause_of
 from h2dlab.finding import Finding
 from h2dlab.machines import MACHINE_KEYS, machine_of, off_gpu
-from h2dlab.rows import timed, value_ms
+from h2dlab.rows import check_values, timed, value_ms
 from h2dlab.units import fmt_bytes
 
 __all__ = ["SLOW_RATIO", "WAKE_SHARE", "idle_wake", "pauses", "wake_calibration"]
@@ -59,6 +59,7 @@ def _runs(df: pd.DataFrame) -> tuple[pd.DataFrame, list[float], dict[str, list[f
     """The timed rows of paused runs (``pause_ms``, ``v``: the time), the pauses ascending,
     and per strategy the pauses that some of its sizes lack (strategies lacking none are
     not in it)."""
+    check_values(df)  # a table, with the columns a model reads (TypeError/ValueError naming them)
     t = timed(df.assign(gap_ms=idle_gap_ms(df)))  # warm-ups count as previous copies
     t = t.assign(pause_ms=pauses(t), v=value_ms(t)).dropna(subset=["pause_ms"])
     envs = _envs(df)
@@ -296,9 +297,12 @@ def wake_calibration(df: pd.DataFrame, source: str | None = None) -> WakeCalibra
 
     Raises
     ------
+    TypeError
+        ``df`` is not a DataFrame (``rows.check_values``; so does :func:`idle_wake`).
     ValueError
         When the table holds fewer than two distinct pauses, or no strategy was timed
-        after every pause (the runs cannot tell; the message says what is missing).
+        after every pause (the runs cannot tell; the message says what is missing); or
+        lacks a column a model reads (``rows.MODEL_COLUMNS``; so does :func:`idle_wake`).
     """
     t, levels, missing = _runs(df)
     short = _shortfall(df, t, levels, missing)

@@ -141,3 +141,20 @@ def test_a_strategy_timed_after_a_pause_at_some_sizes_only_says_so():
         "some of its sizes; `pinned_reuse` lacks 3 ms), so no copy can be compared across them; record them with "
         "`h2dlab record --only idle` (it times each strategy after each pause)."
     )
+
+
+@pytest.mark.parametrize(
+    ("table", "error", "said"),
+    [
+        ([1, 2], TypeError, r"^expected a pandas DataFrame \(a measurement table\), got list$"),
+        ("no strategy", ValueError, r"^not a measurement table: missing column\(s\) strategy$"),
+        ("no run_id", ValueError, r"^not a measurement table: missing column\(s\) run_id$"),
+    ],
+)
+def test_idle_wake_and_the_calibration_refuse_what_is_no_table(folder, table, error, said):
+    """It raised AttributeError ('list' object has no attribute 'assign') or KeyError."""
+    if isinstance(table, str):
+        table = datasets.load(folder / "idle").drop(columns=table.removeprefix("no "))
+    for f in (factors.idle_wake, wake_calibration):
+        with pytest.raises(error, match=said):
+            f(table)
