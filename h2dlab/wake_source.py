@@ -21,6 +21,7 @@ import pandas as pd
 from h2dlab.causes_wake import WakeCalibration
 from h2dlab.factors_idle import wake_calibration
 from h2dlab.machines import MACHINE_KEYS, machine_of, missing_keys, off_gpu, on_cuda
+from h2dlab.rows import check_values
 
 __all__ = [
     "MACHINE_KEYS",
@@ -162,7 +163,22 @@ def calibrations(table: pd.DataFrame, idle_runs: pd.DataFrame, label: str) -> di
         pauses, or no strategy timed after every pause), what they lack; where no idle run
         timed a CUDA GPU of a named machine, that (every run the same sentence). Empty
         when ``idle_runs`` carries no env.json (``attrs["envs"]``).
+
+    Raises
+    ------
+    TypeError
+        ``table`` or ``idle_runs`` is not a DataFrame, or ``label`` not a str.
+    ValueError
+        ``idle_runs`` lacks a column a model reads (``rows.check_values``).
     """
+    for name, df in (("table", table), ("idle_runs", idle_runs)):
+        if not isinstance(df, pd.DataFrame):
+            raise TypeError(
+                f"{name} must be a measurement table (a pandas DataFrame), not {type(df).__name__}"
+            )
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a str naming the idle runs, not {type(label).__name__}")
+    check_values(idle_runs)
     idle_machines = sorted({m for e in _envs(idle_runs).values() if on_cuda(e) and (m := machine_of(e))})
     if not idle_machines:
         why = _unusable(idle_runs, label)
@@ -202,7 +218,12 @@ def unreadable(table: pd.DataFrame, label: str) -> dict[object, Wake]:
 
 def shared(wake: Mapping[object, Wake], run_ids: Iterable[object]) -> WakeCalibration | None:
     """The one calibration every run of ``run_ids`` has in ``wake`` (:func:`calibrations`),
-    else None (a run without one, or runs of two machines)."""
+    else None (a run without one, or runs of two machines). TypeError when ``wake`` is not
+    a mapping."""
+    if not isinstance(wake, Mapping):
+        raise TypeError(
+            f"wake must be a mapping run_id -> calibration or sentence, not {type(wake).__name__}"
+        )
     found = [wake.get(r) for r in run_ids]
     first = found[0] if found else None
     return first if isinstance(first, WakeCalibration) and all(c == first for c in found) else None

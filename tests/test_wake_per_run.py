@@ -339,3 +339,23 @@ def test_a_run_timed_on_the_cpu_gets_no_gpu_wake(tmp_path):
     assert e.at[_slow(e, "synthetic-sweep"), "cause"] == "gpu_wake"
     i = _slow(e, "synthetic-cpu")
     assert e.at[i, "cause"] == "unexplained" and e.at[i, "evidence"].endswith(f"ms; {said}")
+
+
+def test_calibrations_and_shared_refuse_what_is_no_table_or_mapping(two_boots):
+    """They raised AttributeError ('list' object has no attribute 'attrs'), or turned an
+    idle table lacking a column into a run's 'sentence' ('not a measurement table: ...')."""
+    sweep, idle = datasets.load(two_boots / "sweep"), datasets.load(two_boots / "idle")
+    with pytest.raises(
+        TypeError, match=r"^table must be a measurement table \(a pandas DataFrame\), not list$"
+    ):
+        wake_source.calibrations([1], idle, "rec/idle")
+    with pytest.raises(TypeError, match=r"^idle_runs must be a measurement table .*, not NoneType$"):
+        wake_source.calibrations(sweep, None, "rec/idle")
+    with pytest.raises(TypeError, match="^label must be a str naming the idle runs, not int$"):
+        wake_source.calibrations(sweep, idle, 5)
+    with pytest.raises(ValueError, match=r"^not a measurement table: missing column\(s\) strategy$"):
+        wake_source.calibrations(sweep, idle.drop(columns="strategy"), "rec/idle")
+    with pytest.raises(
+        TypeError, match="^wake must be a mapping run_id -> calibration or sentence, not int$"
+    ):
+        wake_source.shared(5, ["synthetic-sweep"])
