@@ -40,7 +40,7 @@ from h2dlab.causes_parallel import busiest_share
 from h2dlab.causes_threads import others_share
 from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, run_pauses, wake_cause
 from h2dlab.episodes import Stretch
-from h2dlab.rows import column
+from h2dlab.rows import MODEL_COLUMNS, check_values, column
 from h2dlab.spec import MAX_PAUSE_MS
 from h2dlab.wake_source import Wake, of_attrs, per_run
 
@@ -161,10 +161,13 @@ def neighbours(
     Raises
     ------
     TypeError
-        ``pauses`` is not a mapping run_id -> pause, or holds a value that is not a number.
+        ``df`` is not a DataFrame; ``pauses`` is not a mapping run_id -> pause, or holds a
+        value that is not a number.
     ValueError
-        ``pauses`` holds a pause no run could have taken (outside 0 to ``spec.MAX_PAUSE_MS``).
+        ``df`` lacks a column it reads (``rows.check_values``); ``pauses`` holds a pause no
+        run could have taken (outside 0 to ``spec.MAX_PAUSE_MS``).
     """
+    check_values(df, (*MODEL_COLUMNS, "order", "rep"))
     _check_pauses(pauses)
     ctx = pd.DataFrame(index=df.index)
     ctx["first_order"] = df.groupby("run_id", sort=False)["order"].transform("min")

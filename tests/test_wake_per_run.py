@@ -359,3 +359,12 @@ def test_calibrations_and_shared_refuse_what_is_no_table_or_mapping(two_boots):
         TypeError, match="^wake must be a mapping run_id -> calibration or sentence, not int$"
     ):
         wake_source.shared(5, ["synthetic-sweep"])
+
+
+def test_neighbours_refuses_what_is_no_table(two_boots):
+    """It raised pandas' 'Index(...) must be called with a collection of some kind'."""
+    with pytest.raises(TypeError, match=r"^expected a pandas DataFrame \(a measurement table\), got list$"):
+        causes.neighbours([1])
+    df = datasets.load(two_boots / "sweep").drop(columns="rep")
+    with pytest.raises(ValueError, match=r"^not a measurement table: missing column\(s\) rep$"):
+        causes.neighbours(df)
