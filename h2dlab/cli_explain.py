@@ -216,6 +216,7 @@ def report(source: str, n_boot: int = 100) -> dict[str, Any]:
     from h2dlab import model, outliers
     from h2dlab.causes_wake import run_pauses
     from h2dlab.env import describe
+    from h2dlab.machines import describe_runs
     from h2dlab.wake_source import of_attrs
 
     df = load_source(source)
@@ -224,7 +225,7 @@ def report(source: str, n_boot: int = 100) -> dict[str, Any]:
     # Analyse a copy without attrs: pandas deep-copies attrs (every run's env.json) on each
     # column access, which cost more CPU than the fit itself; explain gets what it reads of
     # them (the runs' --pause, each run's calibration by the idle runs) as arguments.
-    wake, pauses = of_attrs(df.attrs), run_pauses(df)
+    wake, pauses, setups = of_attrs(df.attrs), run_pauses(df), describe_runs(df)
     df = df.copy(deep=False)
     df.attrs = {}
     fitted = judged_fits(df, names, n_boot)
@@ -249,6 +250,7 @@ def report(source: str, n_boot: int = 100) -> dict[str, Any]:
         "_fit": fitted,
         "_explained": e,
         "_flagged": flagged,
+        "_setups": setups,  # every run's, where "machine" is the first run's
     }
 
 
@@ -296,7 +298,7 @@ def explain(
 
 def _print_text(source, rep, fitted, flagged, show_all: bool, limit: int) -> None:
     runs = ", ".join(r["run"] for r in rep["runs"])
-    print(f"{source}: {rep['rows']} rows, run(s) {runs}; {rep['machine'] or 'no env.json'}")
+    print(f"{source}: {rep['rows']} rows, run(s) {runs}; {rep['_setups'] or 'no env.json'}")
     if len(fitted):
         print("\nlatency = overhead + bytes / bandwidth, fitted robustly per run and strategy (95% CI):")
         rows = list(fitted.itertuples())

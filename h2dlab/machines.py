@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MACHINE_KEYS", "machine_of", "missing_keys", "off_gpu", "on_cuda"]
+import pandas as pd
+
+from h2dlab.env import describe
+
+__all__ = ["MACHINE_KEYS", "describe_runs", "machine_of", "missing_keys", "off_gpu", "on_cuda"]
 
 #: The env.json fields that name a run's machine (and boot): runs that differ in one were
 #: measured on another machine or boot, and a pause's cost is compared within one.
@@ -37,3 +41,17 @@ def off_gpu(env: Any) -> bool:
     """Whether a run's env.json names a device that is not a CUDA GPU (``--device cpu``)."""
     spec = env.get("spec") if isinstance(env, dict) else None
     return isinstance(spec, dict) and isinstance(spec.get("device"), str) and not on_cuda(env)
+
+
+def describe_runs(df: pd.DataFrame) -> str | None:
+    """One line for the runs of ``df`` (``attrs["envs"]``, else ``attrs["env"]``):
+    ``env.describe`` of their env.json where they agree, else ``"N setups: A; B"`` (each
+    distinct one, in run order); None without any env.json."""
+    envs = df.attrs.get("envs") if isinstance(df.attrs.get("envs"), dict) else {}
+    found = [e for e in envs.values() if isinstance(e, dict) and e]
+    one = df.attrs.get("env")
+    found = found or ([one] if isinstance(one, dict) and one else [])
+    lines = list(dict.fromkeys(describe(e) for e in found))
+    if not lines:
+        return None
+    return lines[0] if len(lines) == 1 else f"{len(lines)} setups: " + "; ".join(lines)

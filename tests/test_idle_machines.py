@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from h2dlab import datasets, factors, outliers
+from h2dlab import cli, datasets, factors, outliers
 from h2dlab.factors_idle import wake_calibration
-from h2dlab.machines import MACHINE_KEYS, machine_of, missing_keys, off_gpu, on_cuda
+from h2dlab.machines import MACHINE_KEYS, describe_runs, machine_of, missing_keys, off_gpu, on_cuda
 from h2dlab.tableio import save
 from tests.test_idle_wake_gaps import synthetic_idle
 from tests.test_wake_calibration import synthetic_recording
@@ -158,3 +158,33 @@ def test_idle_wake_and_the_calibration_refuse_what_is_no_table(folder, table, er
     for f in (factors.idle_wake, wake_calibration):
         with pytest.raises(error, match=said):
             f(table)
+
+
+def test_explain_header_names_every_setup_of_the_runs(folder, capsys):
+    """A table whose runs come from two GPUs: explain's first line names both (it named the
+    first run's, 'synthetic GPU', for all of them); one setup is one line as before. The JSON
+    "machine" stays the first run's (documented so)."""
+    df = datasets.read(folder / "sweep" / "pow2.csv.gz").assign(run_id="synthetic-a100")
+    env = {
+        "gpu_name": "NVIDIA A100",
+        "hostname": "h",
+        "platform": "p",
+        "torch": "2.4.0",
+        "date": "2025-01-01T00",
+    }
+    save(df, folder / "sweep" / "pow2-a100.csv.gz", env={**env, "spec": {"device": "cuda:0"}})
+    assert describe_runs(datasets.load(folder / "sweep" / "pow2.csv.gz")) == "synthetic GPU"
+    assert describe_runs(datasets.load(folder / "sweep")) == (
+        "2 setups: NVIDIA A100, torch 2.4.0, 2025-01-01; synthetic GPU"
+    )
+    assert cli.main(["explain", str(folder / "sweep")]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("; 2 setups: NVIDIA A100, torch 2.4.0, 2025-01-01; synthetic GPU")
+    assert cli.main(["explain", "--json", str(folder / "sweep")]) == 0
+    assert json.loads(capsys.readouterr().out)["machine"] in (
+        "synthetic GPU",
+        "NVIDIA A100, torch 2.4.0, 2025-01-01",
+    )
+    bare = datasets.load(folder / "sweep")
+    bare.attrs = {}
+    assert describe_runs(bare) is None
