@@ -108,7 +108,7 @@ def test_idle_kind_is_four_pauses_of_the_same_small_copies():
     for e, ms in zip(idle, (0, 1, 3, 10), strict=True):
         assert e.argv() == [*base.split(), "--pause", str(ms)]
         assert not e.in_quick() and e not in experiments(quick=True, gpus=2)  # the quick budget
-        assert e.min_gpus == 1 and dict(e.env) == {} and f"idled {ms} ms" in e.what
+        assert e.min_gpus == 1 and dict(e.env) == {} and f"after a {ms} ms pause" in e.what
         spec = spec_from_args(parser.parse_args([*e.argv(), "--out", "a.csv"]))
         assert spec.pause_ms == float(ms) and spec.sizes == (4096, 65536, 2**20)
         assert spec.planned_rows() == 2 * 3 * 42
