@@ -21,7 +21,7 @@ from h2dlab.causes_crowded import (
     crowded_cause,
 )
 from h2dlab.causes_evidence import EXPLAINED_SHARE, evidence_cause, run_delay_inside, slow_text
-from tests.test_outliers_synthetic import back_to_back_t_s, cause_scores, timed_columns
+from tests.test_outliers_synthetic import back_to_back_t_s, cause_scores, lookalike_counts, timed_columns
 
 #: Injected slow rows per kind in one synthetic run: the cause, and its look-alikes.
 LOOKALIKES = ("asleep", "others_idle", "idle_busiest", "long_wait", "on_cpu", "after_call")
@@ -135,12 +135,7 @@ def test_host_crowded_precision_recall_synthetic(explained):
 
 @pytest.mark.parametrize("lookalike", LOOKALIKES)
 def test_lookalikes_are_flagged_but_not_host_crowded_synthetic(explained, lookalike):
-    flagged = labelled = injected = 0
-    for e, kind in explained:
-        rows = e[kind == lookalike]
-        injected += len(rows)
-        flagged += int(rows["is_outlier"].sum())
-        labelled += int((rows["cause"] == "host_crowded").sum())
+    injected, flagged, labelled = lookalike_counts(explained, lookalike, "host_crowded")
     assert injected == 60 and flagged >= 54, (injected, flagged)  # they are slow, and seen as slow
     assert labelled == 0
 

@@ -18,7 +18,7 @@ from h2dlab.causes_parallel import (
     busiest_share,
     parallel_cause,
 )
-from tests.test_outliers_synthetic import back_to_back_t_s, cause_scores, timed_columns
+from tests.test_outliers_synthetic import back_to_back_t_s, cause_scores, lookalike_counts, timed_columns
 
 #: Injected slow rows per kind in one synthetic run: the cause, and its look-alikes.
 LOOKALIKES = ("after_call", "off_cpu", "no_others", "idle_busiest")
@@ -140,12 +140,7 @@ def test_host_parallel_precision_recall_synthetic(explained_v4):
 
 @pytest.mark.parametrize("lookalike", LOOKALIKES)
 def test_lookalikes_are_flagged_but_not_host_parallel_synthetic(explained_v4, lookalike):
-    flagged = labelled = injected = 0
-    for e, kind in explained_v4:
-        rows = e[kind == lookalike]
-        injected += len(rows)
-        flagged += int(rows["is_outlier"].sum())
-        labelled += int((rows["cause"] == "host_parallel").sum())
+    injected, flagged, labelled = lookalike_counts(explained_v4, lookalike, "host_parallel")
     assert injected == 60 and flagged >= 54, (injected, flagged)  # they are slow, and seen as slow
     assert labelled == 0
 

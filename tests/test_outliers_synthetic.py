@@ -124,6 +124,18 @@ def timed_columns(run_id: str, strategy, size, t_s, wall_ms, event_ms, host_allo
     }
 
 
+def lookalike_counts(explained, lookalike, cause):
+    """Over ``[(explain() output, injected kind per row), ...]``, the rows injected as
+    ``lookalike``: how many, how many flagged, how many labelled ``cause``."""
+    injected = flagged = labelled = 0
+    for e, kind in explained:
+        rows = e[kind == lookalike]
+        injected += len(rows)
+        flagged += int(rows["is_outlier"].sum())
+        labelled += int((rows["cause"] == cause).sum())
+    return injected, flagged, labelled
+
+
 def cause_scores(explained, cause):
     """True/false positives, false negatives, precision and recall of ``cause`` over
     ``[(explain() output, injected kind per row), ...]``."""
