@@ -20,7 +20,7 @@ stays on, so a collection that starts during a copy is still counted (``gc_count
 (``gc.unfreeze()``) only where nothing was frozen before it: the lent H200's Python starts
 with a few hundred objects frozen, and those, the loop's heap with them, stay frozen (in a
 notebook's kernel too). The copy-table loops use it (``measure``, ``forum``, ``duplex``
-and ``batch``); ``overlap``'s timeline does not.
+and ``batch``), and ``overlap``'s timeline loop.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from h2dlab import datasets
 from h2dlab.device import random_source, resolve_device
 from h2dlab.env import collect_env
 from h2dlab.errors import UsageError
+from h2dlab.gc_steady import steady_gc
 from h2dlab.spec import OverlapSpec
 
 __all__ = [
@@ -145,45 +146,46 @@ def overlap(spec: OverlapSpec | None = None, *, argv: list[str] | None = None) -
 
     run_id = uuid.uuid4().hex[:12]
     rows = []
-    for rep in range(reps):
-        for scenario in SCENARIOS:
-            torch.cuda.synchronize(dev)
-            ev = {n: torch.cuda.Event(enable_timing=True) for n in ("t0", "c0", "c1", "k0", "k1")}
-            copy_stream = main if scenario == "serial_pinned" else side
-            src = pageable if scenario == "overlap_pageable" else pinned_src
-            h0 = time.perf_counter()
-            ev["t0"].record(main)
-            copy_stream.wait_stream(main)
-            with torch.cuda.stream(copy_stream):
-                ev["c0"].record(copy_stream)
-                dst.copy_(src, non_blocking=True)
-                ev["c1"].record(copy_stream)
-            h_copy = time.perf_counter()
-            with torch.cuda.stream(main):
-                ev["k0"].record(main)
-                compute(k)
-                ev["k1"].record(main)
-            h_comp = time.perf_counter()
-            torch.cuda.synchronize(dev)
-            t0 = ev["t0"]
-            # A host-clock offset between the start event and the host origin is
-            # negligible here: the device is idle when t0 is recorded.
-            for op, s0, s1, stream, hret in (
-                ("copy", "c0", "c1", "default" if copy_stream is main else "side", h_copy),
-                ("compute", "k0", "k1", "default", h_comp),
-            ):
-                rows.append(
-                    {
-                        "run_id": run_id,
-                        "scenario": scenario,
-                        "rep": rep,
-                        "op": op,
-                        "stream": stream,
-                        "start_ms": t0.elapsed_time(ev[s0]),
-                        "end_ms": t0.elapsed_time(ev[s1]),
-                        "host_return_ms": (hret - h0) * 1e3,
-                    }
-                )
+    with steady_gc():  # no collection of the setup's objects between reps (gc_steady)
+        for rep in range(reps):
+            for scenario in SCENARIOS:
+                torch.cuda.synchronize(dev)
+                ev = {n: torch.cuda.Event(enable_timing=True) for n in ("t0", "c0", "c1", "k0", "k1")}
+                copy_stream = main if scenario == "serial_pinned" else side
+                src = pageable if scenario == "overlap_pageable" else pinned_src
+                h0 = time.perf_counter()
+                ev["t0"].record(main)
+                copy_stream.wait_stream(main)
+                with torch.cuda.stream(copy_stream):
+                    ev["c0"].record(copy_stream)
+                    dst.copy_(src, non_blocking=True)
+                    ev["c1"].record(copy_stream)
+                h_copy = time.perf_counter()
+                with torch.cuda.stream(main):
+                    ev["k0"].record(main)
+                    compute(k)
+                    ev["k1"].record(main)
+                h_comp = time.perf_counter()
+                torch.cuda.synchronize(dev)
+                t0 = ev["t0"]
+                # A host-clock offset between the start event and the host origin is
+                # negligible here: the device is idle when t0 is recorded.
+                for op, s0, s1, stream, hret in (
+                    ("copy", "c0", "c1", "default" if copy_stream is main else "side", h_copy),
+                    ("compute", "k0", "k1", "default", h_comp),
+                ):
+                    rows.append(
+                        {
+                            "run_id": run_id,
+                            "scenario": scenario,
+                            "rep": rep,
+                            "op": op,
+                            "stream": stream,
+                            "start_ms": t0.elapsed_time(ev[s0]),
+                            "end_ms": t0.elapsed_time(ev[s1]),
+                            "host_return_ms": (hret - h0) * 1e3,
+                        }
+                    )
     df = validate_timeline(pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS)))
     env = collect_env(argv=argv)
     env.update(

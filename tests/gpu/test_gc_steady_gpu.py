@@ -1,4 +1,4 @@
-"""On a real GPU: the forum's and the duplex loop's copies are timed with the heap that
+"""On a real GPU: the forum's and the duplex loop's copies, and the overlap timelines, are timed with the heap that
 existed before the loop frozen (``gc_steady.steady_gc``), and handed back after it."""
 
 import gc
@@ -21,3 +21,25 @@ def test_forum_and_duplex_time_every_copy_with_the_heap_frozen(freeze_counts):  
     assert min(freeze_counts) > before + 1000  # the whole heap from before the loop, not a few objects
     assert (gc.get_freeze_count() == 0) == (before == 0)
     assert any(o is marker for o in gc.get_objects()) == (before == 0)
+
+
+def test_overlap_timelines_run_with_the_heap_frozen(monkeypatch):
+    import time
+
+    from h2dlab import overlap as overlap_mod
+    from h2dlab.spec import OverlapSpec
+
+    before = gc.get_freeze_count()
+    counts, clock = [], time.perf_counter
+
+    def counting_clock():  # overlap reads the host clock three times per scenario, in its loop only
+        counts.append(gc.get_freeze_count())
+        return clock()
+
+    monkeypatch.setattr(overlap_mod.time, "perf_counter", counting_clock)
+    df = overlap_mod.overlap(OverlapSpec(size_bytes=MiB, reps=2))
+    monkeypatch.undo()
+    frozen = [c for c in counts if c > before + 1000]  # the whole heap from before the loop frozen
+    assert len(df) == 2 * 2 * len(overlap_mod.SCENARIOS)  # a copy and a compute row per scenario and rep
+    assert len(frozen) >= 3 * 2 * len(overlap_mod.SCENARIOS)
+    assert (gc.get_freeze_count() == 0) == (before == 0)
