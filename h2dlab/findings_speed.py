@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from h2dlab.finding import Finding, size_text
-from h2dlab.model import medians, timed, value_ms
+from h2dlab.model import check_values, medians, timed, value_ms
 from h2dlab.units import fmt_bytes
 
 __all__ = [
@@ -23,6 +23,13 @@ __all__ = [
     "staged_bounds",
     "staged_timeline",
 ]
+
+
+def _some(t: pd.DataFrame, what: str) -> pd.DataFrame:
+    """``t`` (timed rows or medians), or a ValueError saying that ``what`` has nothing to read."""
+    if t.empty:
+        raise ValueError(f"{what} needs timed copies that succeeded: the table has none (warm-up, errors)")
+    return t
 
 
 def _ms_text(ms: float) -> str:
@@ -45,8 +52,9 @@ def bandwidth(df: pd.DataFrame) -> Finding:
     Finding
         ``values``: ``peak_gbps``, ``at_largest`` (GB/s per strategy at the largest size);
         ``table``: :func:`h2dlab.model.medians` with ``gbps_lo``/``gbps_hi``.
+    Raises ValueError when ``df`` holds no timed copy that succeeded.
     """
-    m = medians(df)
+    m = _some(medians(df), "bandwidth")
     m["gbps_lo"] = m.size_bytes / m.q3_ms / 1e6
     m["gbps_hi"] = m.size_bytes / m.q1_ms / 1e6
     top = int(m.size_bytes.max())
@@ -123,8 +131,14 @@ def small_copy_floor(df: pd.DataFrame, *, same_within: float = 1.5) -> Finding:
     Finding
         ``values``: ``lo_us``, ``hi_us``; ``table``: per strategy ``event_us``, ``q1_us``,
         ``q3_us``, ``wall_us``.
+
+    Raises
+    ------
+    ValueError
+        ``df`` holds no timed copy that succeeded.
     """
-    t = timed(df)
+    check_values(df, ("strategy", "size_bytes", "wall_ms"))
+    t = _some(timed(df), "small_copy_floor")
     t = t[t.size_bytes == t.size_bytes.min()]
     t = t.assign(event_us=value_ms(t) * 1e3, wall_us=t.wall_ms * 1e3)
     by = (
