@@ -13,7 +13,9 @@ of a run does not explain one slow copy. A flagged copy none of them explains is
 ``episode`` when it lies in a time-ordered stretch of slow copies (of its own strategy, or
 across strategies and sizes in the run's time order: ``h2dlab.episodes``), else ``gpu_wake`` when
 the GPU sat idle long enough before it and its extra time is small, as this machine's idle
-runs calibrate (``h2dlab.causes_wake``; never without them), else ``unexplained``.
+runs calibrate (``h2dlab.causes_wake``; never without them), else ``host_stall`` when the
+copy was on its CPU and its extra time is no longer than the stalls its run's stall census
+counted (``h2dlab.causes_stall``; never without one), else ``unexplained``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from h2dlab.causes_evidence import (
     slow_text,
 )
 from h2dlab.causes_parallel import busiest_share
+from h2dlab.causes_stall import run_censuses, stall_cause, stall_check
 from h2dlab.causes_threads import others_share
 from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, run_pauses, wake_cause
 from h2dlab.episodes import Stretch
@@ -93,6 +96,12 @@ CAUSES: dict[str, str] = {
         "recorded beside the table show after how long a spell, and at what cost (likely, not certain: only the "
         "gap points to it)"
     ),
+    "host_stall": (
+        "a copy a few tens of microseconds slow, on its CPU the whole time with every counter clean, by no more "
+        "than the stalls a thread spinning on this machine shows (the run's stall census): time taken from a "
+        "running vCPU where the guest cannot see it; named only where the run has a census (likely, not "
+        "certain: only the size of the extra points to it)"
+    ),
     "unexplained": "no evidence points anywhere; the evidence says what was ruled out",
 }
 
@@ -130,6 +139,7 @@ def neighbours(
     df: pd.DataFrame,
     pauses: dict[object, float] | None = None,
     wake: WakeCalibration | Mapping[object, Wake] | None = None,
+    censuses: pd.Series | None = None,
 ) -> pd.DataFrame:
     """Per row, what its neighbours looked like (the rules compare a row with these).
 
@@ -145,7 +155,9 @@ def neighbours(
     NaN where it did not pause: from ``pauses``, else read from ``df.attrs``), ``wake`` (the
     row's run's ``causes_wake.WakeCalibration``, or a sentence why it has none: ``wake``,
     one for every row or per run, else ``df.attrs``, ``wake_source.of_attrs``; None without
-    idle runs), ``issue_cell`` (median ``issue_ms`` over the timed
+    idle runs), ``census`` (the row's run's stall census, ``causes_stall.run_censuses`` of
+    ``df``'s attrs unless ``censuses`` gives one per row; None without one), ``run_wall_s``
+    (the run's timed copies' wall time in all, s), ``issue_cell`` (median ``issue_ms`` over the timed
     rows of the same group and size, NaN below :data:`MIN_CELL_ROWS`), and from schema 3
     the medians of ``rd_typ`` (the run-queue wait that fits in the copy,
     ``causes_evidence.run_delay_inside``, / wall_ms),
@@ -210,6 +222,10 @@ def neighbours(
     ctx["idle_gap_ms"] = idle_gap_ms(df)
     ctx["idle_pause_ms"] = df["run_id"].map(pauses).astype(float)
     ctx["wake"] = per_run(of_attrs(df.attrs) if wake is None else wake, df["run_id"])
+    ctx["census"] = run_censuses(df) if censuses is None else censuses.reindex(df.index)
+    ctx["run_wall_s"] = (
+        df["wall_ms"].astype(float).where(timed).groupby(df["run_id"], sort=False).transform("sum") / 1e3
+    )
     run = df["run_id"]
     ctx["clock_med"] = _col(df, "sm_clock_mhz").where(timed).groupby(run, sort=False).transform("median")
     ctx["procs_med"] = _col(df, "gpu_procs").where(timed).groupby(run, sort=False).transform("median")
@@ -289,7 +305,8 @@ def generic_cause(
     row: pd.Series, ctx: pd.Series, val: float, episode: int, stretch: Stretch | None = None
 ) -> tuple[str, str]:
     """``episode`` (when the row lies in one), else ``gpu_wake`` (a small extra after the
-    GPU sat idle, ``causes_wake.wake_cause``), else ``unexplained``, with evidence.
+    GPU sat idle, ``causes_wake.wake_cause``), else ``host_stall`` (an extra no longer than
+    the run's census stalls, ``causes_stall.stall_cause``), else ``unexplained``, with evidence.
 
     An episode found across strategies in the run's time order (``stretch``, from
     ``episodes.across_curves``) says so, with the stretch's length, span and median ratio;
@@ -299,7 +316,7 @@ def generic_cause(
     (``causes_evidence.ruled_out``): the allocator counters and, where measured, page
     faults, CPU time, the run-queue wait, context switches, GC, the SM clock, other
     processes on the GPU and how the time split between the call and the wait for the
-    GPU, and the idle gap before it. Same parameters as ``specific_cause`` plus the
+    GPU, the idle gap before it and the run's stall census. Same parameters as ``specific_cause`` plus the
     row's episode id (-1 for none) and its cross-strategy stretch, if any.
     """
     slow = slow_text(row, val)
@@ -310,10 +327,13 @@ def generic_cause(
             f"{slow}; one of a stretch of consecutive slow copies in time order (episode {episode}): a "
             f"time-correlated slowdown, not a property of this size"
         )
-    wake = wake_cause(row, ctx, val, slow)
+    wake = wake_cause(row, ctx, val, slow) or stall_cause(row, ctx, val, slow)
     if wake:
         return wake
     why = ruled_out(row, ctx)
+    census = stall_check(row, ctx, val)
+    if census:
+        why["stall census"] = census
     tail = "; ".join(why.values()) if why else "the table carries no counters for it"
     return "unexplained", f"{slow}; an isolated slow copy: {tail}"
 

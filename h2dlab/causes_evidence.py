@@ -67,6 +67,7 @@ CHECKS = (
     "GPU processes",
     "time in the call",
     "idle gap",
+    "stall census",  # added by causes.generic_cause (causes_stall.stall_check), not ruled_out
 )
 #: host_preempted / host_blocked (schema 3): the time the thread waited to run, or slept,
 #: beyond its neighbours' must cover at least this share of the copy's extra time.

@@ -51,6 +51,7 @@ import pandas as pd
 
 from h2dlab import causes_evidence, episodes
 from h2dlab.causes import CAUSES, generic_cause, group_columns, neighbours, specific_cause
+from h2dlab.causes_stall import run_censuses, stall_check
 from h2dlab.causes_wake import WakeCalibration, run_pauses
 from h2dlab.episodes import pelt_l2
 from h2dlab.model import MODEL_COLUMNS, check_values, fit_line, value_ms
@@ -209,7 +210,8 @@ def explain(
     v = value_ms(out)
     wake = of_attrs(df.attrs) if wake is None else wake
     pauses = run_pauses(df) if pauses is None else pauses
-    ctx = neighbours(out, pauses, wake)  # --pause and calibration, from the attrs out no longer has
+    # --pause, calibration and stall census, from the attrs out no longer has
+    ctx = neighbours(out, pauses, wake, censuses=run_censuses(df))
 
     flagged = out.index[out["is_outlier"].to_numpy(bool)]
     specific: dict = {}
@@ -291,7 +293,12 @@ def ruled_out(explained: pd.DataFrame) -> pd.DataFrame:
     u = explained.index[
         explained["is_outlier"].to_numpy(bool) & (explained["cause"] == "unexplained").to_numpy()
     ]
+    v = value_ms(explained)
     checks = {i: causes_evidence.ruled_out(explained.loc[i], ctx.loc[i]) for i in u}
+    for i in u:  # as generic_cause adds it to the evidence
+        census = stall_check(explained.loc[i], ctx.loc[i], v[i])
+        if census:
+            checks[i]["stall census"] = census
     cols = [c for c in causes_evidence.CHECKS if any(c in found for found in checks.values())]
     head = explained.loc[u, ["run_id", "order", "strategy", "size_bytes"]].assign(
         ms=value_ms(explained.loc[u]), expected_ms=explained.loc[u, "expected_ms"]

@@ -31,13 +31,14 @@ PALETTE = {
 }  # fmt: skip
 CAUSE_COLORS = {
     "context_init": "#000000", "host_alloc_growth": "#9467bd", "device_alloc": "#ff7f0e",
-    "episode": "#17becf", "host_parallel": "#bcbd22", "host_crowded": "#dbdb8d", "unexplained": "#7f7f7f",
+    "episode": "#17becf", "host_parallel": "#bcbd22", "host_crowded": "#dbdb8d", "host_stall": "#e377c2",
+    "unexplained": "#7f7f7f",
 }  # fmt: skip
 SHORT_CAUSE = {
     "context_init": "context start-up", "host_alloc_growth": "new pinned block",
     "device_alloc": "cudaMalloc after empty_cache", "episode": "episode",
     "host_parallel": "host copy beside busy workers", "host_crowded": "crowded off its CPU by workers",
-    "unexplained": "unexplained",
+    "host_stall": "a stall the size of the census's", "unexplained": "unexplained",
 }  # fmt: skip
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from h2dlab import datasets
+from h2dlab.census import census, census_seconds
 from h2dlab.env import collect_env
 from h2dlab.errors import UsageError
 from h2dlab.partial import claim, partial_path, reopen, replace_locked
@@ -304,11 +305,17 @@ class Recording:
     def finish(self, stop: StopFlag, gpu: bool) -> pd.DataFrame:
         """The table of every row kept; ``out`` and its env.json written if there is an ``out``.
 
-        ``attrs``: ``env``, ``stopped`` (a stop was asked for), ``planned_rows``.
+        ``attrs``: ``env``, ``stopped`` (a stop was asked for), ``planned_rows``. A run on a
+        GPU that was not stopped spins a stall census first (``census.census``, about a
+        second, after its last copy), stored as ``env['stall_census']``.
         """
+        # Measured before the fingerprint: collect_env's reads are not part of it.
+        stalls = census() if gpu and not stop and census_seconds() > 0 else None
         env = self._env(gpu=gpu)
         env["measured_rows"] = len(self.rows)
         env["stopped_by_signal"] = stop.signum
+        if stalls is not None:
+            env["stall_census"] = stalls
         if self.writer is not None:
             df = self.writer.finish(env)
         else:

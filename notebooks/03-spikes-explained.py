@@ -27,6 +27,7 @@
 # | `host_crowded` | the timed host call ran long; the timing thread waited to run for part of the extra and spent the rest on its CPU while PyTorch's worker threads ran beside it, the busiest nearly the whole copy: consistent with the workers taking the CPUs; fewer intra-op threads (`torch.set_num_threads`) would leave it one (tables that read each thread's own CPU clock only) |
 # | `episode` | part of a stretch of slow copies in time order, found by change-point detection |
 # | `gpu_wake` | a small copy a little slow after a spell without copies (the copy after a long gap, sometimes the next one too), consistent with some part waking up (the GPU's copy engine, its PCIe link, the driver or the host: not shown which); named only where idle runs recorded beside the table (`h2dlab measure --pause`) show after how long a spell, and at what cost, on this machine (likely, not certain: only the gap points to it) |
+# | `host_stall` | a copy a few tens of microseconds slow, on its CPU the whole time with every counter clean, by no more than the stalls a thread spinning on the same machine shows: each CUDA run ends with a one-second stall census (`h2dlab.census`) that counts how often, and for how long, a spinning thread loses time with its CPU clock running on (time taken from a running vCPU where the guest cannot see it); named only where the run has a census (likely, not certain: only the size of the extra points to it) |
 # | `unexplained` | none of the above; the evidence says what was ruled out |
 
 # %% tags=["parameters"]
@@ -147,6 +148,9 @@ display(*(Markdown(f"**{name}.** {factors.unexplained(e)}") for name, e in expla
 # per piece of evidence the table records, each cell quoting that copy's numbers. A blank
 # cell is a check the table could not make for that copy; a recording without the scheduler
 # columns (run-queue wait, context switches, time in the call) has none of those columns.
+# A run recorded with a stall census (`h2dlab.census`, every CUDA run since the census was
+# added) gets a `stall census` column: how many stalls a thread spinning in that run's own
+# process met, how long the longest was, and why this copy's extra time is not one of them.
 
 # %% tags=["hide-input"]
 ruled = {name: outliers.ruled_out(explained[name]) for name in ("forum", "sweep", "allocator") if name in explained}

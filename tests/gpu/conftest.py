@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -17,3 +18,8 @@ def pytest_collection_modifyitems(config, items):
 def _need_cuda():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
+
+
+# Each CUDA run ends with a stall census (h2dlab.census): keep it short in the GPU tests,
+# except where a test asks for its own length (tests/gpu/test_census_gpu.py).
+os.environ.setdefault("H2DLAB_CENSUS_S", "0.05")
