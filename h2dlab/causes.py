@@ -139,7 +139,7 @@ def neighbours(
     df: pd.DataFrame,
     pauses: dict[object, float] | None = None,
     wake: WakeCalibration | Mapping[object, Wake] | None = None,
-    censuses: pd.Series | None = None,
+    censuses: Mapping[object, dict | None] | None = None,
 ) -> pd.DataFrame:
     """Per row, what its neighbours looked like (the rules compare a row with these).
 
@@ -155,8 +155,8 @@ def neighbours(
     NaN where it did not pause: from ``pauses``, else read from ``df.attrs``), ``wake`` (the
     row's run's ``causes_wake.WakeCalibration``, or a sentence why it has none: ``wake``,
     one for every row or per run, else ``df.attrs``, ``wake_source.of_attrs``; None without
-    idle runs), ``census`` (the row's run's stall census, ``causes_stall.run_censuses`` of
-    ``df``'s attrs unless ``censuses`` gives one per row; None without one), ``run_wall_s``
+    idle runs), ``census`` (the row's run's stall census: from ``censuses``, run_id -> census,
+    else ``df``'s attrs, ``causes_stall.run_censuses``; None without one), ``run_wall_s``
     (the run's timed copies' wall time in all, s), ``issue_cell`` (median ``issue_ms`` over the timed
     rows of the same group and size, NaN below :data:`MIN_CELL_ROWS`), and from schema 3
     the medians of ``rd_typ`` (the run-queue wait that fits in the copy,
@@ -222,7 +222,7 @@ def neighbours(
     ctx["idle_gap_ms"] = idle_gap_ms(df)
     ctx["idle_pause_ms"] = df["run_id"].map(pauses).astype(float)
     ctx["wake"] = per_run(of_attrs(df.attrs) if wake is None else wake, df["run_id"])
-    ctx["census"] = run_censuses(df) if censuses is None else censuses.reindex(df.index)
+    ctx["census"] = run_censuses(df, censuses)
     ctx["run_wall_s"] = (
         df["wall_ms"].astype(float).where(timed).groupby(df["run_id"], sort=False).transform("sum") / 1e3
     )

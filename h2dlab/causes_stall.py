@@ -26,7 +26,15 @@ import pandas as pd
 
 from h2dlab.rows import number
 
-__all__ = ["ON_CPU_COPY_SHARE", "census_of", "expected_hits", "run_censuses", "stall_cause", "stall_check"]
+__all__ = [
+    "ON_CPU_COPY_SHARE",
+    "census_of",
+    "censuses_by_run",
+    "expected_hits",
+    "run_censuses",
+    "stall_cause",
+    "stall_check",
+]
 
 #: The timing thread's CPU time over the copy's wall time must be at least this.
 ON_CPU_COPY_SHARE = 0.9
@@ -50,15 +58,26 @@ def census_of(env: object) -> dict | None:
     return dict(c)
 
 
-def run_censuses(df: pd.DataFrame) -> pd.Series:
-    """Per row, its run's census (``census_of`` its env: ``df.attrs['envs']`` by run_id,
+def censuses_by_run(df: pd.DataFrame) -> dict:
+    """run_id -> its run's census (``census_of`` its env: ``df.attrs['envs']`` by run_id,
     else the table's one ``attrs['env']`` for a table of one run), None where none."""
     envs = df.attrs.get("envs")
     if not isinstance(envs, Mapping):
         one = df.attrs.get("env")
         runs = df["run_id"].unique() if "run_id" in df.columns else []
         envs = {runs[0]: one} if len(runs) == 1 and isinstance(one, Mapping) else {}
-    found = {run: census_of(env) for run, env in envs.items()}
+    return {run: census_of(env) for run, env in envs.items()}
+
+
+def run_censuses(df: pd.DataFrame, by_run: Mapping | None = None) -> pd.Series:
+    """Per row, its run's census: from ``by_run`` (run_id -> census or None, as
+    :func:`censuses_by_run` gives) where given, else from ``df``'s attrs; None where none.
+    Raises ``TypeError`` for a ``by_run`` that is not a mapping."""
+    if by_run is None:
+        by_run = censuses_by_run(df)
+    if not isinstance(by_run, Mapping):
+        raise TypeError(f"censuses must be a mapping run_id -> stall census, not {type(by_run).__name__}")
+    found = {run: census_of({"stall_census": c}) for run, c in by_run.items()}
     return pd.Series([found.get(r) for r in df["run_id"]], index=df.index, dtype=object)
 
 

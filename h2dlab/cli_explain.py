@@ -214,6 +214,7 @@ def report(source: str, n_boot: int = 100) -> dict[str, Any]:
     tables behind it under keys starting ``_`` (``_env``, ``_fit``, ``_explained``,
     ``_flagged``), which the JSON leaves out."""
     from h2dlab import model, outliers
+    from h2dlab.causes_stall import censuses_by_run
     from h2dlab.causes_wake import run_pauses
     from h2dlab.env import describe
     from h2dlab.machines import describe_runs
@@ -224,12 +225,14 @@ def report(source: str, n_boot: int = 100) -> dict[str, Any]:
     names = _run_names(df)
     # Analyse a copy without attrs: pandas deep-copies attrs (every run's env.json) on each
     # column access, which cost more CPU than the fit itself; explain gets what it reads of
-    # them (the runs' --pause, each run's calibration by the idle runs) as arguments.
+    # them (the runs' --pause, each run's calibration by the idle runs, each run's stall
+    # census) as arguments.
     wake, pauses, setups = of_attrs(df.attrs), run_pauses(df), describe_runs(df)
+    censuses = censuses_by_run(df)
     df = df.copy(deep=False)
     df.attrs = {}
     fitted = judged_fits(df, names, n_boot)
-    e = outliers.explain(df, wake=wake, pauses=pauses)
+    e = outliers.explain(df, wake=wake, pauses=pauses, censuses=censuses)
     e = e.assign(run=e["run_id"].map(names), value_ms=model.value_ms(e))
     flagged = e[e["is_outlier"]].sort_values(["run_id", "order"], kind="stable")
     flagged = flagged.sort_values("run_id", key=lambda s: s.map(list(names).index), kind="stable")

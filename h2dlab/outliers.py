@@ -34,7 +34,11 @@ explain() gives every flagged row one cause from ``CAUSES`` with an evidence sen
   ``h2dlab.episodes``) in two passes: per curve (one strategy's copies in ``order``),
   then across curves (each run's timed copies of every strategy and size in ``t_s`` order;
   tables with start times only), so a machine-wide slow period in a run that interleaves
-  many strategies, where each curve has only a few rows, is an episode too;
+  many strategies, where each curve has only a few rows, is an episode too; and a third
+  time from the kit's own loop: a stretch in which the host work between copies took
+  longer than before copies of the same cell elsewhere, while the copies ran slower too
+  and were flagged at least twice as often as the rest (``h2dlab.host_pace``: the host
+  itself ran slow);
 - ``gpu_wake``: none of the above, no copy had run for a while before this one (the host
   time since the previous copy ended, ``causes_wake.idle_gap_ms``) at least as long as,
   and the copy slower by no more than, the machine's own idle runs show a wake-up needs
@@ -49,9 +53,10 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from h2dlab import causes_evidence, episodes
+from h2dlab import causes_evidence, episodes, host_pace
 from h2dlab.causes import CAUSES, generic_cause, group_columns, neighbours, specific_cause
-from h2dlab.causes_stall import run_censuses, stall_check
+from h2dlab.causes_evidence import slow_text
+from h2dlab.causes_stall import censuses_by_run, stall_check
 from h2dlab.causes_wake import WakeCalibration, run_pauses
 from h2dlab.episodes import pelt_l2
 from h2dlab.model import MODEL_COLUMNS, check_values, fit_line, value_ms
@@ -162,6 +167,7 @@ def explain(
     df: pd.DataFrame,
     wake: WakeCalibration | Mapping[object, Wake] | None = None,
     pauses: dict[object, float] | None = None,
+    censuses: Mapping[object, dict | None] | None = None,
 ) -> pd.DataFrame:
     """Add ``episode`` (id or -1), ``cause`` and ``evidence`` to ``detect()``'s output.
 
@@ -182,6 +188,7 @@ def explain(
     span and median ratio. Tables without start times get no such episodes. A
     flagged row in no episode and with no direct evidence is
     ``gpu_wake`` when the idle gap before it and its small extra time fit a wake-up, else
+    ``host_stall`` when its extra time fits the stalls its run's census counted, else
     ``unexplained``: episodes win over ``gpu_wake`` (a stretch of slow copies is not one
     copy's wake-up). ``gpu_wake`` needs a calibration from idle runs recorded on the copy's
     machine: ``wake``, one (``factors_idle.wake_calibration``) for every run or a mapping
@@ -191,10 +198,13 @@ def explain(
     ``gpu_wake``. The output's ``attrs`` hold the calibration used, per run, under
     ``wake_calibrations``, and the one they share under ``wake_calibration``. ``pauses``
     (run_id to ``--pause`` ms) is read from ``df.attrs["envs"]`` when None
-    (``causes_wake.run_pauses``).
+    (``causes_wake.run_pauses``), and so is ``censuses`` (run_id to its run's stall census,
+    ``env['stall_census']``, or None: ``causes_stall.censuses_by_run``).
 
     Raises
     ------
+    TypeError
+        ``censuses`` is not a mapping.
     ValueError
         A column ``explain`` reads is missing, or a row without an error holds a negative
         or infinite value (the column is named).
@@ -211,7 +221,8 @@ def explain(
     wake = of_attrs(df.attrs) if wake is None else wake
     pauses = run_pauses(df) if pauses is None else pauses
     # --pause, calibration and stall census, from the attrs out no longer has
-    ctx = neighbours(out, pauses, wake, censuses=run_censuses(df))
+    censuses = censuses_by_run(df) if censuses is None else censuses
+    ctx = neighbours(out, pauses, wake, censuses=censuses)
 
     flagged = out.index[out["is_outlier"].to_numpy(bool)]
     specific: dict = {}
@@ -243,8 +254,25 @@ def explain(
             across.update(dict.fromkeys(new, s))
             next_id += 1
 
+    # Stretches in which the host itself ran slow, told by the loop's own gaps (host_pace).
+    paced: dict = {}
+    ratio = v / out["expected_ms"]
+    for s in host_pace.slow_stretches(out, ratio, out["is_outlier"].astype(bool), group_columns(out)):
+        new = [
+            i for i in s.rows if out.at[i, "is_outlier"] and out.at[i, "episode"] < 0 and i not in specific
+        ]
+        if new:
+            out.loc[new, "episode"] = next_id
+            paced.update({i: (s, next_id) for i in new})
+            next_id += 1
+
     for i in flagged:
         row = out.loc[i]
+        if i in paced:
+            s, ep = paced[i]
+            out.at[i, "cause"] = "episode"
+            out.at[i, "evidence"] = f"{slow_text(row, v[i])}; {host_pace.pace_text(s, ep)}"
+            continue
         cause, ev = specific.get(i) or generic_cause(
             row, ctx.loc[i], v[i], int(row["episode"]), across.get(i)
         )

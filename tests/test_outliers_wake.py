@@ -295,7 +295,7 @@ def test_wake_check_sentences():
         "no idle time before it (its timing began 1.50 ms before the previous copy ended)"
     )
     assert wake_check(_row(), _ctx(idle_gap_ms=np.nan)) is None
-    assert CHECKS[-1] == "idle gap"
+    assert CHECKS[-2:] == ("idle gap", "stall census")  # the census check is added after ruled_out's own
 
 
 def test_an_episode_wins_over_gpu_wake():
