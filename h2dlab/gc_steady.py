@@ -5,9 +5,11 @@ the H200 machine (torch, CUDA and the kit's timer loaded, no pandas: 166 000 obj
 took 34-59 ms (``gc.collect()`` three times, kit commit b0713c3); in a run of the kit's own
 CLI there (``h2dlab measure ... --pause 0``, every collection logged) the full collections
 took 14, 47 and 91 ms, the 91 ms one between two copies. The loop makes enough objects to
-start one such collection in each 252-copy idle run of ``data/h200``: there the copy at
-``order`` 52 began 82-109 ms after the previous one ended, where the loop otherwise leaves
-3-13 ms, and it was the slowest of its cell in three of the four runs. That is consistent
+start one such collection in each 252-copy idle run: in the recording bundled as
+``data/h200`` at commit 1fb1d2d, before this module, the copy at ``order`` 52 began 82-109
+ms after the previous one ended, where the loop otherwise leaves 3-13 ms, and it was the
+slowest of its cell in three of the four runs (the recording at 250f304, with it: no gap
+over 23 ms). That is consistent
 with what a probe on the same machine showed (host clock, medians): a 64 KiB pageable copy
 took 108 us after 3 ms of spinning, 186 us after 100 ms of spinning and 175 us after a
 full collection (see ``causes_wake``).

@@ -74,7 +74,7 @@ def _bundled_manifest() -> dict:
 
 #: Runs the plan has that the bundled data/h200/recording.json does not have yet: their
 #: estimates are estimates until the plan is recorded again; then these names must come off
-#: this list (the test below says so). Plan 3 was recorded whole at 1fb1d2d: none.
+#: this list (the test below says so). Plan 3 was recorded whole at 250f304: none.
 NOT_RECORDED_YET: set[str] = set()
 
 
@@ -123,7 +123,10 @@ def test_time_budget_on_an_h200():
     # on VM build fc-v657; plan 3 adds the idle kind (25 s measured) and was measured at 480 s
     # on build fc-v973, which ran host-memory work slower (its device call took 496 s of 600).
     # Raised deliberately to 500 s, not to hide a slower plan: the plan measured what it measured.
-    assert total_seconds(experiments(gpus=1)) <= 500
+    # Then to 530 s: since 250f304 every CUDA run ends with a one-second stall census (issue 17's
+    # evidence for host_stall), 19 s more by design; that recording measured 508 s (the device
+    # call 518 s of its 600).
+    assert total_seconds(experiments(gpus=1)) <= 530
     assert total_seconds(experiments(gpus=2)) <= 600
     assert total_seconds(experiments(quick=True, gpus=1), quick=True) <= 150
     assert total_seconds(experiments(quick=True, gpus=2), quick=True) <= 180
