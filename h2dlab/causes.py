@@ -97,10 +97,9 @@ CAUSES: dict[str, str] = {
         "gap points to it)"
     ),
     "host_stall": (
-        "a copy a few tens of microseconds slow, on its CPU the whole time with every counter clean, by no more "
-        "than the stalls a thread spinning on this machine shows (the run's stall census): time taken from a "
-        "running vCPU where the guest cannot see it; named only where the run has a census (likely, not "
-        "certain: only the size of the extra points to it)"
+        "a copy a few tens of microseconds slow, on its CPU with every counter clean, by no more than the stalls "
+        "a thread spinning in its run's process met (the run's stall census): time taken from a running vCPU "
+        "where the guest cannot see it; only with a census (likely, not certain: only the extra's size points to it)"
     ),
     "unexplained": "no evidence points anywhere; the evidence says what was ruled out",
 }
@@ -118,8 +117,7 @@ def group_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in ("run_id", "direction", "strategy", "n_tensors") if c in df.columns]
 
 
-def _col(df: pd.DataFrame, name: str) -> pd.Series:
-    return column(df, name)
+_col = column  # the evidence column, NaN where a table lacks it (rows.column)
 
 
 def _check_pauses(pauses: object) -> None:

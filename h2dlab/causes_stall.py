@@ -19,6 +19,7 @@ before it, CPU runs), it never fires. Of the kit, this imports only ``rows``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -28,7 +29,9 @@ from h2dlab.rows import number
 
 __all__ = [
     "ON_CPU_COPY_SHARE",
+    "MIN_CENSUS_S",
     "census_of",
+    "census_problem",
     "censuses_by_run",
     "expected_hits",
     "run_censuses",
@@ -38,45 +41,111 @@ __all__ = [
 
 #: The timing thread's CPU time over the copy's wall time must be at least this.
 ON_CPU_COPY_SHARE = 0.9
-_KEYS = ("on_cpu", "on_cpu_per_s", "on_cpu_max_us", "threshold_us", "seconds")
+#: A census shorter than this (s) says too little to name or rule out a stall.
+MIN_CENSUS_S = 0.25
+_COUNTS = ("on_cpu", "reads")
+_NUMBERS = ("seconds", "threshold_us", "on_cpu_per_s", "on_cpu_p50_us", "on_cpu_max_us")
+
+
+def _number(v: object) -> float | None:
+    """``v`` as a finite float >= 0, or None (bools, text, NaN, infinities, huge ints)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if np.isfinite(f) and f >= 0 else None
+
+
+def census_problem(c: object) -> str | None:
+    """Why ``c`` is not a stall census :func:`stall_cause` can read (a few words), or None.
+
+    A census holds whole counts ``on_cpu`` and ``reads``, and ``seconds``,
+    ``threshold_us`` (> 0) and, where it counted on-CPU stalls, ``on_cpu_per_s`` (their
+    count over its seconds, within 1 %), ``on_cpu_max_us`` (at least the threshold) and
+    ``on_cpu_p50_us`` (between the two) as finite numbers; it spun at least
+    :data:`MIN_CENSUS_S`, and its stalls fit in it (count times threshold at most its time).
+    """
+    if not isinstance(c, Mapping):
+        return f"a {type(c).__name__}, not a mapping"
+    for k in _COUNTS:
+        v = c.get(k)
+        if _number(v) is None or float(v) != int(float(v)):
+            return f"{k} is {v!r}, not a whole count"
+    n = {k: _number(c.get(k)) for k in _NUMBERS}
+    if n["seconds"] is None or n["threshold_us"] is None or n["threshold_us"] == 0:
+        return f"seconds {c.get('seconds')!r} and threshold_us {c.get('threshold_us')!r} must be numbers > 0"
+    if n["seconds"] < MIN_CENSUS_S:
+        return f"it spun {n['seconds']:g} s, under the {MIN_CENSUS_S:g} s a census needs"
+    on = int(c["on_cpu"])
+    if on * n["threshold_us"] > n["seconds"] * 1e6:
+        return f"{on} stalls of {n['threshold_us']:g} us or more do not fit in {n['seconds']:g} s"
+    if on:
+        if n["on_cpu_per_s"] is None or abs(n["on_cpu_per_s"] * n["seconds"] - on) > max(1.0, 0.01 * on):
+            return f"on_cpu_per_s {c.get('on_cpu_per_s')!r} is not its {on} stalls over {n['seconds']:g} s"
+        top, mid = n["on_cpu_max_us"], n["on_cpu_p50_us"]
+        bad_mid = c.get("on_cpu_p50_us") is not None and (
+            mid is None or top is None or not n["threshold_us"] <= mid <= top
+        )
+        if top is None or top < n["threshold_us"] or bad_mid:
+            return f"on_cpu_max_us {c.get('on_cpu_max_us')!r} and on_cpu_p50_us {c.get('on_cpu_p50_us')!r} do not fit"
+    return None
 
 
 def census_of(env: object) -> dict | None:
     """A run's stall census from its env.json (``env['stall_census']``), or None where it
-    has none or it is not one (missing keys, a count or size that is not a number)."""
-    if not isinstance(env, Mapping):
+    has none or it is not one (:func:`census_problem`); its numbers as floats, its counts
+    as ints."""
+    c = env.get("stall_census") if isinstance(env, Mapping) else None
+    if c is None or census_problem(c) is not None:
         return None
-    c = env.get("stall_census")
-    if not isinstance(c, Mapping) or any(k not in c for k in _KEYS):
-        return None
-    values = {k: c[k] for k in _KEYS}
-    for k, v in values.items():
-        if v is None and k in ("on_cpu_max_us", "on_cpu_per_s"):
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
-            return None
-    return dict(c)
+    out = dict(c)
+    out.update({k: int(float(c[k])) for k in _COUNTS})
+    out.update({k: _number(c.get(k)) for k in _NUMBERS})
+    return out
 
 
 def censuses_by_run(df: pd.DataFrame) -> dict:
     """run_id -> its run's census (``census_of`` its env: ``df.attrs['envs']`` by run_id,
-    else the table's one ``attrs['env']`` for a table of one run), None where none."""
+    else the table's one ``attrs['env']`` for a table of one run), None where none; what
+    ``outliers.explain`` used where it left them in ``attrs['stall_censuses']``. A run whose
+    env.json holds a ``stall_census`` that is not one is warned of (and read as none)."""
+    if isinstance(df.attrs.get("stall_censuses"), Mapping):
+        return dict(df.attrs["stall_censuses"])
     envs = df.attrs.get("envs")
     if not isinstance(envs, Mapping):
         one = df.attrs.get("env")
         runs = df["run_id"].unique() if "run_id" in df.columns else []
         envs = {runs[0]: one} if len(runs) == 1 and isinstance(one, Mapping) else {}
-    return {run: census_of(env) for run, env in envs.items()}
+    out = {}
+    for run, env in envs.items():
+        raw = env.get("stall_census") if isinstance(env, Mapping) else None
+        why = None if raw is None else census_problem(raw)
+        if why:
+            warnings.warn(
+                f"run {run}: its env.json's stall_census is no census ({why}): host_stall is off for it",
+                stacklevel=2,
+            )
+        out[run] = census_of(env)
+    return out
 
 
 def run_censuses(df: pd.DataFrame, by_run: Mapping | None = None) -> pd.Series:
     """Per row, its run's census: from ``by_run`` (run_id -> census or None, as
     :func:`censuses_by_run` gives) where given, else from ``df``'s attrs; None where none.
-    Raises ``TypeError`` for a ``by_run`` that is not a mapping."""
+    Raises ``TypeError`` for a ``by_run`` that is not a mapping or holds a value that is
+    not one, ``ValueError`` for a mapping that is no census (:func:`census_problem`)."""
     if by_run is None:
         by_run = censuses_by_run(df)
     if not isinstance(by_run, Mapping):
         raise TypeError(f"censuses must be a mapping run_id -> stall census, not {type(by_run).__name__}")
+    for run, c in by_run.items():
+        why = None if c is None else census_problem(c)
+        if why:
+            raise (TypeError if not isinstance(c, Mapping) else ValueError)(
+                f"censuses[{run!r}] is no stall census: {why}"
+            )
     found = {run: census_of({"stall_census": c}) for run, c in by_run.items()}
     return pd.Series([found.get(r) for r in df["run_id"]], index=df.index, dtype=object)
 
@@ -94,8 +163,8 @@ def _census_text(c: Mapping) -> str:
     p50 = c.get("on_cpu_p50_us")
     median = f", median {p50:.0f} us" if isinstance(p50, (int, float)) else ""
     return (
-        f"this run's stall census ({c['seconds']:.1f} s of a thread spinning on its clocks right after "
-        f"the copies) counted {int(c['on_cpu'])} stalls of {c['threshold_us']:.0f} us or more with the "
+        f"this run's stall census ({c['seconds']:.2g} s of a thread spinning on its clocks right after "
+        f"the copies) counted {int(c['on_cpu'])} stall{'' if c['on_cpu'] == 1 else 's'} of {c['threshold_us']:.0f} us or more with the "
         f"thread on its CPU through them ({rate:.0f} a second{median}, the longest {c['on_cpu_max_us']:.0f} us)"
     )
 
@@ -148,7 +217,7 @@ def stall_check(row: pd.Series, ctx: pd.Series, val: float) -> str | None:
         return None
     if not c.get("on_cpu"):
         return (
-            f"this run's stall census ({c['seconds']:.1f} s spinning) counted no stall of "
+            f"this run's stall census ({c['seconds']:.2g} s spinning) counted no stall of "
             f"{c['threshold_us']:.0f} us or more with the thread on its CPU"
         )
     extra_us = (val - number(row["expected_ms"])) * 1e3

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable
 
 __all__ = ["CENSUS_S", "CENSUS_VERSION", "ON_CPU_SHARE", "STALL_US", "census", "census_seconds"]
@@ -43,13 +44,21 @@ CENSUS_VERSION = 1
 
 def census_seconds() -> float:
     """How long a run's census spins: ``H2DLAB_CENSUS_S`` if set to a number from 0 to 60,
-    else :data:`CENSUS_S`."""
-    raw = os.environ.get("H2DLAB_CENSUS_S", "")
+    else :data:`CENSUS_S` (with a warning when it is set to anything else)."""
+    raw = os.environ.get("H2DLAB_CENSUS_S", "").strip()
+    if not raw:
+        return CENSUS_S
     try:
         value = float(raw)
     except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 60:  # NaN too
+        warnings.warn(
+            f"H2DLAB_CENSUS_S={raw!r} is not 0 (off) to 60 seconds: the stall census spins {CENSUS_S:g} s",
+            stacklevel=2,
+        )
         return CENSUS_S
-    return value if 0 <= value <= 60 else CENSUS_S
+    return value
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -77,6 +86,11 @@ def census(
     clock_ns, cpu_ns
         The host clock and the thread's CPU clock, in ns (tests pass fake ones).
 
+    Raises
+    ------
+    ValueError
+        ``seconds`` is not a number from 0 to 60, or ``threshold_us`` not one above 0.
+
     Returns
     -------
     dict
@@ -87,7 +101,13 @@ def census(
         ``on_cpu_p50_us``, ``on_cpu_p90_us``, ``on_cpu_max_us`` (None when there were
         none); ``off_cpu_max_us`` likewise for the others.
     """
-    seconds = census_seconds() if seconds is None else float(seconds)
+    seconds = census_seconds() if seconds is None else seconds
+    for name, v, top in (("seconds", seconds, 60.0), ("threshold_us", threshold_us, 1e6)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= top:
+            raise ValueError(f"census: {name} is {v!r}; give a number from 0 to {top:g}")
+    if threshold_us <= 0:
+        raise ValueError("census: threshold_us must be above 0")
+    seconds = float(seconds)
     limit = int(threshold_us * 1e3)
     on: list[float] = []
     off: list[float] = []

@@ -221,14 +221,11 @@ def report(source: str, n_boot: int = 100) -> dict[str, Any]:
     from h2dlab.wake_source import of_attrs
 
     df = load_source(source)
-    env = datasets.run_env(df)
-    names = _run_names(df)
+    env, names, setups = datasets.run_env(df), _run_names(df), describe_runs(df)
     # Analyse a copy without attrs: pandas deep-copies attrs (every run's env.json) on each
     # column access, which cost more CPU than the fit itself; explain gets what it reads of
-    # them (the runs' --pause, each run's calibration by the idle runs, each run's stall
-    # census) as arguments.
-    wake, pauses, setups = of_attrs(df.attrs), run_pauses(df), describe_runs(df)
-    censuses = censuses_by_run(df)
+    # them (the runs' --pause, calibration by the idle runs, stall census) as arguments.
+    wake, pauses, censuses = of_attrs(df.attrs), run_pauses(df), censuses_by_run(df)
     df = df.copy(deep=False)
     df.attrs = {}
     fitted = judged_fits(df, names, n_boot)

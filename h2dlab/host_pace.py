@@ -19,7 +19,7 @@ the copies elsewhere (:func:`slow_stretches` says how). ``outliers.explain`` mak
 such a stretch an ``episode``, as it does a copy in a stretch of slow copies the
 change-point search finds; the sentence says how many of the stretch's flagged copies the
 rest of the run's rate would have given.
-Of the kit, this imports only ``causes_wake`` (for the gaps).
+Of the kit, this imports only ``causes_wake`` (for the gaps) and ``rows``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from h2dlab.causes_wake import TIMELINE_COLUMNS, idle_gap_ms
+from h2dlab.rows import check_values
 
 __all__ = [
     "BASE_QUANTILE",
@@ -111,12 +112,26 @@ def slow_stretches(
     -------
     list of PaceStretch
         In the order of the timelines, then of time. Empty for a table without start times.
+
+    Raises
+    ------
+    TypeError
+        ``df`` is no DataFrame, ``ratio`` or ``flagged`` no Series, ``curves`` no list of names.
+    ValueError
+        ``df`` lacks a column it reads (``rows.check_values``).
     """
+    curves = ["run_id", "strategy"] if curves is None else curves
+    if isinstance(curves, str) or not all(isinstance(c, str) for c in curves):
+        raise TypeError(f"curves must be a list of column names, not {curves!r}")
+    check_values(df, ("run_id", "warmup", "error", "wall_ms", "size_bytes", *curves))
+    for name, s in (("ratio", ratio), ("flagged", flagged)):
+        if not isinstance(s, pd.Series):
+            raise TypeError(f"{name} must be a pandas Series on the table's index, not {type(s).__name__}")
     if "t_s" not in df.columns or df["t_s"].isna().all():
         return []
     timed = (~df["warmup"].astype(bool)) & (df["error"] == "") & ratio.notna()
     raw = idle_gap_ms(df)
-    cells = pd.MultiIndex.from_frame(df[[*(curves or ["run_id", "strategy"]), "size_bytes"]].astype(str))
+    cells = df.groupby([*curves, "size_bytes"], sort=False).ngroup().to_numpy()
     keys = [c for c in TIMELINE_COLUMNS if c in df.columns]
     out: list[PaceStretch] = []
     for _, g in df[timed].groupby(keys, sort=True):
@@ -129,7 +144,7 @@ def slow_stretches(
         level = level.median().to_numpy()
         r = ratio.reindex(g.index).to_numpy(float)
         f = flagged.reindex(g.index).fillna(False).to_numpy(bool)
-        cell = cells[df.index.get_indexer(g.index)]
+        cell = cells[df.index.get_indexer(g.index)]  # one integer per (curve, size)
         # The run's usual pace: a lower quartile of the rolling level, not the median, which a
         # slow stretch of half the run would move.
         usual_level = float(np.nanquantile(level, BASE_QUANTILE))

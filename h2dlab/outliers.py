@@ -279,6 +279,7 @@ def explain(
         out.at[i, "cause"] = cause
         out.at[i, "evidence"] = ev
     out.attrs = dict(df.attrs)
+    out.attrs["stall_censuses"] = dict(censuses)  # ruled_out(out) reads them back, as the wake below
     if wake is not None:  # ruled_out(out) reads it back, one per run
         runs = out["run_id"].unique()
         one = shared(wake, runs) if isinstance(wake, Mapping) else wake

@@ -72,20 +72,93 @@ def test_a_census_without_stalls_has_no_sizes():
     assert got["read_ns"] == pytest.approx(1000.0)
 
 
-@pytest.mark.parametrize(("raw", "seconds"), [("", 1.0), ("0", 0.0), ("0.25", 0.25), ("x", 1.0), ("-1", 1.0)])
+@pytest.mark.parametrize(
+    ("raw", "seconds"), [("", 1.0), ("0", 0.0), ("0.25", 0.25), (" 2 ", 2.0), ("60", 60.0)]
+)
 def test_census_seconds_reads_the_environment(monkeypatch, raw, seconds):
     monkeypatch.setenv("H2DLAB_CENSUS_S", raw)
     assert census.census_seconds() == seconds
+
+
+@pytest.mark.parametrize("raw", ["x", "-1", "nan", "inf", "1e9", "60.0001"])
+def test_census_seconds_warns_of_a_value_it_cannot_take(monkeypatch, raw):
+    monkeypatch.setenv("H2DLAB_CENSUS_S", raw)
+    with pytest.warns(
+        UserWarning, match=r"H2DLAB_CENSUS_S=.* is not 0 \(off\) to 60 seconds: the stall census spins 1 s"
+    ):
+        assert census.census_seconds() == 1.0
+
+
+@pytest.mark.parametrize(
+    "kw", [{"seconds": float("nan")}, {"seconds": float("inf")}, {"seconds": "1"}, {"seconds": 61},
+           {"seconds": 0.1, "threshold_us": -5}, {"seconds": 0.1, "threshold_us": 0}, {"seconds": 0.1, "threshold_us": "20"}],
+)  # fmt: skip
+def test_census_refuses_what_it_cannot_spin(kw):
+    with pytest.raises(ValueError, match="census: "):
+        census.census(**kw)
 
 
 @pytest.mark.parametrize(
     "env",
     [None, {}, {"stall_census": "x"}, {"stall_census": {**CENSUS, "on_cpu": "7"}},
      {"stall_census": {k: v for k, v in CENSUS.items() if k != "on_cpu_max_us"}},
-     {"stall_census": {**CENSUS, "seconds": float("nan")}}, {"stall_census": {**CENSUS, "on_cpu": True}}],
+     {"stall_census": {**CENSUS, "seconds": float("nan")}}, {"stall_census": {**CENSUS, "on_cpu": True}},
+     {"stall_census": {**CENSUS, "seconds": 0}}, {"stall_census": {**CENSUS, "seconds": 0.04, "on_cpu_per_s": 1000.0}},
+     {"stall_census": {**CENSUS, "on_cpu": 0.4}}, {"stall_census": {**CENSUS, "threshold_us": 200.0}},
+     {"stall_census": {**CENSUS, "on_cpu_max_us": 0}}, {"stall_census": {**CENSUS, "on_cpu_per_s": 0}},
+     {"stall_census": {**CENSUS, "on_cpu_per_s": 1e6}}, {"stall_census": {**CENSUS, "on_cpu_per_s": None}},
+     {"stall_census": {**CENSUS, "on_cpu_max_us": None}}, {"stall_census": {**CENSUS, "on_cpu_p50_us": float("nan")}},
+     {"stall_census": {**CENSUS, "on_cpu_p50_us": True}}, {"stall_census": {**CENSUS, "on_cpu_p50_us": 500.0}},
+     {"stall_census": {**CENSUS, "on_cpu": 10**400}}, {"stall_census": {**CENSUS, "on_cpu_max_us": 10**400}},
+     {"stall_census": {**CENSUS, "on_cpu": 60000, "on_cpu_per_s": 60000.0}}, {"stall_census": [1, 2]}],
 )  # fmt: skip
 def test_census_of_refuses_what_is_no_census(env):
     assert census_of(env) is None
+
+
+def test_census_of_reads_numpy_numbers_and_an_empty_census():
+    got = census_of({"stall_census": {**CENSUS, "on_cpu": np.int64(40), "on_cpu_max_us": np.float64(100.0)}})
+    assert got["on_cpu"] == 40 and isinstance(got["on_cpu"], int) and got["on_cpu_max_us"] == 100.0
+    none = {**CENSUS, "on_cpu": 0, "on_cpu_per_s": 0.0, "on_cpu_p50_us": None, "on_cpu_max_us": None}
+    assert census_of({"stall_census": none})["on_cpu"] == 0
+
+
+def test_a_damaged_census_in_env_json_is_warned_of_and_read_as_none():
+    df, _ = stall_run(3, with_census=False)
+    df.attrs["envs"] = {df["run_id"].iloc[0]: {"stall_census": {**CENSUS, "on_cpu_max_us": None}}}
+    with pytest.warns(
+        UserWarning, match="stall_census is no census .*on_cpu_max_us None.*: host_stall is off for it"
+    ):
+        e = outliers.explain(df)
+    assert not (e["cause"] == "host_stall").any()
+
+
+@pytest.mark.parametrize(
+    ("by_run", "error", "words"),
+    [([1], TypeError, "must be a mapping"), ({"r": 5}, TypeError, r"censuses\['r'\] is no stall census: a int"),
+     ({"r": "x"}, TypeError, "a str, not a mapping"),
+     ({"r": {**CENSUS, "on_cpu": "13"}}, ValueError, r"censuses\['r'\] is no stall census: on_cpu is '13'")],
+)  # fmt: skip
+def test_explain_refuses_censuses_that_are_none(by_run, error, words):
+    df, _ = stall_run(4, with_census=False)
+    with pytest.raises(error, match=words):
+        outliers.explain(df, censuses=by_run)
+
+
+def test_ruled_out_reads_the_censuses_explain_was_given():
+    df, kind = stall_run(5, with_census=False)
+    e = outliers.explain(df, censuses={df["run_id"].iloc[0]: dict(CENSUS)})
+    table = outliers.ruled_out(e)
+    assert "stall census" in table.columns and len(table)
+    assert table["stall census"].str.contains("counted 40 stalls").all()
+
+
+def test_one_stall_is_one_stall():
+    df, _ = stall_run(6, with_census=False)
+    one = {**CENSUS, "on_cpu": 1, "on_cpu_per_s": 1.0, "on_cpu_p50_us": 100.0}
+    e = outliers.explain(df, censuses={df["run_id"].iloc[0]: one})
+    said = e.loc[e["cause"].isin(["host_stall", "unexplained"]) & e["is_outlier"], "evidence"]
+    assert len(said) and said.str.contains("counted 1 stall of 20 us").all()
 
 
 def test_expected_hits_is_the_rate_times_the_time_copying():

@@ -143,3 +143,19 @@ def test_no_stretch_where_its_copies_were_flagged_no_more_often():
 def test_a_table_without_start_times_has_no_stretch():
     df, _ = interleaved_run(4)
     assert stretches(df.assign(t_s=np.nan)) == []
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "words"),
+    [(lambda df, r, f: host_pace.slow_stretches([1, 2], r, f), TypeError, "DataFrame"),
+     (lambda df, r, f: host_pace.slow_stretches(df, list(r), f), TypeError, "ratio must be a pandas Series"),
+     (lambda df, r, f: host_pace.slow_stretches(df, r, "x"), TypeError, "flagged must be a pandas Series"),
+     (lambda df, r, f: host_pace.slow_stretches(df, r, f, "strategy"), TypeError, "curves must be a list"),
+     (lambda df, r, f: host_pace.slow_stretches(df, r, f, ["nope"]), ValueError, "nope"),
+     (lambda df, r, f: host_pace.slow_stretches(df.drop(columns="warmup"), r, f), ValueError, "warmup")],
+)  # fmt: skip
+def test_slow_stretches_refuses_what_it_cannot_read(call, error, words):
+    df, _ = interleaved_run(5)
+    e = outliers.detect(df)
+    with pytest.raises(error, match=words):
+        call(e, value_ms(e) / e["expected_ms"], e["is_outlier"])
