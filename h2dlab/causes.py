@@ -39,7 +39,7 @@ from h2dlab.causes_evidence import (
     slow_text,
 )
 from h2dlab.causes_parallel import busiest_share
-from h2dlab.causes_stall import run_censuses, stall_cause, stall_check
+from h2dlab.causes_stall import run_censuses, run_copy_seconds, stall_cause, stall_check
 from h2dlab.causes_threads import others_share
 from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, run_pauses, wake_cause
 from h2dlab.episodes import Stretch
@@ -89,7 +89,7 @@ CAUSES: dict[str, str] = {
     ),
     "gpu_shared": "other processes used the GPU during the copy, more than during its neighbours",
     "gpu_clock_low": "the GPU's SM clock was well below the run's median",
-    "episode": "part of a time-ordered stretch of slow copies",
+    "episode": "part of a time-ordered stretch of slow copies, or of one in which the host itself ran slow",
     "gpu_wake": (
         "a small copy a little slow after a spell without copies, consistent with some part waking up (the GPU's "
         "copy engine, its PCIe link, the driver or the host: not shown which); named only where idle runs "
@@ -97,7 +97,7 @@ CAUSES: dict[str, str] = {
         "gap points to it)"
     ),
     "host_stall": (
-        "a copy a few tens of microseconds slow, on its CPU with every counter clean, by no more than the stalls "
+        "a copy a few tens of microseconds slow, on its CPU with every counter clean, its extra within the stalls "
         "a thread spinning in its run's process met (the run's stall census): time taken from a running vCPU "
         "where the guest cannot see it; only with a census (likely, not certain: only the extra's size points to it)"
     ),
@@ -155,7 +155,7 @@ def neighbours(
     one for every row or per run, else ``df.attrs``, ``wake_source.of_attrs``; None without
     idle runs), ``census`` (the row's run's stall census: from ``censuses``, run_id -> census,
     else ``df``'s attrs, ``causes_stall.run_censuses``; None without one), ``run_wall_s``
-    (the run's timed copies' wall time in all, s), ``issue_cell`` (median ``issue_ms`` over the timed
+    (the run's timed copies' wall time in all, s, each copy once), ``issue_cell`` (median ``issue_ms`` over the timed
     rows of the same group and size, NaN below :data:`MIN_CELL_ROWS`), and from schema 3
     the medians of ``rd_typ`` (the run-queue wait that fits in the copy,
     ``causes_evidence.run_delay_inside``, / wall_ms),
@@ -221,9 +221,7 @@ def neighbours(
     ctx["idle_pause_ms"] = df["run_id"].map(pauses).astype(float)
     ctx["wake"] = per_run(of_attrs(df.attrs) if wake is None else wake, df["run_id"])
     ctx["census"] = run_censuses(df, censuses)
-    ctx["run_wall_s"] = (
-        df["wall_ms"].astype(float).where(timed).groupby(df["run_id"], sort=False).transform("sum") / 1e3
-    )
+    ctx["run_wall_s"] = run_copy_seconds(df, timed)
     run = df["run_id"]
     ctx["clock_med"] = _col(df, "sm_clock_mhz").where(timed).groupby(run, sort=False).transform("median")
     ctx["procs_med"] = _col(df, "gpu_procs").where(timed).groupby(run, sort=False).transform("median")

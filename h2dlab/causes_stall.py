@@ -34,6 +34,7 @@ __all__ = [
     "census_problem",
     "censuses_by_run",
     "expected_hits",
+    "run_copy_seconds",
     "run_censuses",
     "stall_cause",
     "stall_check",
@@ -150,6 +151,15 @@ def run_censuses(df: pd.DataFrame, by_run: Mapping | None = None) -> pd.Series:
     return pd.Series([found.get(r) for r in df["run_id"]], index=df.index, dtype=object)
 
 
+def run_copy_seconds(df: pd.DataFrame, timed: pd.Series) -> pd.Series:
+    """Per row, the seconds its run's timed copies took in all, each copy once: a duplex
+    copy's two rows (one per direction, the same ``order``) share one wall time."""
+    wall = df["wall_ms"].astype(float).where(timed)
+    per_copy = wall.groupby([df["run_id"], df["order"]], sort=False).transform("max")
+    first = ~pd.concat([df["run_id"], df["order"]], axis=1).duplicated()
+    return per_copy.where(first).groupby(df["run_id"], sort=False).transform("sum") / 1e3
+
+
 def expected_hits(census: Mapping, run_wall_s: float) -> float:
     """How many copies of a run whose timed copies took ``run_wall_s`` seconds in all a
     stall would meet at the census's on-CPU rate (each copy met at most once: the rate
@@ -163,8 +173,7 @@ def _census_text(c: Mapping) -> str:
     p50 = c.get("on_cpu_p50_us")
     median = f", median {p50:.0f} us" if isinstance(p50, (int, float)) else ""
     return (
-        f"this run's stall census ({c['seconds']:.2g} s of a thread spinning on its clocks right after "
-        f"the copies) counted {int(c['on_cpu'])} stall{'' if c['on_cpu'] == 1 else 's'} of {c['threshold_us']:.0f} us or more with the "
+        f"its stall census ({c['seconds']:.2g} s of a thread spinning right after the copies) counted {int(c['on_cpu'])} stall{'' if c['on_cpu'] == 1 else 's'} of {c['threshold_us']:.0f} us or more with the "
         f"thread on its CPU through them ({rate:.0f} a second{median}, the longest {c['on_cpu_max_us']:.0f} us)"
     )
 
@@ -196,16 +205,17 @@ def stall_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[
         return None
     hits = expected_hits(c, number(ctx.get("run_wall_s")))
     weigh = (
-        f"; at that rate a stall meets about {hits:.1f} of the run's copies while they run"
+        f"; at that rate about {hits:.1f} such stalls fall within the time the run spent copying"
         if np.isfinite(hits)
         else ""
     )
+    on_cpu = "all" if share >= 1 else f"{share:.0%}"
     return "host_stall", (
-        f"{slow}; the extra {extra_us:.0f} us is no longer than the stalls this machine's CPUs show with "
-        f"nothing to do: {_census_text(c)}; the timing thread was on its CPU for {share:.0%} of the copy, as "
-        f"through such a stall: time taken from a running vCPU where the guest cannot see it (a VM exit, an "
-        f"interrupt its kernel charges to the thread), which no counter here shows{weigh}; likely, not "
-        f"certain: only the size of the extra points to it"
+        f"{slow}; the extra {extra_us:.0f} us is within the sizes of the stalls a thread of this run's process "
+        f"met spinning on its clocks: {_census_text(c)}; the timing thread was on its CPU for {on_cpu} of the "
+        f"copy, as through such a stall, consistent with time taken from a running vCPU where the guest cannot "
+        f"see it (a VM exit, an interrupt its kernel charges to the thread), which no counter here shows{weigh}; "
+        f"likely, not certain: only the size of the extra points to it"
     )
 
 

@@ -254,6 +254,16 @@ def on_cpu_throughout(rows: pd.DataFrame) -> pd.Series:
     return (rows["cpu_ms"].astype(float) >= ON_CPU_SHARE * rows["wall_ms"].astype(float)).fillna(False)
 
 
+def _extra_text(extra: pd.Series, sizes: pd.Series) -> str:
+    """ "Their extra time runs from A to B ms, on copies of X to Y." (one value said once)."""
+    lo, hi = f"{extra.min():.2f}", f"{extra.max():.2f}"
+    small, large = fmt_bytes(int(sizes.min())), fmt_bytes(int(sizes.max()))
+    if len(extra) == 1:
+        return f"Its extra time is {lo} ms, on a copy of {small}."
+    time = f"is {lo} ms each" if lo == hi else f"runs from {lo} to {hi} ms"
+    return f"Their extra time {time}, on copies of {small if small == large else f'{small} to {large}'}."
+
+
 def unexplained(explained: pd.DataFrame) -> Finding:
     """The flagged copies ``outliers.explain()`` left ``unexplained``: how many of the
     flagged, per strategy, and their evidence (which says what was ruled out). ``holds``
@@ -274,14 +284,9 @@ def unexplained(explained: pd.DataFrame) -> Finding:
             if len(u)
             else "."
         )
+        + (f" {_extra_text(extra, u['size_bytes'])}" if len(u) else "")
         + (
-            f" Their extra time runs from {extra.min():.2f} to {extra.max():.2f} ms, on copies of "
-            f"{fmt_bytes(int(u['size_bytes'].min()))} to {fmt_bytes(int(u['size_bytes'].max()))}."
-            if len(u)
-            else ""
-        )
-        + (
-            f" {on_cpu} of the {len(u)} kept the timing thread on its CPU for at least "
+            f" {'It' if len(u) == 1 else f'{on_cpu} of the {len(u)}'} kept the timing thread on its CPU for at least "
             f"{ON_CPU_SHARE:.0%} of the copy: it was hardly waiting to run or asleep, so the extra time "
             "was spent on that CPU, either in PyTorch or the CUDA driver or spinning while CUDA waited "
             "for the GPU (CUDA spins by default when a process has no more CUDA contexts than logical "

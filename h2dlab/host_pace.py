@@ -7,8 +7,8 @@ that no copy's timing touches. On the lent H200 it showed stretches of several s
 which the loop's gaps ran 1.4-1.6x their run's median while copies of every strategy and
 size ran slower too (plan 3's ``sweep/pow2-interleaved`` at commit 1fb1d2d from about 28 s
 on: a median gap 2.27 -> 3.31 ms, small copies 0.75x -> 1.05x their cell's median; the
-recording at commit 250f304 from 31.8 s to 35.8 s: median gaps of 25 copies about 2.7 ->
-4.3 ms, copies a median 1.1-1.3x their expected time): the host CPU ran slower for a while, whatever was copied.
+recording at commit 250f304 from 31.71 s to 35.70 s: median gaps of 25 copies about 2.7 ->
+4.3 ms, copies a median 1.20x their expected time against 0.97x elsewhere): the host CPU ran slower for a while, whatever was copied.
 
 :func:`slow_stretches` finds them: per timeline, in time order, the rolling median of the
 gaps over :data:`WINDOW` timed copies; where it is at least :data:`GAP_RATIO` times the
@@ -182,18 +182,21 @@ def slow_stretches(
     return out
 
 
-def pace_text(s: PaceStretch, episode: int) -> str:
-    """The evidence for a flagged copy in stretch ``s`` (episode ``episode``)."""
+def pace_text(s: PaceStretch, episode: int, own: int = 0) -> str:
+    """The evidence for a flagged copy in stretch ``s`` (episode ``episode``), ``own`` of
+    whose flagged copies have causes of their own."""
     n = len(s.rows)
     at_rest = s.flagged_elsewhere / s.elsewhere * n
+    others = f" ({own} with causes of their own)" if own else ""
     return (
         f"one of {s.flagged} slow copies among {n} in a stretch in which the host itself ran slow (episode "
-        f"{episode}, {s.start_s:.2f} s to {s.end_s:.2f} s of the run): the kit's own loop took a median "
+        f"{episode}, {s.start_s:.2f} s to {s.end_s:.2f} s of the run, {n} of its {n + s.elsewhere} timed "
+        f"copies){others}: the kit's own loop took a median "
         f"{s.gap:.2f}x as long between copies there as before copies of the same strategy and size elsewhere "
         f"in the run (the same work; {s.compared} copies compared), the copies in it took a median "
         f"{s.ratio:.2f}x their expected time against {s.ratio_elsewhere:.2f}x elsewhere, and "
         f"{s.flagged / n:.1%} of them were flagged against {s.flagged_elsewhere / s.elsewhere:.1%} of the "
-        f"rest (at the rest's rate about {at_rest:.1f} of the {s.flagged}): the host CPU ran slower for a "
-        f"while (a busier host, a lower clock: the tables cannot say which), whatever was copied; which of "
-        f"its slow copies would have been slow anyway, the tables cannot say"
+        f"rest (at the rest's rate about {at_rest:.1f} of the {s.flagged}): consistent with the host CPU "
+        f"running slower for a while (a busier host, a lower clock: the tables cannot say which), whatever was "
+        f"copied; which of its slow copies would have been slow anyway, the tables cannot say"
     )

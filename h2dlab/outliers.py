@@ -263,15 +263,16 @@ def explain(
         ]
         if new:
             out.loc[new, "episode"] = next_id
-            paced.update({i: (s, next_id) for i in new})
+            own = sum(1 for i in s.rows if i in specific)  # flagged, with a cause of their own
+            paced.update({i: (s, next_id, own) for i in new})
             next_id += 1
 
     for i in flagged:
         row = out.loc[i]
         if i in paced:
-            s, ep = paced[i]
+            s, ep, own = paced[i]
             out.at[i, "cause"] = "episode"
-            out.at[i, "evidence"] = f"{slow_text(row, v[i])}; {host_pace.pace_text(s, ep)}"
+            out.at[i, "evidence"] = f"{slow_text(row, v[i])}; {host_pace.pace_text(s, ep, own)}"
             continue
         cause, ev = specific.get(i) or generic_cause(
             row, ctx.loc[i], v[i], int(row["episode"]), across.get(i)

@@ -27,7 +27,7 @@
 # | `host_crowded` | the timed host call ran long; the timing thread waited to run for part of the extra and spent the rest on its CPU while PyTorch's worker threads ran beside it, the busiest nearly the whole copy: consistent with the workers taking the CPUs; fewer intra-op threads (`torch.set_num_threads`) would leave it one (tables that read each thread's own CPU clock only) |
 # | `episode` | part of a stretch of slow copies in time order, found by change-point detection, or a stretch in which the host itself ran slow: the kit's own loop took longer between copies than before copies of the same strategy and size elsewhere in the run, while the copies there ran slower and were flagged more often (`h2dlab.host_pace`) |
 # | `gpu_wake` | a small copy a little slow after a spell without copies (the copy after a long gap, sometimes the next one too), consistent with some part waking up (the GPU's copy engine, its PCIe link, the driver or the host: not shown which); named only where idle runs recorded beside the table (`h2dlab measure --pause`) show after how long a spell, and at what cost, on this machine (likely, not certain: only the gap points to it) |
-# | `host_stall` | a copy a few tens of microseconds slow, on its CPU the whole time with every counter clean, by no more than the stalls a thread spinning on the same machine shows: each CUDA run ends with a one-second stall census (`h2dlab.census`) that counts how often, and for how long, a spinning thread loses time with its CPU clock running on (time taken from a running vCPU where the guest cannot see it); named only where the run has a census (likely, not certain: only the size of the extra points to it) |
+# | `host_stall` | a copy a few tens of microseconds slow, on its CPU the whole time with every counter clean, its extra time within the sizes of the stalls a thread spinning in the run's own process met: each CUDA run ends with a one-second stall census (`h2dlab.census`) that counts how often, and for how long, a spinning thread loses time with its CPU clock running on (time taken from a running vCPU where the guest cannot see it); named only where the run has a census (likely, not certain: only the size of the extra points to it) |
 # | `unexplained` | none of the above; the evidence says what was ruled out |
 
 # %% tags=["parameters"]
@@ -124,7 +124,12 @@ if kept is not None and dropped is not None:
 # rows below are those stretches. The forum ran its sizes in ascending order, so there a
 # stretch in time is also a band of sizes (notebook 01 says what that leaves open); a run
 # that interleaves strategies, like this recording's batch runs, can show a stretch across
-# strategies, which `explain` names an episode too.
+# strategies, which `explain` names an episode too. A third way needs no slow copies to find
+# it: between two copies the kit's own loop does the same small work each time, so a stretch
+# in which that work took longer than before copies of the same strategy and size elsewhere,
+# while the copies there ran slower and were flagged more often, is a stretch in which the
+# host itself ran slow (`h2dlab.host_pace`). Each such episode's evidence gives its span and
+# figures, and says which of the two kinds of stretch it is.
 
 # %% tags=["hide-input"]
 ax = plots.timeline(explained["forum_a100"])
@@ -150,7 +155,8 @@ display(*(Markdown(f"**{name}.** {factors.unexplained(e)}") for name, e in expla
 # columns (run-queue wait, context switches, time in the call) has none of those columns.
 # A run recorded with a stall census (`h2dlab.census`, every CUDA run since the census was
 # added) gets a `stall census` column: how many stalls a thread spinning in that run's own
-# process met, how long the longest was, and why this copy's extra time is not one of them.
+# process met with its CPU clock running on, how long the longest was, and why this copy's
+# extra time is not one of them.
 
 # %% tags=["hide-input"]
 ruled = {name: outliers.ruled_out(explained[name]) for name in ("forum", "sweep", "allocator") if name in explained}

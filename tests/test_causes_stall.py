@@ -248,9 +248,20 @@ def test_host_stall_evidence_quotes_the_census_and_the_copy(explained_stalls):
     text = row["evidence"]
     assert f"the extra {extra_us:.0f} us" in text
     assert "counted 40 stalls of 20 us or more" in text and "the longest 100 us" in text
-    assert f"on its CPU for {share:.0%} of the copy" in text
+    assert f"on its CPU for {'all' if share >= 1 else f'{share:.0%}'} of the copy" in text
     hits = 40.0 * e.loc[~e["warmup"], "wall_ms"].sum() / 1e3
-    assert f"about {hits:.1f} of the run's copies" in text
+    assert f"about {hits:.1f} such stalls fall within the time the run spent copying" in text
+    assert "within the sizes of the stalls a thread of this run's process met" in text
+
+
+def test_a_duplex_copys_two_rows_count_its_time_once():
+    from h2dlab.causes_stall import run_copy_seconds
+
+    df = pd.DataFrame(
+        {"run_id": ["a"] * 4 + ["b"], "order": [0, 0, 1, 1, 0], "wall_ms": [2.0, 2.0, 3.0, 3.0, 5.0]}
+    )
+    got = run_copy_seconds(df, pd.Series([True] * 5))
+    assert got.tolist() == pytest.approx([0.005] * 4 + [0.005])
 
 
 def test_too_long_says_the_census_ruled_it_out(explained_stalls):

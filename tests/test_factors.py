@@ -146,7 +146,11 @@ def test_unexplained_counts_copies_on_their_cpu_throughout():
     assert factors.on_cpu_throughout(e).tolist() == [True, False, False, True]
     f = factors.unexplained(e)
     assert " 1 of the 3 kept the timing thread on its CPU for at least 90% of the copy" in f.verdict
-    assert "Their extra time runs from 1.00 to 1.00 ms, on copies of 1 B to 1 B." in f.verdict
+    assert "Their extra time is 1.00 ms each, on copies of 1 B." in f.verdict
+    one = factors.unexplained(e.iloc[[0, 3]])  # one unexplained copy is said as one
+    assert " Its extra time is 1.00 ms, on a copy of 1 B. It kept the timing thread on its CPU" in one.verdict
+    two = factors.unexplained(e.assign(wall_ms=[2.0, 3.0, 2.0, 2.0], size_bytes=[1, 2, 1, 1]))
+    assert "Their extra time runs from 1.00 to 2.00 ms, on copies of 1 B to 2 B." in two.verdict
     # spinning while CUDA waits for the GPU is on-CPU time too: the sentence must not place
     # the delay on the host
     assert "in which case the delay was on the GPU's side of the copy" in f.verdict

@@ -111,7 +111,8 @@ def test_the_evidence_recomputes_from_the_table(explained_runs):
     assert f"took a median {ratio[rows.index].median():.2f}x their expected time" in text
     assert f"against {ratio[rest.index].median():.2f}x elsewhere" in text
     n_in, n_out = int(rows["is_outlier"].sum()), int(rest["is_outlier"].sum())
-    assert f"one of {n_in} slow copies among {len(rows)}" in text
+    assert f"one of {n_in} slow copies among {len(rows)} in a stretch" in text
+    assert f"{len(rows)} of its {len(rows) + len(rest)} timed copies" in text
     assert f"{n_in / len(rows):.1%} of them were flagged against {n_out / len(rest):.1%} of the rest" in text
 
 
