@@ -35,6 +35,7 @@ __all__ = [
     "check_out",
     "main",
     "spec_from_args",
+    "run",
 ]
 
 
@@ -332,5 +333,18 @@ def main(argv: list[str] | None = None) -> int:
         return failure(exc)  # one line and exit 1 or 2; a bug is raised again, with its traceback
 
 
+def _exit(code: int) -> None:
+    """Exit with ``code``; after an interruption (130) without the interpreter's wind-down, which
+    a Ctrl-C during start-up could end by the signal (-2); every file was written by then."""
+    if code == EXIT_INTERRUPTED:
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def run() -> None:  # the `h2dlab` command and `python -m h2dlab`
+    _exit(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

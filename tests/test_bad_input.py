@@ -345,3 +345,27 @@ def test_an_empty_entry_in_a_name_list_is_refused(args, option, tmp_path, monkey
     monkeypatch.setenv("H2DLAB_RUNS", str(tmp_path / "runs"))
     line = refused_in_one_line(args, [option, "has an empty entry"], capsys, tmp_path)
     assert line.startswith("h2dlab: error: ")
+
+
+def test_an_interrupted_command_exits_130_without_winding_the_interpreter_down(monkeypatch):
+    """cli._exit: 130 leaves through os._exit (a Ctrl-C that landed during start-up could end
+    the wind-down by the signal: exit -2 in 3 of 24 runs before); other codes through
+    sys.exit, as before."""
+    from h2dlab import cli
+
+    seen = []
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(code):
+        seen.append(code)
+        raise Exited
+
+    monkeypatch.setattr(cli.os, "_exit", fake_exit)
+    with pytest.raises(Exited):
+        cli._exit(cli.EXIT_INTERRUPTED)
+    assert seen == [130]
+    with pytest.raises(SystemExit) as exc:
+        cli._exit(2)
+    assert exc.value.code == 2 and seen == [130]
