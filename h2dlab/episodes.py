@@ -110,16 +110,23 @@ def pelt_l2(x: np.ndarray, pen: float, min_size: int = 3) -> list[int]:
     best = np.full(n + 1, np.nan)  # best[t]: optimal penalised cost of x[:t]
     best[0] = 0.0
     prev = np.zeros(n + 1, dtype=np.int64)
-    admissible = np.empty(0, dtype=np.int64)
+    buf = np.empty(n + 1, dtype=np.int64)  # the admissible starts, in buf[:m]
+    m = 0
     for end in [*range(min_size, n), n]:
-        admissible = np.append(admissible, end - min_size)
-        admissible = admissible[~np.isnan(best[admissible])]  # no partition of x[:t] exists
+        start = end - min_size
+        if not np.isnan(best[start]):  # else no partition of x[:start] exists; every older
+            buf[m] = start  # start in buf already has one (best[] never changes once set)
+            m += 1
+        admissible = buf[:m]
         length = end - admissible
-        cost = (s2[end] - s2[admissible]) - (s1[end] - s1[admissible]) ** 2 / length
+        d = s1[end] - s1[admissible]
+        cost = (s2[end] - s2[admissible]) - d * d / length
         total = best[admissible] + (cost + pen)
-        k = int(np.argmin(total))  # the first of equals, as ruptures' min()
+        k = int(total.argmin())  # the first of equals, as ruptures' min()
         best[end], prev[end] = total[k], admissible[k]
-        admissible = admissible[total <= best[end] + pen]
+        keep = admissible[total <= best[end] + pen]
+        m = len(keep)
+        buf[:m] = keep
     out = [n]
     while prev[out[-1]] > 0:
         out.append(int(prev[out[-1]]))

@@ -72,7 +72,10 @@ def check_values(df: pd.DataFrame, required: tuple[str, ...] = MODEL_COLUMNS) ->
             continue
         raw = df.loc[ok, col]
         x = pd.to_numeric(raw, errors="coerce").astype(float)
-        text = x.isna() & raw.notna() & (raw.astype(str).str.strip() != "")
+        if pd.api.types.is_numeric_dtype(raw.dtype):  # no text to find (and no str copy)
+            text = pd.Series(False, index=raw.index)
+        else:
+            text = x.isna() & raw.notna() & (raw.astype(str).str.strip() != "")
         if col in TIMING_COLUMNS and text.any():  # the times and sizes every model reads
             first = x.index[text.to_numpy()][0]
             raise ValueError(

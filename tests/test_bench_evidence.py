@@ -49,3 +49,36 @@ def test_a_short_run_reports_positive_costs_and_their_ratio(bench, tmp_path, cap
     out = capsys.readouterr().out
     assert code == (0 if all(h for _, h in bench.verdicts(res)) else 1)
     assert out.count("PASS ") + out.count("FAIL ") == 2
+
+
+# --- benchmarks/bench_explain.py ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bench_explain():
+    spec = importlib.util.spec_from_file_location("bench_explain", ROOT / "benchmarks" / "bench_explain.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_explain_verdicts_follow_the_target_and_skip_what_was_not_measured(bench_explain):
+    row = {"explain_cpu_s": 3.0, "load_cpu_s": 1.0, "explain_over_load": 3.0}
+    assert bench_explain.verdicts({"h200_sweep": row}) == [
+        ("explain h200_sweep = 3.00 s of CPU (target <= 3 s)", True)
+    ]
+    assert [h for _, h in bench_explain.verdicts({"h200_sweep": {**row, "explain_cpu_s": 3.01}})] == [False]
+    assert bench_explain.verdicts({"h200_forum": row}) == []
+
+
+def test_explain_measure_takes_medians_alternating_the_two_commands(bench_explain, monkeypatch):
+    seen, costs = [], iter([2.0, 1.0, 9.0, 0.5, 2.5, 1.5])  # explain, load, explain, load, ...
+    monkeypatch.setattr(bench_explain, "child_cpu_s", lambda args: seen.append(args[1]) or next(costs))
+    res = bench_explain.measure(["h200_sweep"], repeats=3)
+    assert seen == ["-m", "-c"] * 3
+    assert res == {"h200_sweep": {"explain_cpu_s": 2.5, "load_cpu_s": 1.0, "explain_over_load": 2.5}}
+
+
+def test_explain_child_cpu_s_refuses_a_failing_command(bench_explain):
+    with pytest.raises(RuntimeError, match="failed"):
+        bench_explain.child_cpu_s([bench_explain.sys.executable, "-c", "raise SystemExit(3)"])
