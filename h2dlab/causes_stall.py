@@ -153,11 +153,14 @@ def run_censuses(df: pd.DataFrame, by_run: Mapping | None = None) -> pd.Series:
 
 def run_copy_seconds(df: pd.DataFrame, timed: pd.Series) -> pd.Series:
     """Per row, the seconds its run's timed copies took in all, each copy once: a duplex
-    copy's two rows (one per direction, the same ``order``) share one wall time."""
+    copy's two rows (one per direction, each its own ``order``) share one start time
+    ``t_s`` and one wall time (rows without a start time are a copy each)."""
     wall = df["wall_ms"].astype(float).where(timed)
-    per_copy = wall.groupby([df["run_id"], df["order"]], sort=False).transform("max")
-    first = ~pd.concat([df["run_id"], df["order"]], axis=1).duplicated()
-    return per_copy.where(first).groupby(df["run_id"], sort=False).transform("sum") / 1e3
+    t_s = df["t_s"] if "t_s" in df.columns else pd.Series(np.nan, index=df.index)
+    copy = t_s.astype(float).where(t_s.notna(), -1.0 - df["order"].astype(float))  # one key per copy
+    keys = pd.concat([df["run_id"], copy.rename("copy")], axis=1)
+    per_copy = wall.groupby([keys["run_id"], keys["copy"]], sort=False).transform("max")
+    return per_copy.where(~keys.duplicated()).groupby(df["run_id"], sort=False).transform("sum") / 1e3
 
 
 def expected_hits(census: Mapping, run_wall_s: float) -> float:

@@ -316,7 +316,7 @@ def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
     -------
     str or None
         E.g. ``"host time since the previous copy ended 3.60 ms, under the 12.86 ms
-        between copies after which this machine's idle runs show a wake-up"``.
+        between copies after which this machine's idle runs show a wake-up (...)"``.
     """
     gap = number(ctx.get("idle_gap_ms"))
     event, wall = number(row.get("event_ms")), number(row.get("wall_ms"))
@@ -338,7 +338,7 @@ def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
     if gap < cal.threshold_ms:
         return (
             f"{idle}, under the {cal.threshold_ms:.2f} ms between copies after which this machine's idle runs "
-            f"show a wake-up"
+            f"show a wake-up (at least {cal.min_share:.0%} of each strategy's smallest copies {cal.slow_ratio:g}x slow)"
         )
     if not np.isfinite(extra):
         return None

@@ -132,7 +132,9 @@ def host_alloc_growth(
     key = ["run_id", "strategy", "size_bytes" if emptied_each_size else "block_bytes"]
     d = d.assign(predicted=~d.duplicated(key))  # first request of its class (of its size, if emptied)
     d["observed"] = np.where(d.host_allocs.notna(), d.host_allocs > 0, np.nan)
-    new = d.observed.fillna(d.predicted).astype(bool)
+    new = pd.Series(
+        np.where(d.host_allocs.notna(), d.host_allocs > 0, d.predicted), index=d.index, dtype=bool
+    )
     cached = d[~new].groupby(["run_id", "strategy", "block_bytes"])["_v"].median().rename("cached_ms")
     g = d[new].join(cached, on=["run_id", "strategy", "block_bytes"])
     if reuse is not None:

@@ -97,8 +97,8 @@ def pageable_back(df: pd.DataFrame, *, strategy: str = "d2h_pageable", faulting:
         ``table``: size_bytes, gbps (median), faults_per_page (median), n. ``values``:
         ``size_bytes`` (the largest), ``from_bytes`` (first faulting size, or None),
         ``gbps_before``, ``gbps_largest``, ``vs_pageable`` (over ``x.to('cuda')`` from
-        pageable memory at the largest size) and ``faults_per_page`` (median over the
-        faulting sizes).
+        pageable memory at the largest size, whose median GB/s is ``pageable_gbps``; both
+        NaN without such copies) and ``faults_per_page`` (median over the faulting sizes).
     """
     t = _rows(df)
     t = t[(t.direction == "d2h") & (t.strategy == strategy)]
@@ -121,10 +121,11 @@ def pageable_back(df: pd.DataFrame, *, strategy: str = "d2h_pageable", faulting:
         head += f", {largest.gbps / there:.2f}x `x.to('cuda')` from pageable memory ({there:.1f} GB/s)"
         vs = largest.gbps / there
     else:
-        vs = np.nan
+        vs = there = np.nan
     faulting_rows = table[table._low >= faulting]
     values = {"size_bytes": int(largest.size_bytes), "from_bytes": None, "gbps_before": np.nan,
-              "gbps_largest": float(largest.gbps), "vs_pageable": np.nan, "faults_per_page": np.nan}  # fmt: skip
+              "gbps_largest": float(largest.gbps), "vs_pageable": np.nan, "faults_per_page": np.nan,
+              "pageable_gbps": float(there)}  # fmt: skip
     if table.faults_per_page.isna().all():
         return Finding(head + "; the table has no page-fault counts (`minflt`) to say more.", False, values,
                        table.drop(columns="_low"))  # fmt: skip

@@ -112,9 +112,18 @@ def detect(
     Raises
     ------
     ValueError
-        A column ``detect`` reads is missing, or a row without an error holds a negative
-        or infinite value (the column is named).
+        A column ``detect`` reads is missing, a row without an error holds a negative
+        or infinite value (the column is named), or the index repeats. A missing
+        ``error`` (NaN, as ``pd.read_csv`` reads an empty one) means no error.
     """
+    if isinstance(df, pd.DataFrame) and not df.index.is_unique:
+        raise ValueError(
+            "the table's index repeats (pd.concat of tables keeps each one's index): "
+            "join them with pd.concat([...], ignore_index=True), or call df.reset_index(drop=True)"
+        )
+    if isinstance(df, pd.DataFrame) and "error" in df.columns and df["error"].isna().any():
+        err = df["error"]  # pd.read_csv reads an empty error as NaN: no error
+        df = df.assign(error=err.astype(object).where(err.notna(), "").astype(str))
     check_values(df, (*MODEL_COLUMNS, "order"))
     out = df.copy()
     # A copy without attrs: pandas deep-copies attrs (every run's env) on each row access.

@@ -257,11 +257,34 @@ def test_host_stall_evidence_quotes_the_census_and_the_copy(explained_stalls):
 def test_a_duplex_copys_two_rows_count_its_time_once():
     from h2dlab.causes_stall import run_copy_seconds
 
+    # As the duplex recorder writes them: each direction its own order, one start time.
     df = pd.DataFrame(
-        {"run_id": ["a"] * 4 + ["b"], "order": [0, 0, 1, 1, 0], "wall_ms": [2.0, 2.0, 3.0, 3.0, 5.0]}
+        {
+            "run_id": ["a"] * 5 + ["b"],
+            "order": [0, 1, 2, 3, 4, 0],
+            "t_s": [0.1, 0.1, 0.2, 0.2, 0.3, 0.1],
+            "wall_ms": [2.0, 2.0, 3.0, 3.0, 1.0, 5.0],
+        }
     )
-    got = run_copy_seconds(df, pd.Series([True] * 5))
-    assert got.tolist() == pytest.approx([0.005] * 4 + [0.005])
+    got = run_copy_seconds(df, pd.Series([True] * 6))
+    assert got.tolist() == pytest.approx([0.006] * 5 + [0.005])
+    # Without start times each row is a copy of its own.
+    got = run_copy_seconds(df.drop(columns="t_s"), pd.Series([True] * 6))
+    assert got.tolist() == pytest.approx([0.011] * 5 + [0.005])
+
+
+def test_the_bundled_duplex_run_counts_each_copy_once():
+    from h2dlab.causes_stall import run_copy_seconds
+    from h2dlab.rows import timed
+
+    df = datasets.load(datasets.DATA_DIR / "h200" / "bidir")
+    ok = df.index.isin(timed(df).index)
+    once = df[ok].drop_duplicates(["run_id", "t_s"])
+    assert (df[ok].groupby(["run_id", "t_s"]).size() <= 2).all()
+    assert run_copy_seconds(df, pd.Series(ok, index=df.index)).iloc[0] == pytest.approx(
+        once.wall_ms.sum() / 1e3
+    )
+    assert once.wall_ms.sum() < 0.8 * df[ok].wall_ms.sum()  # the duplex rows really come in pairs
 
 
 def test_too_long_says_the_census_ruled_it_out(explained_stalls):

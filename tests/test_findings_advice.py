@@ -137,6 +137,25 @@ def test_memory_kind_at_64_kib_is_not_overhead_only(inter):
     r = timed(inter, "pageable", 64 * KiB).median() / timed(inter, "pinned_reuse", 64 * KiB).median()
     assert f["ratio"] == pytest.approx(r) and r > 1.5
     assert f.holds and "matters" in f.verdict
+    assert ("overlap" in f.verdict or "no faster" in f.verdict) == (f["ratio_lo"] <= 1)
+
+
+def test_memory_kind_says_when_the_quartiles_overlap():
+    # synthetic: pinned faster on the medians (1.5x) but its slow quartile meets pageable's fast one
+    s = synthetic_sweep({"pageable": {KiB: [0.06, 0.09, 0.12]}, "pinned_reuse": {KiB: [0.02, 0.06, 0.10]}})
+    f = advice.memory_kind(s, KiB)
+    assert f.holds and f["ratio"] == pytest.approx(1.5) and f["ratio_lo"] <= 1
+    assert "on the medians" in f.verdict and "no faster than the faster pageable ones" in f.verdict
+    clear = synthetic_sweep(
+        {"pageable": {KiB: [0.12, 0.12, 0.12]}, "pinned_reuse": {KiB: [0.06, 0.06, 0.06]}}
+    )
+    g = advice.memory_kind(clear, KiB)
+    assert (
+        g.holds
+        and g["ratio_lo"] > 1
+        and "no faster" not in g.verdict
+        and "matters at this size." in g.verdict
+    )
 
 
 def test_memory_kind_synthetic_same_flips():

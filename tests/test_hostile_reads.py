@@ -95,3 +95,32 @@ def test_a_name_too_long_is_a_usage_mistake(tmp_path, capsys, monkeypatch, argv)
     line = refused_in_one_line(argv, ["File name too long", "give a shorter name"], capsys, tmp_path)
     assert line.startswith(f"h2dlab: error: File name too long: {long}")  # measure: its .partial.csv
     assert line.endswith(": give a shorter name")
+
+
+def test_explain_of_a_table_read_with_plain_pandas_flags_what_the_kit_reader_does(tmp_path):
+    """pd.read_csv reads an empty ``error`` as NaN; explain used to see every row as failed
+    and flag nothing, silently."""
+    from h2dlab import outliers
+
+    kit = datasets.load(datasets.DATA_DIR / "h200" / "bidir")
+    path = tmp_path / "bidir.csv"
+    kit.to_csv(path, index=False)
+    plain = pd.read_csv(path)
+    assert plain["error"].isna().all()  # the trap itself
+    bare = kit.copy()
+    bare.attrs = {}  # a CSV carries no env.json: no stall census, so no host_stall, for either
+    want = outliers.explain(bare)
+    got = outliers.explain(plain)
+    assert want["is_outlier"].sum() == 2
+    assert got["is_outlier"].tolist() == want["is_outlier"].tolist()
+    assert got["cause"].tolist() == want["cause"].tolist()
+
+
+def test_explain_of_concatenated_tables_with_a_repeated_index_says_how_to_join_them():
+    from h2dlab import outliers
+
+    t = datasets.load(datasets.DATA_DIR / "h200" / "bidir")
+    with pytest.raises(ValueError, match=r"index repeats.*ignore_index=True"):
+        outliers.explain(pd.concat([t, t.assign(run_id="other")]))
+    both = outliers.explain(pd.concat([t, t.assign(run_id="other")], ignore_index=True))
+    assert both["is_outlier"].sum() == 2 * outliers.explain(t)["is_outlier"].sum()

@@ -212,7 +212,7 @@ def test_near_misses_of_a_wake_up_stay_unexplained_and_say_why(explained_wake):
                 else:
                     assert check == (
                         f"host time since the previous copy ended {gap:.2f} ms, under the 2.00 ms between copies after which this machine's idle "
-                        "runs show a wake-up"
+                        "runs show a wake-up (at least 20% of each strategy's smallest copies 1.5x slow)"
                     )
     for k, causes_said in said.items():
         assert len(causes_said) >= 30, k
@@ -281,7 +281,7 @@ def test_wake_evidence_compares_the_host_call_where_recorded():
 def test_wake_check_sentences():
     assert wake_check(_row(), _ctx(idle_gap_ms=0.4)) == (
         "host time since the previous copy ended 0.40 ms, under the 2.00 ms between copies after which this "
-        "machine's idle runs show a wake-up"
+        "machine's idle runs show a wake-up (at least 20% of each strategy's smallest copies 1.5x slow)"
     )
     assert wake_check(_row(event_ms=0.7), _ctx()) == (
         "host time since the previous copy ended 3.70 ms, but the extra 0.60 ms is more than the 0.25 ms a "
@@ -383,7 +383,7 @@ def test_a_calibrations_gap_is_the_threshold_not_its_pause():
     assert wake_cause(_row(), _ctx(idle_gap_ms=4.5, wake=cal), 0.18, "slow")[0] == "gpu_wake"
     assert wake_check(_row(), _ctx(idle_gap_ms=4.4, wake=cal)) == (
         "host time since the previous copy ended 4.40 ms, under the 4.50 ms between copies after which this "
-        "machine's idle runs show a wake-up"
+        "machine's idle runs show a wake-up (at least 20% of each strategy's smallest copies 1.5x slow)"
     )
     said = wake_cause(_row(), _ctx(idle_gap_ms=5.0, wake=cal), 0.18, "slow")[1]
     assert "after pauses of 2 ms (a median 4.50 ms from the end of one copy to the start of the next" in said
@@ -422,7 +422,7 @@ def test_a_gap_shorter_than_the_runs_pause_does_not_claim_the_pause():
     '0.88 ms (10 ms of it the run's --pause)'; a gap that holds the pause still names it."""
     assert wake_check(_row(), _ctx(idle_gap_ms=0.88, idle_pause_ms=10.0)) == (
         "host time since the previous copy ended 0.88 ms, under the 2.00 ms between copies after which this "
-        "machine's idle runs show a wake-up"
+        "machine's idle runs show a wake-up (at least 20% of each strategy's smallest copies 1.5x slow)"
     )
     assert wake_check(_row(event_ms=np.nan), _ctx(idle_gap_ms=10.0, idle_pause_ms=10.0)).startswith(
         "host time since the previous copy ended 10.00 ms (10 ms of it the run's --pause): "

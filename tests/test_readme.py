@@ -89,13 +89,13 @@ def expected():
         f = findings_transfer.direction_bandwidth(rec.table("d2h", "d2h"))
         rows["device → host, the fastest way back"] = [
             f"{f['d2h_gbps']:.1f} GB/s (`{f['best_d2h']}`) at {fmt_bytes(f['size_bytes'], compact=True)}",
-            f"{f['d2h_over_h2d']:.0%} of the fastest way there",
+            f"{f['d2h_over_h2d']:.0%} of the fastest way there in the same run ({f['h2d_gbps']:.1f} GB/s)",
         ]
         b = findings_transfer.pageable_back(rec.table("d2h", "d2h"))
         if b.holds:  # `.cpu()` into new pageable memory, with its page faults
             rows["`y.cpu()` into new pageable memory"] = [
                 f"{b['gbps_largest']:.1f} GB/s at {fmt_bytes(b['size_bytes'], compact=True)}",
-                f"{b['vs_pageable']:.2f}x",
+                f'{b["vs_pageable"]:.2f}x `x.to("cuda")` from pageable memory in the same run ({b["pageable_gbps"]:.1f} GB/s)',
                 f"from {fmt_bytes(b['from_bytes'], compact=True)} on",
                 f"{b['faults_per_page']:.2f} page faults per 4 KiB page of its output",
             ]
