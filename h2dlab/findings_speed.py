@@ -1,9 +1,8 @@
-"""What a sweep says about speed: GB/s per strategy (``bandwidth``), pinned against
-pageable at one size (``memory_kind``), what the smallest copy costs whatever the
-strategy (``small_copy_floor``), and whether the host memcpy is a ceiling for the staged
-path and what bounds it (``host_copy_ceiling``, ``staged_bounds``, from a benchmark run). Each takes its table explicitly and
-returns a :class:`h2dlab.finding.Finding`; :mod:`h2dlab.advice` re-exports them. No torch here.
-"""
+"""What a sweep says about speed: GB/s per strategy (``bandwidth``), pinned against pageable at one
+size (``memory_kind``), what the smallest copy costs whatever the strategy (``small_copy_floor``), and
+whether the host memcpy is a ceiling for the staged path and what bounds it (``host_copy_ceiling``,
+``staged_bounds``, from a benchmark run). Each takes its table explicitly and returns a
+:class:`h2dlab.finding.Finding`; :mod:`h2dlab.advice` re-exports them. No torch here."""
 
 from __future__ import annotations
 
@@ -70,9 +69,9 @@ def bandwidth(df: pd.DataFrame) -> Finding:
 
 
 def memory_kind(df: pd.DataFrame, size_bytes: int, *, margin: float = 1.1) -> Finding:
-    """Pinned against pageable at one size: the ratio of median times, with the range the
-    quartiles allow. ``holds`` (the memory kind matters) when pinned is over ``margin``
-    x faster; where the quartiles allow 1x or less the verdict says the two overlap.
+    """Pinned against pageable at one size: the ratio of median times, with the range the quartiles
+    allow. ``holds`` (the memory kind matters) when pinned is over ``margin`` x faster (the verdict
+    says so where the quartiles allow 1x or less).
 
     Parameters
     ----------
@@ -100,20 +99,17 @@ def memory_kind(df: pd.DataFrame, size_bytes: int, *, margin: float = 1.1) -> Fi
         raise ValueError(
             f"memory_kind needs pageable and pinned_reuse rows at {size_text(size_bytes)}"
         ) from None
-    r = float(p.median_ms / q.median_ms)
-    lo, hi = float(p.q1_ms / q.q3_ms), float(p.q3_ms / q.q1_ms)
+    r, lo, hi = float(p.median_ms / q.median_ms), float(p.q1_ms / q.q3_ms), float(p.q3_ms / q.q1_ms)
     holds = r > margin
-    verdict = (
-        f"At {size_text(size_bytes)} a pinned copy takes {_ms_text(q.median_ms)}, a pageable one {_ms_text(p.median_ms)}: "
-        + (
-            f"pinned is {r:.1f}x faster (quartiles allow {lo:.1f}–{hi:.1f}x); the memory kind matters at this size."
-            if holds and lo > 1
-            else f"pinned is {r:.1f}x faster on the medians, but the quartiles allow {lo:.1f}–{hi:.1f}x: the memory "
-            "kind matters at this size on the median, though the slower pinned copies are no faster than the "
-            "faster pageable ones."
-            if holds
-            else f"within {margin:.1f}x ({r:.2f}x): the per-copy overhead, not the memory kind, sets the time."
-        )
+    head = f"At {size_text(size_bytes)} a pinned copy takes {_ms_text(q.median_ms)}, a pageable one {_ms_text(p.median_ms)}: "
+    if not holds:
+        return Finding(head + f"within {margin:.1f}x ({r:.2f}x): the per-copy overhead, not the memory kind, sets the "
+                       "time.", holds, {"ratio": r, "ratio_lo": lo, "ratio_hi": hi})  # fmt: skip
+    verdict = head + (
+        f"pinned is {r:.1f}x faster (quartiles allow {lo:.1f}–{hi:.1f}x); the memory kind matters at this size."
+        if lo > 1
+        else f"pinned is {r:.1f}x faster on the medians, but the quartiles allow {lo:.1f}–{hi:.1f}x: the memory kind "
+        "matters at this size on the median, though the slower pinned copies are no faster than the faster pageable ones."
     )
     return Finding(verdict, holds, {"ratio": r, "ratio_lo": lo, "ratio_hi": hi})
 
