@@ -23,6 +23,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from h2dlab import datasets  # noqa: E402
 
 __all__ = ["TARGETS", "child_cpu_s", "main", "measure", "verdicts"]
 
@@ -76,7 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
-    res = measure(args.datasets, repeats=args.repeats)
+    names = []
+    for name in args.datasets:  # a path from here, not from the repository root the runs start in
+        path = Path(name).expanduser()
+        names.append(str(path.resolve()) if path.exists() else name)
+        try:
+            datasets.load(names[-1])
+        except (ValueError, OSError) as exc:
+            ap.error(f"--datasets {name}: {str(exc).splitlines()[0]}")
+    if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
+        ap.error(f"--json {args.json}: give a file in a folder that exists")
+    res = measure(names, repeats=args.repeats)
     for name, r in res.items():
         print(
             f"{name}: explain {r['explain_cpu_s']:.2f} s of CPU; loading it alone {r['load_cpu_s']:.2f} s "

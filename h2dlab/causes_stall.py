@@ -181,6 +181,11 @@ def _census_text(c: Mapping) -> str:
     )
 
 
+def _extra_us(row: pd.Series, val: float) -> float:
+    """The copy's time over its expected time, in us (NaN where either is unknown)."""
+    return (val - number(row["expected_ms"])) * 1e3
+
+
 def stall_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
     """``host_stall`` with its evidence sentence for one flagged row, or None.
 
@@ -199,7 +204,7 @@ def stall_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[
     c = ctx.get("census")
     if not isinstance(c, Mapping) or not c.get("on_cpu"):
         return None
-    extra_us = (val - number(row["expected_ms"])) * 1e3
+    extra_us = _extra_us(row, val)
     share = number(ctx.get("cpu_share"))
     longest = c["on_cpu_max_us"]
     if not (np.isfinite(extra_us) and c["threshold_us"] <= extra_us <= longest):
@@ -233,7 +238,7 @@ def stall_check(row: pd.Series, ctx: pd.Series, val: float) -> str | None:
             f"this run's stall census ({c['seconds']:.2g} s spinning) counted no stall of "
             f"{c['threshold_us']:.0f} us or more with the thread on its CPU"
         )
-    extra_us = (val - number(row["expected_ms"])) * 1e3
+    extra_us = _extra_us(row, val)
     share = number(ctx.get("cpu_share"))
     if np.isfinite(extra_us) and extra_us > c["on_cpu_max_us"]:
         why = f"the extra {extra_us:.0f} us is longer than the longest stall it saw"

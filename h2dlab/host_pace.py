@@ -80,7 +80,11 @@ def _runs_of(mask: np.ndarray) -> list[tuple[int, int]]:
 
 
 def slow_stretches(
-    df: pd.DataFrame, ratio: pd.Series, flagged: pd.Series, curves: list[str] | None = None
+    df: pd.DataFrame,
+    ratio: pd.Series,
+    flagged: pd.Series,
+    curves: list[str] | None = None,
+    gaps: pd.Series | None = None,
 ) -> list[PaceStretch]:
     """The stretches of every timeline of ``df`` in which the host ran slow.
 
@@ -107,6 +111,8 @@ def slow_stretches(
     curves
         The columns whose values make one curve (``causes.group_columns``); with the size
         they make a cell. Default ``run_id`` and ``strategy``.
+    gaps
+        ``causes_wake.idle_gap_ms(df)`` where the caller has it already (computed if None).
 
     Returns
     -------
@@ -116,7 +122,8 @@ def slow_stretches(
     Raises
     ------
     TypeError
-        ``df`` is no DataFrame, ``ratio`` or ``flagged`` no Series, ``curves`` no list of names.
+        ``df`` is no DataFrame, ``ratio``, ``flagged`` or ``gaps`` no Series, ``curves`` no list
+        of names.
     ValueError
         ``df`` lacks a column it reads (``rows.check_values``).
     """
@@ -124,13 +131,13 @@ def slow_stretches(
     if isinstance(curves, str) or not all(isinstance(c, str) for c in curves):
         raise TypeError(f"curves must be a list of column names, not {curves!r}")
     check_values(df, ("run_id", "warmup", "error", "wall_ms", "size_bytes", *curves))
-    for name, s in (("ratio", ratio), ("flagged", flagged)):
+    for name, s in (("ratio", ratio), ("flagged", flagged), ("gaps", pd.Series() if gaps is None else gaps)):
         if not isinstance(s, pd.Series):
             raise TypeError(f"{name} must be a pandas Series on the table's index, not {type(s).__name__}")
     if "t_s" not in df.columns or df["t_s"].isna().all():
         return []
     timed = (~df["warmup"].astype(bool)) & (df["error"] == "") & ratio.notna()
-    raw = idle_gap_ms(df)
+    raw = idle_gap_ms(df) if gaps is None else gaps
     cells = df.groupby([*curves, "size_bytes"], sort=False).ngroup().to_numpy()
     keys = [c for c in TIMELINE_COLUMNS if c in df.columns]
     out: list[PaceStretch] = []

@@ -60,6 +60,7 @@ from h2dlab.causes_stall import censuses_by_run, stall_check
 from h2dlab.causes_wake import WakeCalibration, run_pauses
 from h2dlab.episodes import pelt_l2
 from h2dlab.model import MODEL_COLUMNS, check_values, fit_line, value_ms
+from h2dlab.rows import normalised
 from h2dlab.wake_source import Wake, of_attrs, shared
 
 __all__ = [
@@ -113,17 +114,10 @@ def detect(
     ------
     ValueError
         A column ``detect`` reads is missing, a row without an error holds a negative
-        or infinite value (the column is named), or the index repeats. A missing
-        ``error`` (NaN, as ``pd.read_csv`` reads an empty one) means no error.
+        or infinite value (the column is named), or ``rows.normalised`` refuses the
+        table (its index, repeated columns or rows; a table from ``pd.read_csv`` is read).
     """
-    if isinstance(df, pd.DataFrame) and not df.index.is_unique:
-        raise ValueError(
-            "the table's index repeats (pd.concat of tables keeps each one's index): "
-            "join them with pd.concat([...], ignore_index=True), or call df.reset_index(drop=True)"
-        )
-    if isinstance(df, pd.DataFrame) and "error" in df.columns and df["error"].isna().any():
-        err = df["error"]  # pd.read_csv reads an empty error as NaN: no error
-        df = df.assign(error=err.astype(object).where(err.notna(), "").astype(str))
+    df = normalised(df)
     check_values(df, (*MODEL_COLUMNS, "order"))
     out = df.copy()
     # A copy without attrs: pandas deep-copies attrs (every run's env) on each row access.
@@ -215,9 +209,9 @@ def explain(
     TypeError
         ``censuses`` is not a mapping.
     ValueError
-        A column ``explain`` reads is missing, or a row without an error holds a negative
-        or infinite value (the column is named).
+        As :func:`detect`.
     """
+    df = normalised(df)
     check_values(df, EXPLAIN_COLUMNS)
     if not _detected(df):  # a table explain() wrote, read back whole, keeps its flags
         df = detect(df)
@@ -266,7 +260,8 @@ def explain(
     # Stretches in which the host itself ran slow, told by the loop's own gaps (host_pace).
     paced: dict = {}
     ratio = v / out["expected_ms"]
-    for s in host_pace.slow_stretches(out, ratio, out["is_outlier"].astype(bool), group_columns(out)):
+    slow = out["is_outlier"].astype(bool)
+    for s in host_pace.slow_stretches(out, ratio, slow, group_columns(out), gaps=ctx["idle_gap_ms"]):
         new = [
             i for i in s.rows if out.at[i, "is_outlier"] and out.at[i, "episode"] < 0 and i not in specific
         ]

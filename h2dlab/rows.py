@@ -17,6 +17,7 @@ __all__ = [
     "TIMING_COLUMNS",
     "check_values",
     "column",
+    "normalised",
     "number",
     "timed",
     "value_ms",
@@ -164,3 +165,66 @@ def column(df: pd.DataFrame, name: str) -> pd.Series:
     if name not in df.columns:
         return pd.Series(np.nan, index=df.index)
     return pd.to_numeric(df[name], errors="coerce").astype(float)
+
+
+def normalised(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` as the analysis reads it, or a ValueError saying what to fix: a table built in
+    pandas (``pd.read_csv``, ``pd.concat``) rather than read by ``datasets.read``.
+
+    A missing ``error`` (NaN, as ``pd.read_csv`` reads an empty one) means no error;
+    ``warmup`` written as text (``"True"``/``"False"``, 1/0) and numbers stored as text
+    in :data:`MEASURED_COLUMNS` are read as such. Refused: an index that is not unique
+    flat labels, repeated column names, an ``error`` column of numbers, a ``warmup`` that
+    is no boolean, sizes that are booleans, rows without a ``run_id``, and a row that
+    repeats another in every column. A table that needs none of this is returned as is.
+    """
+    if not isinstance(df, pd.DataFrame):
+        return df  # check_values says what it should be
+    idx = df.index
+    flat = not isinstance(idx, pd.MultiIndex) and idx.dtype != bool and not idx.hasnans
+    if not flat or not idx.is_unique or (idx.dtype == object and any(isinstance(i, tuple) for i in idx)):
+        why = "repeats" if flat and not idx.is_unique else "is not unique flat labels"
+        raise ValueError(
+            f"the table's index {why} (pd.concat of tables keeps each one's index): join them with "
+            "pd.concat([...], ignore_index=True), or call df.reset_index(drop=True)"
+        )
+    if not df.columns.is_unique:
+        twice = sorted({str(c) for c in df.columns[df.columns.duplicated()]})
+        raise ValueError(f"the table names column(s) {', '.join(twice)} twice: keep one of each")
+    fixes: dict[str, pd.Series] = {}
+    if "error" in df.columns:
+        err = df["error"]
+        if pd.api.types.is_numeric_dtype(err.dtype) and err.notna().any():
+            raise ValueError(
+                f"column 'error' holds numbers ({err[err.notna()].iloc[0]!r}): it holds each failed "
+                "copy's error text, empty for none"
+            )
+        if err.isna().any():
+            fixes["error"] = err.astype(object).where(err.notna(), "").astype(str)
+    if "warmup" in df.columns and df["warmup"].dtype != bool:
+        from h2dlab.schema import as_bool
+
+        w = df["warmup"].map(as_bool)
+        if w.isna().any():
+            bad = df["warmup"][w.isna()].iloc[0]
+            raise ValueError(f"column 'warmup' holds {bad!r}, not a boolean: write True or False")
+        fixes["warmup"] = w.astype(bool)
+    if "size_bytes" in df.columns and df["size_bytes"].dtype == bool:
+        raise ValueError("column 'size_bytes' holds booleans: it holds each copy's size in bytes")
+    for col in MEASURED_COLUMNS:
+        if col in df.columns and not pd.api.types.is_numeric_dtype(df[col].dtype):
+            x = pd.to_numeric(df[col], errors="coerce")
+            if (x.notna() | df[col].isna()).all():  # every value a number (check_values names others)
+                fixes[col] = x.astype(float)
+    if "run_id" in df.columns and df["run_id"].isna().any():
+        n = int(df["run_id"].isna().sum())
+        raise ValueError(f"column 'run_id' is empty in {n} row(s): every copy belongs to a run")
+    out = df.assign(**fixes) if fixes else df
+    same = out.duplicated(keep="first")
+    if same.any():
+        i = out.index[same.to_numpy()][0]
+        raise ValueError(
+            f"row {i!r} repeats an earlier row in every column: a table holds each copy once "
+            "(df.drop_duplicates())"
+        )
+    return out

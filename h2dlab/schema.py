@@ -121,7 +121,8 @@ def _is_blank(v: pd.Series) -> np.ndarray:
     return (v.isna() | v.astype(str).str.strip().eq("")).to_numpy()
 
 
-def _as_bool(v: object) -> bool | None:
+def as_bool(v: object) -> bool | None:
+    """``v`` as a boolean (True/False, 1/0, their words in any case), or None when it is none."""
     if isinstance(v, (bool, np.bool_)):
         return bool(v)
     if isinstance(v, (int, float, np.integer, np.floating)) and v in (0, 1):
@@ -150,7 +151,7 @@ def _coerce(out: pd.DataFrame, col: str, kind: str, source: str) -> None:
     elif kind == "bool":
         if raw.dtype == bool:
             return
-        v = raw.map(_as_bool)
+        v = raw.map(as_bool)
         _reject(source, raw, v.isna(), "is not a boolean", "write True or False (or 1 or 0)")
         out[col] = v.astype(bool)
     else:

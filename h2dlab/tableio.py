@@ -9,6 +9,7 @@ readers still find it.
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
@@ -16,6 +17,7 @@ import os
 import signal
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -275,5 +277,15 @@ def _whole_lines(path: Path, suf: str) -> str:
         with open(path, newline="") as fh:
             text = fh.read()
     if text and not text.endswith("\n"):
+        cut = text[text.rfind("\n") + 1 :]
         text = text[: text.rfind("\n") + 1]
+        warnings.warn(
+            f"{path}: its last line ({len(cut)} characters) has no line end, so it was taken for a row "
+            "cut off mid-write and left out; if the file is whole, end it with a newline",
+            stacklevel=3,
+        )
+    header = next(csv.reader(io.StringIO(text)), [])
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise SchemaError(f"{path}: the header names {', '.join(twice)} more than once: keep one of each")
     return text

@@ -86,3 +86,27 @@ def test_explain_measure_takes_medians_alternating_the_two_commands(bench_explai
 def test_explain_child_cpu_s_refuses_a_failing_command(bench_explain):
     with pytest.raises(RuntimeError, match="failed"):
         bench_explain.child_cpu_s([bench_explain.sys.executable, "-c", "raise SystemExit(3)"])
+
+
+def test_explain_refuses_bad_arguments_before_measuring(bench_explain, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(bench_explain, "measure", lambda *a, **k: pytest.fail("measured before checking"))
+    for argv, said in (
+        (["--datasets", "nosuch"], "--datasets nosuch: unknown dataset 'nosuch'"),
+        (["--json", str(tmp_path)], "give a file in a folder that exists"),
+        (["--json", str(tmp_path / "no" / "x.json")], "give a file in a folder that exists"),
+        (["--repeats", "0"], "--repeats must be at least 1"),
+    ):
+        with pytest.raises(SystemExit) as out:
+            bench_explain.main(argv)
+        assert out.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_explain_reads_a_relative_path_from_where_it_is_run(bench_explain, monkeypatch, tmp_path):
+    from h2dlab import datasets
+
+    datasets.load(datasets.DATA_DIR / "h200" / "bidir").to_csv(tmp_path / "b.csv", index=False)
+    monkeypatch.chdir(tmp_path)
+    seen = []
+    monkeypatch.setattr(bench_explain, "measure", lambda names, repeats: seen.extend(names) or {})
+    assert bench_explain.main(["--datasets", "b.csv", "h200_bidir"]) == 0
+    assert seen == [str(tmp_path / "b.csv"), "h200_bidir"]

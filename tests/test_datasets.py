@@ -167,8 +167,17 @@ def test_csv_cut_mid_row_reads_whole_rows(tmp_path):
     p = datasets.save(_synthetic_table(), tmp_path / "t.csv")
     text = p.read_text()
     p.write_text(text[: text.rstrip().rfind(",") - 3])  # cut inside the last row
-    back = datasets.read(p)
+    with pytest.warns(UserWarning, match=r"t\.csv: its last line \(\d+ characters\) has no line end"):
+        back = datasets.read(p)
     assert len(back) == 5
+
+
+def test_a_csv_header_naming_a_column_twice_is_refused(tmp_path):
+    p = datasets.save(_synthetic_table(), tmp_path / "t.csv")
+    head, rest = p.read_text().split("\n", 1)
+    p.write_text(head.replace("event_ms", "event_ms,event_ms", 1) + "\n" + rest.replace("\n", ",1\n"))
+    with pytest.raises(datasets.SchemaError, match=r"t\.csv: the header names event_ms more than once"):
+        datasets.read(p)
 
 
 def test_unknown_dataset_lists_known():

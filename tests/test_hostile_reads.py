@@ -14,8 +14,10 @@ Tables here are SYNTHETIC (copies of data/h200's d2h table with a value replaced
 """
 
 import os
+import re
 import shutil
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -124,3 +126,54 @@ def test_explain_of_concatenated_tables_with_a_repeated_index_says_how_to_join_t
         outliers.explain(pd.concat([t, t.assign(run_id="other")]))
     both = outliers.explain(pd.concat([t, t.assign(run_id="other")], ignore_index=True))
     assert both["is_outlier"].sum() == 2 * outliers.explain(t)["is_outlier"].sum()
+
+
+@pytest.fixture(scope="module")
+def bidir_flags():
+    from h2dlab import outliers
+
+    t = datasets.load(datasets.DATA_DIR / "h200" / "bidir")
+    return t, outliers.detect(t)["is_outlier"].tolist()
+
+
+@pytest.mark.parametrize(
+    "spoil, said",
+    [
+        (lambda t: t.assign(error=0), "column 'error' holds numbers"),
+        (lambda t: t.assign(warmup=t.warmup.map({True: "yes", False: "no"})), "column 'warmup' holds 'yes'"),
+        (lambda t: t.assign(size_bytes=t.size_bytes > 0), "column 'size_bytes' holds booleans"),
+        (lambda t: t.assign(run_id=np.nan), "column 'run_id' is empty in 288 row"),
+        (lambda t: pd.concat([t, t], ignore_index=True), "repeats an earlier row in every column"),
+        (lambda t: t.set_index([t.run_id, t.order]), "is not unique flat labels"),
+        (lambda t: t.set_axis([(i, "x") for i in range(len(t))]), "is not unique flat labels"),
+        (lambda t: t.set_axis([np.nan, np.nan, *range(len(t) - 2)]), "is not unique flat labels"),
+        (lambda t: pd.concat([t, t.event_ms], axis=1), "names column(s) event_ms twice"),
+    ],
+)
+def test_detect_refuses_a_spoilt_table_saying_what_to_fix(bidir_flags, spoil, said):
+    """Each of these (helper "attack", eighth session) gave 0 flags, invented an episode, or
+    failed with an unrelated KeyError/IndexError/TypeError."""
+    from h2dlab import outliers
+
+    t, _ = bidir_flags
+    for fn in (outliers.detect, outliers.explain):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            fn(spoil(t))
+
+
+@pytest.mark.parametrize(
+    "mend",
+    [
+        lambda t: t.assign(warmup=t.warmup.map({True: "True", False: "False"})),
+        lambda t: t.assign(warmup=t.warmup.astype(int)),
+        lambda t: t.assign(size_bytes=t.size_bytes.astype(str), wall_ms=t.wall_ms.astype(str)),
+        lambda t: t.assign(error=np.where(t.index < 3, np.nan, t.error)),
+        lambda t: t.set_axis([f"r{i}" for i in range(len(t))]),
+    ],
+)
+def test_detect_reads_text_booleans_numbers_as_text_and_nan_errors_as_the_table(bidir_flags, mend):
+    from h2dlab import outliers
+
+    t, want = bidir_flags
+    assert outliers.detect(mend(t))["is_outlier"].tolist() == want
+    assert outliers.explain(mend(t))["is_outlier"].sum() == sum(want) == 2
