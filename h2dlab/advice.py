@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from h2dlab.finding import Finding, size_text, spread
+from h2dlab.finding import Finding, copies, size_text, spread
 from h2dlab.findings_speed import bandwidth, host_copy_ceiling, memory_kind, small_copy_floor
 from h2dlab.model import timed, value_ms
 
@@ -62,7 +62,7 @@ def _cell(rows: pd.DataFrame, size_bytes: int, *, allow_scale: bool = True) -> d
             "q1": s["q1"],
             "q3": s["q3"],
             "n": s["n"],
-            "basis": f"{s['n']} row(s) at this size",
+            "basis": f"{copies(s['n'])} at this size",
         }
     near = rows[(rows.size_bytes >= size_bytes / 4) & (rows.size_bytes <= size_bytes * 4)]
     if not allow_scale or near.empty:
@@ -73,7 +73,7 @@ def _cell(rows: pd.DataFrame, size_bytes: int, *, allow_scale: bool = True) -> d
         "q1": size_bytes / g["q3"] / 1e6,
         "q3": size_bytes / g["q1"] / 1e6,
         "n": g["n"],
-        "basis": f"scaled from the GB/s of {g['n']} row(s) at {size_text(near.size_bytes.min())}–"
+        "basis": f"scaled from the GB/s of {copies(g['n'])} at {size_text(near.size_bytes.min())}–"
         f"{size_text(near.size_bytes.max())}",
     }
 
@@ -285,6 +285,7 @@ def pin_first_pays(table: pd.DataFrame) -> Finding:
     estimated = (
         f" (estimated: no first call was timed at {size}; {basis})" if basis.startswith("scaled") else ""
     )
+    estimated = estimated or (f" ({basis})" if basis.endswith("at this size") else "")
     first = (
         f"on its first call, when the allocator must make a new block, {cold:.2f} ms{estimated}, "
         f"{word(cold_pays)} it. "

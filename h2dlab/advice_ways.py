@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from h2dlab.finding import copies
 from h2dlab.findings import spread
 from h2dlab.model import timed, value_ms
 from h2dlab.units import fmt_bytes
@@ -40,7 +41,7 @@ BATCH = (
 def _row(size: int, ms: pd.Series, way: str, code: str, what: str, case: str, basis: str) -> dict:
     s = spread(ms)
     return {"size_bytes": int(size), "way": way, "code": code, "what": what, "per_copy_ms": s["median"], "q1_ms": s["q1"],
-            "q3_ms": s["q3"], "upfront_ms": 0.0, "case": case, "basis": f"{s['n']} {basis}"}  # fmt: skip
+            "q3_ms": s["q3"], "upfront_ms": 0.0, "case": case, "basis": f"{copies(s['n'])} {basis}"}  # fmt: skip
 
 
 def _back(d2h: pd.DataFrame, size_bytes: int) -> list[dict]:
@@ -57,7 +58,7 @@ def _back(d2h: pd.DataFrame, size_bytes: int) -> list[dict]:
                     code,
                     what,
                     "results back to the host",
-                    "row(s) at this size",
+                    "at this size",
                 )
             )
     return out if out and out[0]["way"] == BACK[0][0] else []
@@ -76,7 +77,7 @@ def _batch(batch: pd.DataFrame, size_bytes: int) -> list[dict]:
     for way, code, what in BATCH:
         g = b[b.strategy == way]
         if len(g):  # many tensors: the host clock, which brackets every launch and the final sync
-            out.append(_row(total, g.wall_ms, way, code, what, case, "batch copies (host clock)"))
+            out.append(_row(total, g.wall_ms, way, code, what, case, "by the host clock"))
     return out if out and out[0]["way"] == BATCH[0][0] else []
 
 

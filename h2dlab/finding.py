@@ -15,7 +15,7 @@ import pandas as pd
 
 from h2dlab.units import fmt_bytes
 
-__all__ = ["Finding", "first_rows", "run_names", "size_text", "spread"]
+__all__ = ["Finding", "copies", "first_rows", "run_names", "size_text", "spread"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,11 @@ def run_names(df: pd.DataFrame) -> dict[str, str]:
         Empty when the table carries no names.
     """
     return df.attrs.get("run_names") or {}
+
+
+def copies(n: int) -> str:
+    """``1`` -> ``'1 copy'``, ``5`` -> ``'5 copies'``: how many rows a figure rests on."""
+    return f"{int(n)} cop{'y' if int(n) == 1 else 'ies'}"
 
 
 def size_text(n: float) -> str:

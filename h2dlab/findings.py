@@ -90,7 +90,10 @@ def context_startup(df: pd.DataFrame, *, min_excess_ms: float = 50.0) -> Finding
     w, s = spread(t.wall_ms), spread(t.startup_ms)
     span = f"{w['min']:.0f}–{w['max']:.0f} ms" if w["n"] > 1 else f"{w['min']:.0f} ms"
     if holds:
-        verdict = f"The first timed operation took {span} by the host clock against a typical {t.typical_ms.median():.2f} ms"
+        verdict = (
+            f"The first timed operation took {span} by the host clock against a typical {t.typical_ms.median():.2f} ms "
+            "(the next five copies of its strategy, whatever their size; median over runs)"
+        )
         if s["n"]:
             verdict += (
                 f"; {s['min']:.0f}–{s['max']:.0f} ms of it passed before the GPU recorded the start event"

@@ -198,8 +198,9 @@ def duplex_summary(df: pd.DataFrame) -> Finding:
     holds = bool(last.of_one_way >= 1.5)
     verdict = (
         f"At {fmt_bytes(int(last.size_bytes), compact=True)} each way, both directions at once move "
-        f"{last.aggregate_gbps:.1f} GB/s together (host→device {last.duplex_h2d_gbps:.1f} + device→host "
-        f"{last.duplex_d2h_gbps:.1f}), {last.of_ideal:.0%} of the two directions alone "
+        f"{last.aggregate_gbps:.1f} GB/s together (both copies' bytes over the time until the later ended, "
+        f"median of {int(last.pairs)} pairs; each on its own clock, host→device {last.duplex_h2d_gbps:.1f} and "
+        f"device→host {last.duplex_d2h_gbps:.1f}), {last.of_ideal:.0%} of the two directions alone "
         f"({last.alone_h2d_gbps:.1f} + {last.alone_d2h_gbps:.1f} = {last.ideal_gbps:.1f} GB/s) and "
         f"{last.of_one_way:.2f}× the faster one alone: "
         + (

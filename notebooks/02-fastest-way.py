@@ -121,7 +121,10 @@ else:
 #
 # *So which way should you use?* The same table as in notebooks 01 and 04 and the README. *Per copy* is the median with its
 # quartiles; *up front* is what a way pays once before its first copy (pinning in place); the
-# first call of `pin_memory()` comes from runs with the host cache emptied before each size.
+# first call of `pin_memory()` is every copy that had to make a new pinned block, in this sweep
+# (its first call of a size, a warm-up included) and in the runs with the host cache emptied
+# before each size. *Basis* says how many copies each figure rests on: a first call at a size is
+# often one copy, so read it as one measurement, not a median.
 # Where the recording has them, results coming back and a batch of many tensors are cases of
 # their own, each compared with its plain way (`.cpu()`; a loop of `.to()`).
 
@@ -132,7 +135,7 @@ plots.advice_bars(adv, name=DATA) if adv is not None else display(rec.lacks("swe
 
 # %% tags=["hide-input"]
 if adv is not None:
-    display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict"]].round(2))
+    display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict", "basis"]].round(2))
     display(advice.best_way(adv), advice.best_way(adv, copies=100), advice.pin_first_pays(adv))
     display(*(advice.best_way(adv, case=case) for case in adv.case.unique()[1:]))
 

@@ -128,5 +128,5 @@ plots.advice_bars(adv, name=DATA) if adv is not None else display(rec.lacks("swe
 
 # %% tags=["hide-input"]
 if adv is not None:
-    display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict"]].round(2))
+    display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict", "basis"]].round(2))
     display(advice.best_way(adv), advice.best_way(adv, copies=100))

@@ -338,7 +338,19 @@ def test_staged_bounds_quotes_the_file_and_judges_from_1_gib():
     assert g.holds and "(the host copy alone)" in g.verdict and "(the host copy under DMA)" in g.verdict
     g = findings_speed.staged_bounds({"bounds": [dict(row, frac_of_lower=0.9, size_bytes=2 * GiB)]})
     assert not g.holds and "stayed under the lower bound at 2 GiB" in g.verdict
-    assert findings_speed.staged_bounds({"bounds": [dict(row, frac_of_lower=0.5, size_bytes=GiB // 4)]}).holds
+    small = findings_speed.staged_bounds({"bounds": [dict(row, frac_of_lower=0.5, size_bytes=GiB // 4), row]})
+    assert (
+        small.holds
+        and "From 1 GiB up `to_device` reached the lower bound (under it at 256 MiB)." in small.verdict
+    )
+    assert "(under it at" not in findings_speed.staged_bounds({"bounds": [row]}).verdict
+    both = findings_speed.staged_bounds(
+        {"bounds": [dict(row, frac_of_lower=0.5, size_bytes=GiB // 4), dict(row, frac_of_lower=0.9)]}
+    )
+    assert (
+        not both.holds
+        and "stayed under the lower bound at 256 MiB, 1 GiB (the target judges 1 GiB up)" in both.verdict
+    )
     with pytest.raises(ValueError, match="no bounds"):
         findings_speed.staged_bounds({"rows": []})
 

@@ -81,6 +81,11 @@ def test_duplex_full_duplex_synthetic():
     assert f["duplex_h2d_gbps"] == pytest.approx(50.0) and f["pairs"] == 4
     assert f["of_one_way"] == pytest.approx(90 / 55)
     assert f.holds and "full duplex" in f.verdict and "82%" in f.verdict
+    # the two directions' own rates are not parts of the aggregate: no sum that does not add up
+    assert (
+        "90.0 GB/s together (both copies' bytes over the time until the later ended, median of 4 pairs; "
+        "each on its own clock, host→device 50.0 and device→host 45.0)" in f.verdict
+    )
     assert not ft.duplex_summary(synthetic_duplex((50.0, 40.0))).holds  # 80 GB/s: under 1.5 x 55
 
 
