@@ -335,6 +335,8 @@ def recording(
     """
     env = os.environ if environ is None else environ
     data = env.get("H2DLAB_DATA") or data
+    if not isinstance(data, (str, os.PathLike)):
+        raise TypeError(f"data must be {BUNDLED!r} or a recording folder, not {data!r}")
     if resolve_mode(mode, env) == "replay":
         return Recorded(data, "replay")
     here = this_machine()

@@ -248,3 +248,9 @@ def test_an_idle_kind_loads_where_a_recording_has_it(tmp_path):
     assert rec.env("idle", "pause-1ms")["spec"]["pause_ms"] == 1.0
     assert len(datasets.load(folder / "idle")) == 12
     assert cli.main(["explain", str(folder / "idle")]) == 0
+
+
+def test_a_recording_that_is_no_name_or_folder_is_a_clear_type_error():
+    for bad in (None, 3, ["h200"]):
+        with pytest.raises(TypeError, match=r"data must be 'h200' or a recording folder, not"):
+            session.recording(bad, environ={})
