@@ -177,3 +177,62 @@ def test_detect_reads_text_booleans_numbers_as_text_and_nan_errors_as_the_table(
     t, want = bidir_flags
     assert outliers.detect(mend(t))["is_outlier"].tolist() == want
     assert outliers.explain(mend(t))["is_outlier"].sum() == sum(want) == 2
+
+
+def test_normalised_messages_name_the_first_bad_value_and_say_what_to_do(bidir_flags):
+    """Whole messages (mutation testing, eighth session: substrings let reworded ones pass)."""
+    from h2dlab.rows import normalised
+
+    t, _ = bidir_flags
+
+    def said(table):
+        with pytest.raises(ValueError) as e:
+            normalised(table)
+        return str(e.value)
+
+    assert said(t.set_axis(pd.Index([f"r{i % 5}" for i in range(len(t))], dtype=object))) == (
+        "the table's index repeats (pd.concat of tables keeps each one's index): join them with "
+        "pd.concat([...], ignore_index=True), or call df.reset_index(drop=True)"
+    )
+    assert said(t.set_index([t.run_id, t.order])).startswith("the table's index is not unique flat labels (")
+    assert said(pd.concat([t, t.event_ms, t.wall_ms], axis=1)) == (
+        "the table names column(s) event_ms, wall_ms twice: keep one of each"
+    )
+    errors = np.zeros(len(t))
+    errors[0] = 5
+    assert said(t.assign(error=errors)) == (
+        "column 'error' holds numbers (np.float64(5.0)): it holds each failed copy's error text, empty for none"
+    )
+    warm = t.warmup.map({True: "True", False: "False"}).astype(object)
+    warm.iloc[3], warm.iloc[7] = "maybe", "perhaps"
+    assert said(t.assign(warmup=warm)) == "column 'warmup' holds 'maybe', not a boolean: write True or False"
+    assert said(t.assign(size_bytes=True)) == (
+        "column 'size_bytes' holds booleans: it holds each copy's size in bytes"
+    )
+    assert said(pd.concat([t, t.iloc[[5]]], ignore_index=True)) == (
+        f"row {len(t)} repeats an earlier row in every column: a table holds each copy once "
+        "(df.drop_duplicates())"
+    )
+
+
+def test_normalised_returns_a_clean_table_itself_and_mends_only_what_needs_it(bidir_flags):
+    from h2dlab import outliers
+    from h2dlab.rows import normalised
+
+    t, _ = bidir_flags
+    assert normalised(t) is t  # nothing to mend: no copy, no dtype changed
+    assert normalised(t.set_axis(pd.Index([f"r{i}" for i in range(len(t))], dtype=object))).index[0] == "r0"
+    mended = normalised(t.assign(warmup=t.warmup.astype(int), size_bytes=t.size_bytes.astype(str)))
+    assert mended["warmup"].dtype == bool and mended["size_bytes"].dtype == float
+    assert mended["size_bytes"].tolist() == t.size_bytes.astype(float).tolist()
+    # an old table lacks the later evidence columns: nothing to mend there, nothing refused
+    old = t.drop(columns=["minflt", "majflt", "gpu_procs", "sm_clock_mhz"])
+    assert normalised(old) is old
+    # text that is no number is left to check_values, which names it
+    slow = t.wall_ms.astype(object)
+    slow.iloc[4] = "fast"
+    with pytest.raises(ValueError, match=r"column 'wall_ms' holds 1 value\(s\) that are not numbers"):
+        outliers.detect(t.assign(wall_ms=slow))
+    # a table without warmup is refused by the column check, not a KeyError
+    with pytest.raises(ValueError, match=r"missing column\(s\) warmup"):
+        outliers.detect(t.drop(columns="warmup"))
