@@ -127,7 +127,14 @@ def advice(
         copy), ``vs_pageable`` (the plain way's time over this per-copy time: ``x.to()``,
         ``y.cpu()`` or a loop of ``.to()``), ``verdict``, ``basis`` (which rows it comes
         from), ``case`` and ``compared_with`` (its plain way).
+
+    Raises
+    ------
+    ValueError
+        ``size_bytes`` is not a positive whole number.
     """
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, np.integer)) or size_bytes <= 0:
+        raise ValueError(f"advice: size_bytes must be a positive whole number of bytes, not {size_bytes!r}")
     pin = sweep[(sweep.strategy == "pin_then_copy") & (sweep.error == "")]
     cached = timed(pin[pin.host_allocs == 0])
     new = [pin[pin.host_allocs > 0]]
@@ -276,6 +283,11 @@ def pin_first_pays(table: pd.DataFrame) -> Finding:
     t = table.set_index("way")
     page, hot, cold = (float(t.loc[k, "per_copy_ms"]) for k in ("pageable", "pin_cached", "pin_cold"))
     size = size_text(int(table.size_bytes.iloc[0]))
+    if np.isnan(page) or np.isnan(hot):
+        missing = "`x.to('cuda')`" if np.isnan(page) else "cached `pin_memory()`"
+        raise ValueError(
+            f"pin_first_pays: no {missing} copy was measured at or near {size}: use a size the sweep holds"
+        )
     hot_pays, cold_pays = bool(hot < page), bool(cold < page)
 
     def word(pays: bool) -> str:
@@ -283,7 +295,7 @@ def pin_first_pays(table: pd.DataFrame) -> Finding:
 
     basis = str(t.loc["pin_cold"].get("basis", ""))
     estimated = (
-        f" (estimated: no first call was timed at {size}; {basis})" if basis.startswith("scaled") else ""
+        f" (estimated: no copy at {size} made a new block; {basis})" if basis.startswith("scaled") else ""
     )
     estimated = estimated or (f" ({basis})" if basis.endswith("at this size") else "")
     first = (

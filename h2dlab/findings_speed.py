@@ -236,7 +236,7 @@ def staged_bounds(bench: dict[str, Any], *, method: str = "to_device") -> Findin
     """What bounds a staged copy, measured in the same run as ``method`` (the benchmark's
     ``bounds``): per size, the upper bound min(host copy alone, DMA alone) and the lower
     bound min(host copy under DMA, DMA under host copies), and ``method`` as a fraction of
-    each. ``holds`` when ``method`` reached the lower bound at every size from 1 GiB up.
+    each. ``holds`` when ``method`` reached the lower bound at every size from 1 GiB up (one at least).
 
     Parameters
     ----------
@@ -255,8 +255,7 @@ def staged_bounds(bench: dict[str, Any], *, method: str = "to_device") -> Findin
     ValueError
         The benchmark has no ``bounds`` (results written before they were measured).
     """
-    rows = bench.get("bounds") or []
-    if not rows:
+    if not (rows := bench.get("bounds") or []):
         raise ValueError("the benchmark has no bounds: re-run benchmarks/bench_transfer.py")
     parts, by = [], {}
     for r in rows:
@@ -270,8 +269,8 @@ def staged_bounds(bench: dict[str, Any], *, method: str = "to_device") -> Findin
         by[int(r["size_bytes"])] = {
             k: r[k] for k in ("to_device_gbps", "upper_gbps", "lower_gbps", "frac_of_upper", "frac_of_lower")
         }
-    low_at = [s for s, r in by.items() if r["frac_of_lower"] < 1]  # the target judges 1 GiB up
-    holds = not [s for s in low_at if s >= 2**30]
+    low_at = [s for s, r in by.items() if not r["frac_of_lower"] >= 1]  # NaN too; judged from 1 GiB up
+    holds = (big := any(s >= 2**30 for s in by)) and not [s for s in low_at if s >= 2**30]
     under = ", ".join(fmt_bytes(s, compact=True) for s in low_at)
     # The bounds phase times the method again: say what the comparison rows read at those sizes.
     comp = {
@@ -284,6 +283,8 @@ def staged_bounds(bench: dict[str, Any], *, method: str = "to_device") -> Findin
             f"From 1 GiB up `{method}` reached the lower bound{f' (under it at {under})' if under else ''}."
             if holds
             else f"`{method}` stayed under the lower bound at {under} (the target judges 1 GiB up)."
+            if big
+            else "No size from 1 GiB up was measured, so the target (1 GiB up) cannot be judged."
         )
         + (
             f" This phase timed `{method}` again, beside its bounds; the comparison's rows read "

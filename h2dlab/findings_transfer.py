@@ -18,6 +18,7 @@ import pandas as pd
 
 from h2dlab.findings import Finding
 from h2dlab.model import timed, value_ms
+from h2dlab.rows import normalised
 from h2dlab.units import fmt_bytes
 
 __all__ = ["batch_overhead", "best_batch_method", "direction_bandwidth", "duplex_summary", "pageable_back"]
@@ -34,8 +35,9 @@ def _col(df: pd.DataFrame, name: str, default) -> pd.Series:
 
 
 def _rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Timed rows with ``direction`` and ``n_tensors`` filled (schema 1 tables: h2d, 1)."""
-    t = timed(df)
+    """Timed rows with ``direction`` and ``n_tensors`` filled (schema 1 tables: h2d, 1), of
+    ``df`` as ``rows.normalised`` reads it (a table from ``pd.read_csv`` included)."""
+    t = timed(normalised(df))
     return t.assign(direction=_col(t, "direction", "h2d"), n_tensors=_col(t, "n_tensors", 1), ms=value_ms(t))
 
 
@@ -192,9 +194,15 @@ def duplex_summary(df: pd.DataFrame) -> Finding:
         rec["of_one_way"] = rec["aggregate_gbps"] / max(rec["alone_h2d_gbps"], rec["alone_d2h_gbps"])
         out.append(rec)
     table = pd.DataFrame(out)
-    if table.empty or not table.pairs.gt(0).any():
-        return Finding("No complete both-ways pair was measured: nothing to compare.", False, {}, table)
-    last = table[table.pairs > 0].iloc[-1]
+    whole = table[table.pairs.gt(0) & table.ideal_gbps.notna()] if len(table) else table
+    if whole.empty:
+        return Finding(
+            "No size has a complete both-ways pair and each direction alone: nothing to compare.",
+            False,
+            {},
+            table,
+        )
+    last = whole.iloc[-1]  # the largest size with all three
     holds = bool(last.of_one_way >= 1.5)
     verdict = (
         f"At {fmt_bytes(int(last.size_bytes), compact=True)} each way, both directions at once move "

@@ -93,7 +93,7 @@ def build(
             rec = session.Recorded(data if str(data) == session.BUNDLED else Path(data).resolve())
         except UsageError as exc:  # a variable the user may not know is set: name it
             raise UsageError(f"H2DLAB_DATA={data}: {exc}" if inherited else str(exc)) from None
-        kernel_env["H2DLAB_DATA"] = rec.name if rec.name == session.BUNDLED else str(rec.folder)
+        kernel_env["H2DLAB_DATA"] = rec.name if rec.bundled else str(rec.folder)
     if resolved == "live":  # record this machine once (or find its recording), then every notebook reads it
         t0 = time.time()
         rec = session.recording(kernel_env.get("H2DLAB_DATA", session.BUNDLED), "live", environ=kernel_env)

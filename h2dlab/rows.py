@@ -171,7 +171,7 @@ def normalised(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` as the analysis reads it, or a ValueError saying what to fix: a table built in
     pandas (``pd.read_csv``, ``pd.concat``) rather than read by ``datasets.read``.
 
-    A missing ``error`` (NaN, as ``pd.read_csv`` reads an empty one) means no error;
+    A missing ``error`` (NaN, as ``pd.read_csv`` reads an empty one, or its text "nan") means no error;
     ``warmup`` written as text (``"True"``/``"False"``, 1/0) and numbers stored as text
     in :data:`MEASURED_COLUMNS` are read as such. Refused: an index that is not unique
     flat labels, repeated column names, an ``error`` column of numbers, a ``warmup`` that
@@ -188,19 +188,26 @@ def normalised(df: pd.DataFrame) -> pd.DataFrame:
             f"the table's index {why} (pd.concat of tables keeps each one's index): join them with "
             "pd.concat([...], ignore_index=True), or call df.reset_index(drop=True)"
         )
+    if isinstance(df.columns, pd.MultiIndex):
+        raise ValueError(
+            "the table's columns have several levels: give one name per column (df.columns = [...])"
+        )
     if not df.columns.is_unique:
         twice = sorted({str(c) for c in df.columns[df.columns.duplicated()]})
         raise ValueError(f"the table names column(s) {', '.join(twice)} twice: keep one of each")
     fixes: dict[str, pd.Series] = {}
     if "error" in df.columns:
         err = df["error"]
-        if pd.api.types.is_numeric_dtype(err.dtype) and err.notna().any():
+        number = err.map(lambda v: isinstance(v, (int, float, np.number)) and not pd.isna(v)).astype(bool)
+        if number.any():  # bools are ints too
             raise ValueError(
-                f"column 'error' holds numbers ({err[err.notna()].iloc[0]!r}): it holds each failed "
+                f"column 'error' holds numbers ({err[number].iloc[0]!r}): it holds each failed "
                 "copy's error text, empty for none"
             )
-        if err.isna().any():
-            fixes["error"] = err.astype(object).where(err.notna(), "").astype(str)
+        text = err.astype(object).where(err.notna(), "").astype(str)
+        none = text.str.strip().isin(["", "nan", "None", "<NA>"])  # what NaN turns into as text: no error
+        if err.isna().any() or (none & (text != "")).any():
+            fixes["error"] = text.where(~none, "")
     if "warmup" in df.columns and df["warmup"].dtype != bool:
         from h2dlab.schema import as_bool
 
@@ -209,18 +216,25 @@ def normalised(df: pd.DataFrame) -> pd.DataFrame:
             bad = df["warmup"][w.isna()].iloc[0]
             raise ValueError(f"column 'warmup' holds {bad!r}, not a boolean: write True or False")
         fixes["warmup"] = w.astype(bool)
-    if "size_bytes" in df.columns and df["size_bytes"].dtype == bool:
+    if "size_bytes" in df.columns and (
+        pd.api.types.is_bool_dtype(df["size_bytes"].dtype)
+        or df["size_bytes"].map(lambda v: isinstance(v, (bool, np.bool_))).astype(bool).any()
+    ):
         raise ValueError("column 'size_bytes' holds booleans: it holds each copy's size in bytes")
     for col in MEASURED_COLUMNS:
         if col in df.columns and not pd.api.types.is_numeric_dtype(df[col].dtype):
-            x = pd.to_numeric(df[col], errors="coerce")
-            if (x.notna() | df[col].isna()).all():  # every value a number (check_values names others)
+            raw = df[col].where(df[col].astype(str).str.strip() != "")  # a blank cell is not measured
+            x = pd.to_numeric(raw, errors="coerce")
+            if (x.notna() | raw.isna()).all():  # every value a number (check_values names others)
                 fixes[col] = x.astype(float)
     if "run_id" in df.columns and df["run_id"].isna().any():
         n = int(df["run_id"].isna().sum())
         raise ValueError(f"column 'run_id' is empty in {n} row(s): every copy belongs to a run")
     out = df.assign(**fixes) if fixes else df
-    same = out.duplicated(keep="first")
+    try:
+        same = out.duplicated(keep="first")
+    except TypeError:  # a column of lists or dicts: compare their text
+        same = out.astype(str).duplicated(keep="first")
     if same.any():
         i = out.index[same.to_numpy()][0]
         raise ValueError(

@@ -128,14 +128,14 @@ def _whole_runs(df: pd.DataFrame, whole: set[str], label: str) -> pd.DataFrame:
 class Recorded:
     """A recording: tables by kind and run, their fingerprints, and a banner.
 
-    Made by :func:`recording`; ``source`` is ``"h200"`` (the bundled data) or a folder.
-    """
+    Made by :func:`recording`; ``source`` is ``"h200"`` (the bundled data; ``bundled``) or a folder."""
 
     def __init__(self, source: str | os.PathLike[str], mode: str = "replay", made_now: bool = False) -> None:
         self.mode = mode
         self.made_now = made_now
         self._cache: dict[tuple[str, str | None], pd.DataFrame] = {}
-        if isinstance(source, str) and source == BUNDLED:
+        self.bundled = isinstance(source, str) and source == BUNDLED  # not a folder of that name
+        if self.bundled:
             self.name, self.folder, self.manifest = BUNDLED, datasets.DATA_DIR, None
             self._made = read_manifest(datasets.DATA_DIR / BUNDLED)  # data/h200's recording.json
             return
@@ -156,7 +156,7 @@ class Recorded:
     def _dir(self, kind: str) -> Path:
         if kind not in KINDS:
             raise ValueError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
-        return _bundled_dir(kind) if self.name == BUNDLED and self.manifest is None else self.folder / kind
+        return _bundled_dir(kind) if self.bundled else self.folder / kind
 
     def kinds(self) -> list[str]:
         """The kinds this recording holds at least one finished run of."""
@@ -229,7 +229,7 @@ class Recorded:
             df.attrs["env"] = datasets.run_env(df)
         elif kind != "overlap":  # every run of the kind: the whole ones, as runs() lists them
             df = _whole_runs(df, set(self.runs(kind)), f"{self.name}/{kind}")
-        label = _bundled_dir(kind).name if self.name == BUNDLED else f"{self.name}/{kind}"
+        label = _bundled_dir(kind).name if self.bundled else f"{self.name}/{kind}"
         df.attrs["dataset"] = label if run is None else f"{label}/{run}"
         df.attrs["recording"] = self.name
         self._cache[key] = df
@@ -247,7 +247,7 @@ class Recorded:
     def folder_env(self) -> dict[str, Any]:
         """The recording's own env.json (``h2dlab record`` writes it as it starts), ``{}``
         where it has none (recordings made before it was written, the v1 folders)."""
-        return read_folder_env(datasets.DATA_DIR / BUNDLED if self.name == BUNDLED else self.folder) or {}
+        return read_folder_env(datasets.DATA_DIR / BUNDLED if self.bundled else self.folder) or {}
 
     def machine(self) -> dict[str, Any]:
         """The fingerprint of the machine the recording was made on: its first run's
@@ -280,7 +280,7 @@ class Recorded:
         m = self.machine()
         cores = f", {m['cpu_count']} cores" if m.get("cpu_count") else ""
         where = f"{describe({**m, 'date': None})} on host `{m.get('hostname', '?')}`{cores}"
-        what = "the bundled recording `h200`" if self.name == BUNDLED else f"the recording `{self.folder}`"
+        what = "the bundled recording `h200`" if self.bundled else f"the recording `{self.folder}`"
         if self.mode == "live":
             how = "made just now by `h2dlab record --quick`" if self.made_now else "made by `h2dlab record`"
             text = f"**Live**: this machine, {what} ({how}): {where}, recorded {self.date()}."
@@ -292,7 +292,7 @@ class Recorded:
                 else " Replay was asked for;"
             )
             text += ' `MODE = "live"` on a GPU machine records that machine instead.'
-        if self.name == BUNDLED:
+        if self.bundled:
             older = [k for k in self.kinds() if k not in self._recorded_kinds()]
             if older:
                 text += f" ({', '.join(older)}: the first session's tables, `data/{_bundled_dir(older[0]).name}`.)"
@@ -335,8 +335,10 @@ def recording(
     """
     env = os.environ if environ is None else environ
     data = env.get("H2DLAB_DATA") or data
-    if not isinstance(data, (str, os.PathLike)):
+    if not isinstance(data, (str, os.PathLike)) or os.fspath(data) == "":
         raise TypeError(f"data must be {BUNDLED!r} or a recording folder, not {data!r}")
+    if os.fspath(data) == BUNDLED and not Path(data).exists():
+        data = BUNDLED  # Path("h200"): the bundled recording, as the name
     if resolve_mode(mode, env) == "replay":
         return Recorded(data, "replay")
     here = this_machine()

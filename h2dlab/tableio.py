@@ -254,6 +254,8 @@ def read(path: str | Path) -> pd.DataFrame:
     except Exception as exc:  # noqa: BLE001 - any parser failure is a bad file, said in one line
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SchemaError(f"{path}: not a readable {suf} table ({first})") from None
+    if suf == ".xlsx":
+        _refuse_repeats(path, [str(c) for c in df.columns], renamed=True)
     if {"scenario", "op", "start_ms", "end_ms"} <= set(df.columns) and "strategy" not in df.columns:
         raise SchemaError(f"{path} is an overlap timeline, not a measurement table: read it with timeline()")
     df = validate(df, source=str(path))
@@ -276,16 +278,25 @@ def _whole_lines(path: Path, suf: str) -> str:
     else:
         with open(path, newline="") as fh:
             text = fh.read()
-    if text and not text.endswith("\n"):
+    if text and not text.endswith("\n") and "\n" in text:  # one line alone is a header: kept
         cut = text[text.rfind("\n") + 1 :]
         text = text[: text.rfind("\n") + 1]
-        warnings.warn(
-            f"{path}: its last line ({len(cut)} characters) has no line end, so it was taken for a row "
-            "cut off mid-write and left out; if the file is whole, end it with a newline",
-            stacklevel=3,
-        )
-    header = next(csv.reader(io.StringIO(text)), [])
-    twice = sorted({c for c in header if header.count(c) > 1})
-    if twice:
-        raise SchemaError(f"{path}: the header names {', '.join(twice)} more than once: keep one of each")
+        if cut.strip():
+            warnings.warn(
+                f"{path}: its last line ({len(cut)} characters) has no line end, so it was taken for a row "
+                "cut off mid-write and left out; if the file is whole, end it with a newline",
+                stacklevel=3,
+            )
+    header = [c.strip().lstrip("\ufeff") for c in next(csv.reader(io.StringIO(text)), [])]
+    _refuse_repeats(path, header)
     return text
+
+
+def _refuse_repeats(path: Path, names: list[str], *, renamed: bool = False) -> None:
+    """A SchemaError when ``names`` (a header; with ``renamed``, the columns pandas made of one,
+    which calls a repeated ``x`` ``x.1``) repeat a name."""
+    twice = sorted({c for c in names if names.count(c) > 1})
+    mangled = sorted({c for c in COLUMNS if f"{c}.1" in names}) if renamed else []
+    if twice or mangled:
+        shown = ", ".join(c if c else "an empty name" for c in twice + mangled)
+        raise SchemaError(f"{path}: the header names {shown} more than once: keep one of each")

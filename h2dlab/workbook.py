@@ -78,7 +78,7 @@ def sheets(
     from h2dlab import model, outliers
 
     rec = session.Recorded(data)
-    label = "h200" if rec.name == session.BUNDLED else "recording"
+    label = "h200" if rec.bundled else "recording"
     out: dict[str, tuple[pd.DataFrame, str]] = {}
     commands: dict[str, str] = {}
     if rec.has("sweep"):

@@ -179,9 +179,11 @@ display(forum_claims.size_pair(ea, forum) if forum is not None else rec.lacks("f
 # %% [markdown]
 # ## What to do instead: one advice table
 #
-# The same table as in notebooks 02 and 04 and the README, from the sweep (interleaved order)
-# and the first calls of `pin_memory()` with the host cache emptied. PyTorch's pin_memory
-# tutorial warns that `x.pin_memory().to()` can be slower than `x.to()`: here is exactly when.
+# The same table as in notebooks 02 and 04 (the README sums it up), from the sweep (interleaved
+# order). Its first call of `pin_memory()` is every copy that made a new pinned block, in the
+# sweep and in the run with the host cache emptied before each size; *basis* says how many
+# copies a figure rests on. PyTorch's pin_memory tutorial warns that `x.pin_memory().to()` can
+# be slower than `x.to()`: here is exactly when.
 
 # %% tags=["hide-input"]
 extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}

@@ -119,12 +119,13 @@ else:
 # %% [markdown]
 # ## 6 · The answer: one advice table
 #
-# *So which way should you use?* The same table as in notebooks 01 and 04 and the README. *Per copy* is the median with its
-# quartiles; *up front* is what a way pays once before its first copy (pinning in place); the
-# first call of `pin_memory()` is every copy that had to make a new pinned block, in this sweep
-# (its first call of a size, a warm-up included) and in the runs with the host cache emptied
-# before each size. *Basis* says how many copies each figure rests on: a first call at a size is
-# often one copy, so read it as one measurement, not a median.
+# *So which way should you use?* The same table as in notebooks 01 and 04 (the README sums it
+# up). *Per copy* is the median with its quartiles; *up front* is what a way pays once before its
+# first copy (pinning in place). The first call of `pin_memory()` is every copy that had to make
+# a new pinned block: in this sweep, warm-ups of the sizes whose block class was not cached yet,
+# and in the run with the host cache emptied before each size, one copy per size. *Basis* says
+# how many copies each figure rests on: a first-call figure at a size is one copy, so read it as
+# one measurement, not a median; where none was timed it is scaled from nearby sizes.
 # Where the recording has them, results coming back and a batch of many tensors are cases of
 # their own, each compared with its plain way (`.cpu()`; a loop of `.to()`).
 
@@ -215,11 +216,11 @@ display(factors.concurrency(rec.table("concurrent")) if rec.has("concurrent") el
 # forum's table, so it has only the forum's rows.
 
 # %% tags=["hide-input"]
-machines = compare_machines.compare(None if rec.name == session.BUNDLED else rec)
+machines = compare_machines.compare(None if rec.bundled else rec)
 plots.machines(machines);
 
 # %% tags=["hide-input"]
 display(Markdown("This notebook shows the bundled H200 recording itself, so it stands beside the forum's A100 alone: "
                  "set `MODE = \"live\"` on a CUDA machine, or `DATA` to a recording folder, to put yours beside them."
-                 if rec.name == session.BUNDLED else f"This recording's machine ({machines.gpu.iloc[0]}) is `{rec.name}` in the figure and the table."))
+                 if rec.bundled else f"This recording's machine ({machines.gpu.iloc[0]}) is `{rec.name}` in the figure and the table."))
 machines.pivot_table(index=["metric", "strategy", "unit"], columns="machine", values="value", sort=False).round(2)

@@ -119,7 +119,7 @@ display(factors.machine(rec.env("sweep", "pow2-interleaved"), failed_rows=int((s
 # %% [markdown]
 # ## 6 · The advice
 #
-# *Which way, then?* The same table as in notebooks 01 and 02 and the README.
+# *Which way, then?* The same table as in notebooks 01 and 02 (the README sums it up).
 
 # %% tags=["hide-input"]
 extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}

@@ -279,3 +279,33 @@ def test_explain_reads_a_folder_mixing_an_annotated_table_with_a_plain_one(tmp_p
     rid = alone["run_id"].iloc[0]
     assert int(e.loc[e["run_id"] == rid, "is_outlier"].sum()) == int(alone["is_outlier"].sum())
     assert cli.main(["explain", str(tmp_path)]) == 0
+
+
+def test_csv_edge_cases_of_the_last_line_and_the_header(tmp_path):
+    """Helper attack, eighth session: a header alone without a line end was dropped as a cut
+    row; trailing blanks warned; a byte-order mark hid a repeated first column; an .xlsx
+    repeat was read as error.1."""
+    import warnings
+
+    p = datasets.save(_synthetic_table(), tmp_path / "t.csv")
+    head = p.read_text().split("\n", 1)[0]
+    (tmp_path / "h.csv").write_text(head)  # the header alone, no line end
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        alone = datasets.read(tmp_path / "h.csv")  # as with a line end: a table without rows
+    assert len(alone) == 0 and list(alone.columns)[:3] == list(datasets.read(p).columns)[:3]
+    (tmp_path / "b.csv").write_text(p.read_text() + "   ")  # blanks after the last line end
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(datasets.read(tmp_path / "b.csv")) == len(datasets.read(p))
+    (tmp_path / "bom.csv").write_text("\ufeff" + head + ",run_id\n")
+    with pytest.raises(datasets.SchemaError, match="the header names run_id more than once"):
+        datasets.read(tmp_path / "bom.csv")
+    (tmp_path / "e.csv").write_text(head + ",,\n")
+    with pytest.raises(datasets.SchemaError, match="the header names an empty name more than once"):
+        datasets.read(tmp_path / "e.csv")
+    t = datasets.read(p)
+    twice = pd.concat([t, t["error"].rename("error")], axis=1)
+    twice.to_excel(tmp_path / "x.xlsx", index=False)
+    with pytest.raises(datasets.SchemaError, match=r"x\.xlsx: the header names error more than once"):
+        datasets.read(tmp_path / "x.xlsx")

@@ -91,8 +91,14 @@ def test_pin_first_pays_says_when_the_first_call_is_scaled(inter, cold):
     for size in (64 * MiB, GiB):
         f = advice.pin_first_pays(advice.advice(inter, size, cold=cold))
         timed_here = bool((new.size_bytes == size).any())
-        assert ("estimated: no first call was timed" in f.verdict) == (not timed_here)
+        assert ("made a new block; scaled from" in f.verdict) == (not timed_here)
     assert not (new.size_bytes == 64 * MiB).any() and (new.size_bytes == GiB).any()
+    # where it was timed, the figure says how many copies it rests on (one, at 1 GiB)
+    n = int((new.size_bytes == GiB).sum())
+    assert (
+        f"ms ({n} cop{'y' if n == 1 else 'ies'} at this size), "
+        in advice.pin_first_pays(advice.advice(inter, GiB, cold=cold)).verdict
+    )
 
 
 def test_pin_first_pays_cached_yes_cold_no(inter, cold):
@@ -338,6 +344,12 @@ def test_staged_bounds_quotes_the_file_and_judges_from_1_gib():
     assert g.holds and "(the host copy alone)" in g.verdict and "(the host copy under DMA)" in g.verdict
     g = findings_speed.staged_bounds({"bounds": [dict(row, frac_of_lower=0.9, size_bytes=2 * GiB)]})
     assert not g.holds and "stayed under the lower bound at 2 GiB" in g.verdict
+    alone = findings_speed.staged_bounds(
+        {"bounds": [dict(row, size_bytes=GiB // 4)]}
+    )  # nothing from 1 GiB up
+    assert not alone.holds and "No size from 1 GiB up was measured, so the target" in alone.verdict
+    nan = findings_speed.staged_bounds({"bounds": [dict(row, frac_of_lower=float("nan"))]})
+    assert not nan.holds and "stayed under the lower bound at 1 GiB" in nan.verdict
     small = findings_speed.staged_bounds({"bounds": [dict(row, frac_of_lower=0.5, size_bytes=GiB // 4), row]})
     assert (
         small.holds
@@ -408,3 +420,15 @@ def test_staged_timeline_busy_dma_and_its_rate():
     assert not h.holds and h.verdict.endswith(
         f"median {((c.bytes / (c.dma_end_ms - c.dma_start_ms)) / 1e6).median():.1f})."
     )
+
+
+def test_advice_and_pin_first_pays_refuse_what_they_cannot_judge(inter, cold):
+    """Sizes nobody measured gave 'took nan ms, slower than ... (nan ms)' (helper attack)."""
+    for size in (0, -5, 1.5, "1MiB", True):
+        with pytest.raises(ValueError, match="size_bytes must be a positive whole number of bytes"):
+            advice.advice(inter, size, cold=cold)
+    for size in (1, 2**40):
+        with pytest.raises(
+            ValueError, match=r"pin_first_pays: no `x.to\('cuda'\)` copy was measured at or near"
+        ):
+            advice.pin_first_pays(advice.advice(inter, size, cold=cold))

@@ -97,7 +97,7 @@ def test_duplex_half_duplex_synthetic():
 def test_duplex_without_pairs():
     df = synthetic_duplex((50.0, 50.0))
     f = ft.duplex_summary(df[~((df.strategy == "duplex") & (df.direction == "d2h"))])
-    assert not f.holds and "No complete" in f.verdict
+    assert not f.holds and "No size has a complete both-ways pair" in f.verdict
 
 
 METHOD_COST = {"loop_to": (20.0, 10.0), "pinned_flat": (2.0, 20.0), "loop_non_blocking": (8.0, 10.0)}
@@ -230,3 +230,19 @@ def test_best_batch_method_names_a_runner_up_within_the_tie():
     assert f["best"] == "pinned_flat" and f["runner_up"] == "foreach_copy"
     assert "foreach_copy came within 1.0% of it" in f.verdict and "a tie" in f.verdict
     assert "came within" not in ft.best_batch_method(df).verdict  # the synthetic runner-up is 2x slower
+
+
+def test_duplex_summary_judges_the_largest_size_it_can_compare_and_reads_a_plain_csv_table():
+    """Without 'alone' rows at the largest size it said 'nan% ... (nan + nan = nan GB/s)'; a
+    table with NaN errors had 'no complete pair' (helper attack, eighth session)."""
+    from h2dlab import datasets
+
+    bd = datasets.load(datasets.DATA_DIR / "h200" / "bidir")
+    top = bd.size_bytes.max()
+    f = ft.duplex_summary(bd[~((bd.strategy == "alone") & (bd.size_bytes == top))])
+    assert f["size_bytes"] == sorted(bd.size_bytes.unique())[-2] and "nan" not in f.verdict
+    none = ft.duplex_summary(bd[bd.strategy != "alone"])
+    assert not none.holds and none.verdict.startswith(
+        "No size has a complete both-ways pair and each direction"
+    )
+    assert ft.duplex_summary(bd.assign(error=np.nan)).verdict == ft.duplex_summary(bd).verdict

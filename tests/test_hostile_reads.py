@@ -236,3 +236,54 @@ def test_normalised_returns_a_clean_table_itself_and_mends_only_what_needs_it(bi
     # a table without warmup is refused by the column check, not a KeyError
     with pytest.raises(ValueError, match=r"missing column\(s\) warmup"):
         outliers.detect(t.drop(columns="warmup"))
+
+
+@pytest.mark.parametrize(
+    "spoil, said",
+    [
+        (
+            lambda t: t.assign(size_bytes=(t.size_bytes > 0).astype(object)),
+            "column 'size_bytes' holds booleans",
+        ),
+        (
+            lambda t: t.assign(size_bytes=(t.size_bytes > 0).astype("boolean")),
+            "column 'size_bytes' holds booleans",
+        ),
+        (
+            lambda t: t.assign(error=t.error.astype(object).mask(t.error == "", 0)),
+            "column 'error' holds numbers (0)",
+        ),
+        (
+            lambda t: t.set_axis(pd.MultiIndex.from_tuples([(c, "") for c in t.columns]), axis=1),
+            "several levels",
+        ),
+    ],
+)
+def test_detect_refuses_what_the_second_attack_found(bidir_flags, spoil, said):
+    """Each gave wrong flags (12 for 1, or 0) or a KeyError (helper attack, eighth session)."""
+    from h2dlab import outliers
+
+    t, _ = bidir_flags
+    with pytest.raises(ValueError, match=re.escape(said)):
+        outliers.detect(spoil(t))
+
+
+def test_detect_reads_blank_text_cells_nan_text_errors_and_list_columns_as_the_table(bidir_flags, tmp_path):
+    from h2dlab import outliers
+
+    t, want = bidir_flags
+    for mended in (
+        t.assign(error=" "),
+        t.assign(error="nan"),
+        t.assign(tags=[[1, 2]] * len(t)),
+        t.assign(wall_ms=t.wall_ms.astype(str).mask(t.index == 7, "")),
+    ):
+        # (row 7's blank wall time: its CUDA-event time is what detect reads)
+        assert outliers.detect(mended)["is_outlier"].tolist() == want
+    # a table with a failed copy, read back with keep_default_na=False: its blank times are text
+    failed = t.copy()
+    failed.loc[5, ["error", "wall_ms", "event_ms"]] = ["CUDA error: out of memory", np.nan, np.nan]
+    failed.to_csv(tmp_path / "f.csv", index=False)
+    back = outliers.detect(pd.read_csv(tmp_path / "f.csv", keep_default_na=False))
+    assert back["is_outlier"].tolist() == outliers.detect(failed)["is_outlier"].tolist()
+    assert np.isnan(back.at[5, "expected_ms"])

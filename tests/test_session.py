@@ -254,3 +254,17 @@ def test_a_recording_that_is_no_name_or_folder_is_a_clear_type_error():
     for bad in (None, 3, ["h200"]):
         with pytest.raises(TypeError, match=r"data must be 'h200' or a recording folder, not"):
             session.recording(bad, environ={})
+
+
+def test_a_folder_of_ones_own_named_h200_is_that_folder_not_the_bundled_data(tmp_path):
+    """It read the bundled recording's runs, tables and banner (helper attack, eighth session)."""
+    mine = tmp_path / "h200" / "sweep"
+    mine.mkdir(parents=True)
+    shutil.copy(datasets.DATA_DIR / "h200" / "sweep" / "pow2-interleaved.csv.gz", mine / "only.csv.gz")
+    rec = session.recording(tmp_path / "h200", environ={})
+    assert not rec.bundled and rec.kinds() == ["sweep"] and rec.runs("sweep") == ["only"]
+    assert "the bundled recording" not in str(rec.banner())
+    bundled = session.recording(Path("h200"), environ={})  # the name, as a Path, where no such folder is
+    assert bundled.bundled and "forum" in bundled.kinds()
+    with pytest.raises(TypeError, match="data must be 'h200' or a recording folder, not ''"):
+        session.recording("", environ={})
