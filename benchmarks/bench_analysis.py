@@ -28,6 +28,7 @@ __all__ = [
     "pick",
     "repeated_verdict",
     "report",
+    "settle",
     "targets",
 ]
 
@@ -245,3 +246,15 @@ def report(res: dict) -> None:
         print(
             f"{'PASS' if t['ok'] else 'MISS'} {t['what']}: {t['value']:.2f} (target {t['op']} {t['target']:.2f})"
         )
+
+
+def settle(verdicts: list[tuple[str, bool]], res: object, json_path: Path | None) -> int:
+    """Print each target's PASS/FAIL line, write ``res`` to ``json_path`` (when given) and
+    return the exit status: 0 when every target holds, else 1 (bench_evidence, bench_explain)."""
+    import json
+
+    for text, holds in verdicts:
+        print(("PASS " if holds else "FAIL ") + text)
+    if json_path:
+        json_path.write_text(json.dumps(res, indent=1) + "\n")
+    return 0 if all(holds for _, holds in verdicts) else 1

@@ -13,7 +13,6 @@ when a target fails.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -22,7 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+from bench_analysis import settle  # noqa: E402
 
 from h2dlab.threadstat import sched_state  # noqa: E402
 from h2dlab.timing import Timer  # noqa: E402
@@ -90,13 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{res['timer_us']:.2f} us; scheduler read {res['sched_state_us']:.2f} us; PyTorch's 1 KiB "
         f"copy_ {res['torch_copy_1KiB_us']:.2f} us (Timer / copy_ = {res['timer_over_torch_copy']:.1f}x)"
     )
-    ok = True
-    for text, holds in verdicts(res):
-        print(("PASS " if holds else "FAIL ") + text)
-        ok &= holds
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=1) + "\n")
-    return 0 if ok else 1
+    return settle(verdicts(res), res, args.json)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ target fails. This replaces the timed unit test that held the same bound until c
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import subprocess
 import sys
@@ -23,7 +22,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from bench_analysis import settle  # noqa: E402
 
 from h2dlab import datasets  # noqa: E402
 
@@ -95,13 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{name}: explain {r['explain_cpu_s']:.2f} s of CPU; loading it alone {r['load_cpu_s']:.2f} s "
             f"(explain / load = {r['explain_over_load']:.1f}x)"
         )
-    ok = True
-    for text, holds in verdicts(res):
-        print(("PASS " if holds else "FAIL ") + text)
-        ok &= holds
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=1) + "\n")
-    return 0 if ok else 1
+    return settle(verdicts(res), res, args.json)
 
 
 if __name__ == "__main__":
