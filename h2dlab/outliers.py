@@ -117,7 +117,11 @@ def detect(
         or infinite value (the column is named), or ``rows.normalised`` refuses the
         table (its index, repeated columns or rows; a table from ``pd.read_csv`` is read).
     """
-    df = normalised(df)
+    return _detect(normalised(df), z_threshold, min_ratio)
+
+
+def _detect(df: pd.DataFrame, z_threshold: float, min_ratio: float) -> pd.DataFrame:
+    """:func:`detect` of a table ``rows.normalised`` has read already (``explain`` has)."""
     check_values(df, (*MODEL_COLUMNS, "order"))
     out = df.copy()
     # A copy without attrs: pandas deep-copies attrs (every run's env) on each row access.
@@ -214,7 +218,7 @@ def explain(
     df = normalised(df)
     check_values(df, EXPLAIN_COLUMNS)
     if not _detected(df):  # a table explain() wrote, read back whole, keeps its flags
-        df = detect(df)
+        df = _detect(df, Z_THRESHOLD, MIN_RATIO)
     out = df.copy()
     out.attrs = {}  # see detect(): row access would deep-copy them
     out["episode"] = -1

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from h2dlab.schema import as_bool, is_blank
+
 __all__ = [
     "MEASURED_COLUMNS",
     "MODEL_COLUMNS",
@@ -198,32 +200,33 @@ def normalised(df: pd.DataFrame) -> pd.DataFrame:
     fixes: dict[str, pd.Series] = {}
     if "error" in df.columns:
         err = df["error"]
-        number = err.map(lambda v: isinstance(v, (int, float, np.number)) and not pd.isna(v)).astype(bool)
-        if number.any():  # bools are ints too
-            raise ValueError(
-                f"column 'error' holds numbers ({err[number].iloc[0]!r}): it holds each failed "
-                "copy's error text, empty for none"
+        if pd.api.types.is_numeric_dtype(err.dtype) or err.dtype == object:  # text dtypes hold none
+            numeric = err.map(lambda v: isinstance(v, (int, float, np.number)) and not pd.isna(v)).astype(
+                bool
             )
+            if numeric.any():  # bools are ints too
+                raise ValueError(
+                    f"column 'error' holds numbers ({err[numeric].iloc[0]!r}): it holds each failed "
+                    "copy's error text, empty for none"
+                )
         text = err.astype(object).where(err.notna(), "").astype(str)
         none = text.str.strip().isin(["", "nan", "None", "<NA>"])  # what NaN turns into as text: no error
         if err.isna().any() or (none & (text != "")).any():
             fixes["error"] = text.where(~none, "")
     if "warmup" in df.columns and df["warmup"].dtype != bool:
-        from h2dlab.schema import as_bool
-
         w = df["warmup"].map(as_bool)
         if w.isna().any():
             bad = df["warmup"][w.isna()].iloc[0]
             raise ValueError(f"column 'warmup' holds {bad!r}, not a boolean: write True or False")
         fixes["warmup"] = w.astype(bool)
-    if "size_bytes" in df.columns and (
-        pd.api.types.is_bool_dtype(df["size_bytes"].dtype)
-        or df["size_bytes"].map(lambda v: isinstance(v, (bool, np.bool_))).astype(bool).any()
+    size = df["size_bytes"] if "size_bytes" in df.columns else pd.Series(dtype=float)
+    if pd.api.types.is_bool_dtype(size.dtype) or (
+        size.dtype == object and size.map(lambda v: isinstance(v, (bool, np.bool_))).astype(bool).any()
     ):
         raise ValueError("column 'size_bytes' holds booleans: it holds each copy's size in bytes")
     for col in MEASURED_COLUMNS:
         if col in df.columns and not pd.api.types.is_numeric_dtype(df[col].dtype):
-            raw = df[col].where(df[col].astype(str).str.strip() != "")  # a blank cell is not measured
+            raw = df[col].where(~is_blank(df[col]))  # a blank cell is not measured
             x = pd.to_numeric(raw, errors="coerce")
             if (x.notna() | raw.isna()).all():  # every value a number (check_values names others)
                 fixes[col] = x.astype(float)

@@ -115,7 +115,7 @@ def _show(v: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _is_blank(v: pd.Series) -> np.ndarray:
+def is_blank(v: pd.Series) -> np.ndarray:
     if v.dtype.kind in "fiub":  # numbers: only NaN is blank
         return v.isna().to_numpy()
     return (v.isna() | v.astype(str).str.strip().eq("")).to_numpy()
@@ -155,8 +155,8 @@ def _coerce(out: pd.DataFrame, col: str, kind: str, source: str) -> None:
         _reject(source, raw, v.isna(), "is not a boolean", "write True or False (or 1 or 0)")
         out[col] = v.astype(bool)
     else:
-        x = pd.to_numeric(raw.where(~_is_blank(raw), np.nan), errors="coerce")
-        _reject(source, raw, x.isna() & ~_is_blank(raw), "is not a number", "fix or drop that row")
+        x = pd.to_numeric(raw.where(~is_blank(raw), np.nan), errors="coerce")
+        _reject(source, raw, x.isna() & ~is_blank(raw), "is not a number", "fix or drop that row")
         x = x.astype("float64")
         if col in DEFAULTS:
             x = x.fillna(DEFAULTS[col])
