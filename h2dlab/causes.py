@@ -312,8 +312,9 @@ def generic_cause(
     (``causes_evidence.ruled_out``): the allocator counters and, where measured, page
     faults, CPU time, the run-queue wait, context switches, GC, the SM clock, other
     processes on the GPU and how the time split between the call and the wait for the
-    GPU, the idle gap before it and the run's stall census. Same parameters as ``specific_cause`` plus the
-    row's episode id (-1 for none) and its cross-strategy stretch, if any.
+    GPU, the checks the table could not make, the idle gap before it and the run's stall census.
+    Same parameters as ``specific_cause`` plus the row's episode id (-1 for none) and its
+    cross-strategy stretch, if any.
     """
     slow = slow_text(row, val)
     if episode >= 0 and stretch is not None:

@@ -32,6 +32,7 @@ __all__ = [
     "MIN_OTHERS_RATIO",
     "PAGE_BYTES",
     "PREEMPTED_SHARE",
+    "UNCHECKED",
     "evidence_cause",
     "finite",
     "ruled_out",
@@ -66,9 +67,13 @@ CHECKS = (
     "SM clock",
     "GPU processes",
     "time in the call",
+    "not checked",  # the per-copy checks of UNCHECKED that the table could not make
     "idle gap",
     "stall census",  # added by causes.generic_cause (causes_stall.stall_check), not ruled_out
 )
+#: Per-copy checks an unexplained copy names when its table could not make them, in its words.
+_UNCHECKED = "page faults|the thread's CPU time|garbage collections|the SM clock|other processes on the GPU"
+UNCHECKED = dict(zip(CHECKS[3:5] + CHECKS[8:11], _UNCHECKED.split("|"), strict=True))
 #: host_preempted / host_blocked (schema 3): the time the thread waited to run, or slept,
 #: beyond its neighbours' must cover at least this share of the copy's extra time.
 EXPLAINED_SHARE = 0.5
@@ -244,7 +249,7 @@ def evidence_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tup
 def ruled_out(row: pd.Series, ctx: pd.Series) -> dict[str, str]:
     """What the table lets us rule out for one copy, check by check, in words that quote
     the numbers (the ``unexplained`` evidence joins them). A check the table cannot make
-    (no column, or NaN) is left out.
+    (no column, or NaN) is left out; those of ``UNCHECKED`` are named under "not checked".
 
     Parameters
     ----------
@@ -337,7 +342,8 @@ def ruled_out(row: pd.Series, ctx: pd.Series) -> dict[str, str]:
         out["time in the call"] = (
             f"{issue:.2f} ms in the timed call (its neighbours: {ctx['issue_typ']:.0%} of their time), {then}"
         )
-    idle = wake_check(row, ctx)
-    if idle:
+    if missing := ", ".join(words for check, words in UNCHECKED.items() if check not in out):
+        out["not checked"] = f"not recorded for it, so not checked: {missing}"
+    if idle := wake_check(row, ctx):
         out["idle gap"] = idle
     return out

@@ -15,6 +15,12 @@ check says no idle runs tell what a pause costs on this machine; nothing else ch
 Regenerated (lead, session 6) when the idle gap stopped claiming "(the GPU idle at most
 that)": a gap is the time since the previous copy, and a GPU submission in it does not
 undo a spell without copies; 57 evidence sentences lost those words, nothing else changed.
+Regenerated (session 28) when an unexplained copy began to name the per-copy checks its
+table could not make: the 100 unexplained copies of these schema-1 tables each gained "not
+recorded for it, so not checked: page faults, the thread's CPU time, garbage collections,
+the SM clock, other processes on the GPU" (before the idle-gap check; the 16 forum_a100
+copies with no counters at all say it where they said "the table carries no counters for
+it"); nothing else changed.
 Regenerate it only when the recordings or the
 cause rules change on purpose (``python tests/test_outliers_pinned.py``), and say so in the
 commit.

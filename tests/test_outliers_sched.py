@@ -428,6 +428,11 @@ def test_ruled_out_table_lists_each_check(explained_v3):
             assert table.at[i, col] in e.at[i, "evidence"], col
 
 
+NOT_RECORDED = (
+    "page faults, the thread's CPU time, garbage collections, the SM clock, other processes on the GPU"
+)
+
+
 @pytest.mark.parametrize("name", ["forum_a100", "data/h200/sweep", "data/h200/forum"])
 def test_ruled_out_on_recorded_tables_matches_each_evidence(name):
     """On real recordings (old and new schema): one row per unexplained copy, and each
@@ -446,8 +451,9 @@ def test_ruled_out_on_recorded_tables_matches_each_evidence(name):
             or "the table carries no counters for it"
         )
         assert e.at[i, "evidence"].endswith("an isolated slow copy: " + said), i
-    if name == "forum_a100":  # schema 1: no counters beside empty_cache()
-        assert checks == ["empty_cache"]
+    if name == "forum_a100":  # schema 1: no counters beside empty_cache(), and it says so
+        assert checks == ["empty_cache", "not checked"]
+        assert (table["not checked"] == "not recorded for it, so not checked: " + NOT_RECORDED).all()
     whole = r"^ruled_out\(\) reads explain\(\)'s output: run outliers\.explain\(table\) first$"
     with pytest.raises(ValueError, match=whole):
         outliers.ruled_out(datasets.load(name))

@@ -389,7 +389,8 @@ def test_growth_inferred_only_for_a_new_block_without_counters():
     for i in (8, 16, 17):
         assert e.at[i, "cause"] == "unexplained"
         assert e.at[i, "evidence"].endswith(
-            "(6.0x); an isolated slow copy: the table carries no counters for it"
+            "(6.0x); an isolated slow copy: not recorded for it, so not checked: page faults, the "
+            "thread's CPU time, garbage collections, the SM clock, other processes on the GPU"
         )
 
 
