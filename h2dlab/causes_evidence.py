@@ -5,7 +5,7 @@ Schema 2 gives page faults, the timing thread's CPU time, Python GC, other proce
 the GPU and the SM clock; schema 3 adds the scheduler's account of the timing thread
 (run-queue wait, context switches, a move to another CPU), every thread's CPU time and
 page faults, and ``issue_ms`` (when the timed call returned). ``evidence_cause`` tries,
-in order: ``page_faults``, ``host_preempted``, ``host_blocked``, ``gc_pause``,
+in order: ``page_faults`` (``h2dlab.causes_faults``), ``host_preempted``, ``host_blocked``, ``gc_pause``,
 ``other_threads``, ``host_parallel``, ``host_crowded`` (schema 4: ``h2dlab.causes_parallel``,
 ``h2dlab.causes_crowded``), ``gpu_shared``, ``gpu_clock_low``. A NaN or missing column
 makes its rule unavailable, never a guess; every rule compares the row with its
@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from h2dlab.causes_crowded import crowded_cause
+from h2dlab.causes_faults import FAULT_SHARE, MIN_EXTRA_FAULTS, PAGE_BYTES, fault_cause
 from h2dlab.causes_parallel import parallel_cause
 from h2dlab.causes_threads import MIN_OTHERS_RATIO, others_cause, others_ms, usual_share
 from h2dlab.causes_wake import wake_check
@@ -40,12 +41,6 @@ __all__ = [
     "slow_text",
 ]
 
-#: Page-fault granularity: one minor fault maps one 4 KiB page.
-PAGE_BYTES = 4096
-#: page_faults: at least this many faults above the neighbours' rate ...
-MIN_EXTRA_FAULTS = 8
-#: ... and at least this share of the payload's pages.
-FAULT_SHARE = 0.05
 #: host_preempted without a run-queue wait (schema 2): the strategy's copies usually spend
 #: at least this share of their wall time on the CPU ...
 HOST_BOUND_SHARE = 0.5
@@ -190,19 +185,9 @@ def evidence_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tup
         ``(cause, evidence)``.
     """
     exp, wall = row["expected_ms"], row["wall_ms"]
-    pages = max(row["size_bytes"] / PAGE_BYTES, 1.0)
-    faults, ftyp = ctx["faults"], ctx["fault_typ"]
-    if finite(faults) and finite(ftyp):
-        extra = faults - ftyp * pages
-        if extra >= max(MIN_EXTRA_FAULTS, FAULT_SHARE * pages):
-            mib = faults * PAGE_BYTES / 2**20
-            who = " (every thread of the process)" if finite(_get(row, "proc_faults")) else ""
-            return "page_faults", (
-                f"{slow}; {int(faults)} page faults during the copy{who} ({faults / pages:.2f} per 4 KiB page "
-                f"of the payload, where its neighbours had {ftyp:.2f}): {mib:.1f} MiB of pages mapped, the "
-                f"extra {val - exp:.2f} ms is {(val - exp) / mib:.2f} ms per faulted MiB: the kernel was "
-                f"mapping host memory (first touch, or a new pinned block)"
-            )
+    found = fault_cause(row, ctx, val, slow)
+    if found:
+        return found
     share, typ = ctx["cpu_share"], ctx["cpu_typ"]
     if finite(_get(row, "run_delay_ms")):
         found = _scheduler_cause(row, ctx, val, slow)
