@@ -15,4 +15,5 @@ __version__ = "0.1.0"
 # 2: direction, n_tensors, page faults, cpu_ms, gc_count, SM clock, GPU procs;
 # 3: run_delay_ms, nivcsw, nvcsw, cpu_moved, proc_cpu_ms, proc_faults, issue_ms, gc_ms (scheduler evidence);
 # 4: others_cpu_ms, others_window_ms, busiest_cpu_ms, busiest_thread, n_threads (other threads, own CPU clocks)
-SCHEMA_VERSION = 4
+# 5: others_wait_ms, longest_wait_ms (the other threads' run-queue wait during the copy)
+SCHEMA_VERSION = 5

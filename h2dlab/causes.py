@@ -165,8 +165,8 @@ def neighbours(
     ``(proc_cpu_ms - cpu_ms) / wall_ms``), and ``others_cell``, that share's median over the
     timed rows of the same group and size (NaN below :data:`MIN_CELL_ROWS` such rows), and
     ``busiest_cell`` likewise of the busiest other thread's share of that window
-    (``causes_parallel.busiest_share``, schema 4). Medians are over timed rows (no warm-up, no error); NaN where
-    unmeasured.
+    (``causes_parallel.busiest_share``, schema 4), ``busiest_typ`` its median over the group.
+    Medians are over timed rows (no warm-up, no error); NaN where unmeasured.
 
     Raises
     ------
@@ -212,6 +212,7 @@ def neighbours(
     # ... per copy size too: whether a copy is split over threads depends on its size.
     cell = share.groupby([*by, df["size_bytes"]], sort=False)
     ctx["others_cell"] = cell.transform("median").where(cell.transform("count") >= MIN_CELL_ROWS)
+    ctx["busiest_typ"] = busiest_share(df).where(timed).groupby(by, sort=False).transform("median")
     busiest = busiest_share(df).where(timed).groupby([*by, df["size_bytes"]], sort=False)
     ctx["busiest_cell"] = busiest.transform("median").where(busiest.transform("count") >= MIN_CELL_ROWS)
     issue = _col(df, "issue_ms").where(timed).groupby([*by, df["size_bytes"]], sort=False)

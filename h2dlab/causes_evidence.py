@@ -304,6 +304,11 @@ def ruled_out(row: pd.Series, ctx: pd.Series) -> dict[str, str]:
             )
         else:
             out["other threads"] = f"other threads of the process used {others:.2f} ms of CPU{usual}"
+    longest = _get(row, "longest_wait_ms")
+    if finite(longest):  # schema 5: did a worker lose its CPU to another thread?
+        out["other threads"] = out.get("other threads", "other threads of the process") + (
+            f"; the longest any of them waited to run {longest:.2f} ms"
+        )
     gc = _get(row, "gc_count")
     if finite(gc):
         out["GC"] = "no GC" if gc == 0 else f"{int(gc)} GC, as usual"

@@ -26,6 +26,7 @@ import pandas as pd
 from h2dlab.rows import column, number
 
 __all__ = [
+    "AS_USUAL",
     "MAX_WAIT_SHARE",
     "MIN_BUSIEST_SHARE",
     "MIN_IN_CALL_SHARE",
@@ -33,6 +34,7 @@ __all__ = [
     "MIN_OTHERS_CPUS",
     "busiest_share",
     "in_call_where",
+    "lagging",
     "parallel_cause",
     "usual_issue",
 ]
@@ -64,6 +66,9 @@ MIN_OTHERS_CPUS = 1.0
 #: slow copy, as one that holds a parallel region open must. A thread that ran only part
 #: of the window cannot have kept the timing thread waiting for all of it.
 MIN_BUSIEST_SHARE = 0.9
+#: The words a host_parallel sentence says when the workers ran as for its neighbours
+#: (``factors.host_parallel`` counts them).
+AS_USUAL = "the workers ran as they do for"
 
 
 def _as_usual(rate: float, busy: float, cell: float, cell_busy: float) -> bool:
@@ -125,6 +130,27 @@ def in_call_where(row: pd.Series, ctx: pd.Series, wall: float, extra: float) -> 
     return (
         f"the time went inside the timed call, which took {issue:.2f} ms ({like}), "
         f"then only {wall - issue:.2f} ms waiting for the GPU"
+    )
+
+
+def lagging(row: pd.Series, extra: float) -> str:
+    """The other threads' run-queue wait in the copy's window (schema 5), in words: "; one
+    of them waited X ms ..." when the longest wait covers at least :data:`MAX_WAIT_SHARE`
+    of ``extra`` (a worker that lost its CPU holds a parallel copy open that long), else
+    "; no other thread waited more than X ms to run ..."; "" where not recorded."""
+    longest, total = number(row.get("longest_wait_ms")), number(row.get("others_wait_ms"))
+    if not np.isfinite(longest):
+        return ""
+    if longest >= MAX_WAIT_SHARE * extra:
+        return (
+            f"; one of them waited {longest:.2f} ms on a run queue in the window ({total:.2f} ms all of them "
+            f"together), {longest / extra:.0%} of the extra {extra:.2f} ms: a worker that lost its CPU holds "
+            "the parallel copy open until it gets one back"
+        )
+    return (
+        f"; no other thread waited more than {longest:.2f} ms to run in the window ({total:.2f} ms all of them "
+        "together), so no worker lost its CPU to another thread for most of the extra time (a vCPU that the "
+        "VM's host took away would not show here)"
     )
 
 
@@ -192,23 +218,36 @@ def parallel_cause(
     waited = "no wait to run" if wait_ms == 0 else f"{wait_ms:.2f} ms waiting to run"
     name = str(row.get("busiest_thread", "") or "")
     who = f" ('{name}')" if name else ""
-    cell, cell_busy = number(ctx.get("others_cell")), number(ctx.get("busiest_cell"))
-    usual_text = (
-        f" (copies of this size: {cell:.1f} CPUs' worth, the busiest {cell_busy:.0%}, median"
-        + (
-            "; the workers ran as they do for its neighbours)"
-            if _as_usual(rate, busy, cell, cell_busy)
-            else ")"
+    cell, cell_busy, like = (
+        number(ctx.get("others_cell")),
+        number(ctx.get("busiest_cell")),
+        "copies of this size",
+    )
+    if not (np.isfinite(cell) and np.isfinite(cell_busy)):  # one copy a size (the forum): the group's
+        cell, cell_busy, like = (
+            number(ctx.get("others_typ")),
+            number(ctx.get("busiest_typ")),
+            "its neighbours",
         )
-        if np.isfinite(cell) and np.isfinite(cell_busy)
-        else ""
+    known = np.isfinite(cell) and np.isfinite(cell_busy)
+    lag = lagging(row, extra)
+    lagged = lag.startswith("; one")
+    usual_text = f" ({like}: {cell:.1f} CPUs' worth, the busiest {cell_busy:.0%}, median)" if known else ""
+    same = (
+        f"; {AS_USUAL} {like}: these columns place the extra time in host CPU work "
+        "inside the call, with the timing thread running, not why that work ran long"
+        if known and _as_usual(rate, busy, cell, cell_busy) and not lagged
+        else ": host-side work ran long while PyTorch's worker threads ran beside it"
     )
     return "host_parallel", (
         f"{slow}; {where}; the timing thread was on its CPU for {on_cpu:.0%} of wall with {waited}{switched}; "
         f"beside it the process's other threads ran {others:.2f} ms of CPU in the {window:.2f} ms window, "
-        f"{rate:.1f} CPUs' worth, the busiest{who} on a CPU for {busy:.0%} of the window{usual_text}: host-side "
-        "work ran long while PyTorch's worker threads ran beside it, consistent with a parallel CPU copy "
-        "(pin_memory(), torch.cat, copy_ into pinned memory) waiting at its end for its slowest worker, "
-        "spinning on its CPU; whether one worker lagged (descheduled by the VM's host, say) or all ran slow, "
-        "the table cannot say"
+        f"{rate:.1f} CPUs' worth, the busiest{who} on a CPU for {busy:.0%} of the window{usual_text}{lag}{same}, "
+        "consistent with a parallel CPU copy (pin_memory(), torch.cat, copy_ into pinned memory) waiting at "
+        + (
+            "its end for that worker, spinning on its CPU"
+            if lagged
+            else "its end for its slowest worker, spinning on its CPU; whether one worker lagged (descheduled by "
+            "the VM's host, say) or all ran slow, the table cannot say"
+        )
     )

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from h2dlab.causes_parallel import AS_USUAL
 from h2dlab.factors_idle import idle_wake
 from h2dlab.factors_openmp import openmp_wait
 from h2dlab.findings import Finding, spread
@@ -26,6 +27,7 @@ __all__ = [
     "ON_CPU_SHARE",
     "concurrency",
     "gpu_clocks",
+    "host_parallel",
     "idle_wake",
     "machine",
     "non_blocking_pageable",
@@ -298,3 +300,46 @@ def unexplained(explained: pd.DataFrame) -> Finding:
     )
     table = u.assign(ms=value_ms(u))[["order", "strategy", "size_bytes", "ms", "expected_ms", "evidence"]]
     return Finding(verdict, holds, {"unexplained": len(u), "flagged": len(f), "share": share}, table)
+
+
+def host_parallel(explained: pd.DataFrame) -> Finding:
+    """The flagged copies ``outliers.explain()`` named ``host_parallel``: how many, their
+    extra time against their size (Spearman's rank correlation, from 5 copies), and for how
+    many the workers ran as they do for their neighbours (the evidence says so: the label
+    then places the extra time in host CPU work without saying why it ran long), with the
+    unexplained share those would make. ``holds`` when that share is still at most 20 %."""
+    f = explained[explained.is_outlier]
+    hp = f[f.cause == "host_parallel"]
+    n_u = int((f.cause == "unexplained").sum())
+    same = int(hp["evidence"].str.contains(AS_USUAL, regex=False).sum())
+    share = (n_u + same) / len(f) if len(f) else 0.0
+    values = {"host_parallel": len(hp), "flagged": len(f), "as_usual": same, "share_if_unexplained": share}
+    extra = value_ms(hp) - hp["expected_ms"].astype(float)
+    table = hp.assign(ms=value_ms(hp), extra_ms=extra)[["order", "strategy", "size_bytes", "ms", "extra_ms"]]
+    if hp.empty:
+        return Finding(f"None of the {len(f)} flagged copies is `host_parallel`.", True, values, table)
+    rho = float(extra.rank().corr(hp["size_bytes"].astype(float).rank())) if len(hp) >= 5 else np.nan
+    values["spearman_rho"] = rho
+    by = ", ".join(f"`{s}` {n}" for s, n in hp.groupby("strategy").size().items())
+    grows = (
+        ""
+        if not np.isfinite(rho)
+        else f" It grows with the size (Spearman's rank correlation {rho:.2f} over {len(hp)} copies)."
+        if rho >= 0.5
+        else f" It does not grow with the size (Spearman's rank correlation {rho:.2f} over {len(hp)} copies): "
+        "a stall of about the same length whatever was copied, rather than a copy that ran slower throughout."
+    )
+    verdict = (
+        f"{len(hp)} of {len(f)} flagged copies are `host_parallel` ({by}): the time went into the host-side "
+        "call, the timing thread on its CPU throughout, while PyTorch's worker threads ran beside it. "
+        + _extra_text(extra, hp["size_bytes"])
+        + grows
+        + (
+            f" For {same} of the {len(hp)} the workers ran as they do for their neighbours, so the label says "
+            "where the extra time went, not why; counted as unexplained they would leave "
+            f"{n_u + same} of {len(f)} flagged copies ({share:.0%}) without a cause."
+            if same
+            else ""
+        )
+    )
+    return Finding(verdict, bool(share <= 0.2), values, table)

@@ -1,8 +1,8 @@
 """The measurement table's schema: its columns, their defaults, and ``validate()``.
 
 Version 1 tables (the first session's datasets) have the ``REQUIRED`` columns; version 2
-adds the ``ADDED_V2`` columns and version 3 the ``ADDED_V3`` columns (scheduler evidence),
-which a reader fills with ``DEFAULTS`` when a table lacks them or leaves a cell empty (a
+adds the ``ADDED_V2`` columns, version 3 the ``ADDED_V3`` columns (scheduler evidence), 4 and
+5 the ``ADDED_V4`` and ``ADDED_V5`` columns (the other threads' CPU clocks and waits), which a reader fills with ``DEFAULTS`` when a table lacks them or leaves a cell empty (a
 partial CSV written before the value was known).
 """
 
@@ -14,6 +14,8 @@ import pandas as pd
 __all__ = [
     "ADDED_V2",
     "ADDED_V3",
+    "ADDED_V4",
+    "ADDED_V5",
     "COLUMNS",
     "DEFAULTS",
     "DIRECTIONS",
@@ -75,13 +77,19 @@ ADDED_V4: dict[str, str] = {
     "busiest_thread": "str",  # its name (/proc/self/task/<tid>/comm); "" if none ran or unknown
     "n_threads": "float",  # how many other threads the process had
 }
+#: Columns schema version 5 adds: how long the other threads waited on a run queue during
+#: the copy (a worker of a parallel copy that lost its CPU holds the copy open).
+ADDED_V5: dict[str, str] = {
+    "others_wait_ms": "float",  # run-queue wait of every other thread in others_window_ms (schedstat)
+    "longest_wait_ms": "float",  # ... of the one other thread that waited longest
+}
 #: Every stored column and its kind, in the order tables are written.
-COLUMNS: dict[str, str] = {**REQUIRED, **ADDED_V2, **ADDED_V3, **ADDED_V4}
+COLUMNS: dict[str, str] = {**REQUIRED, **ADDED_V2, **ADDED_V3, **ADDED_V4, **ADDED_V5}
 #: What a missing or empty version 2, 3 or 4 cell means.
 DEFAULTS: dict[str, object] = {
     "direction": "h2d",
     "n_tensors": 1,
-    **{c: np.nan for c, kind in {**ADDED_V2, **ADDED_V3, **ADDED_V4}.items() if kind == "float"},
+    **{c: np.nan for c, kind in {**ADDED_V2, **ADDED_V3, **ADDED_V4, **ADDED_V5}.items() if kind == "float"},
     "busiest_thread": "",
 }
 #: Columns a multi-GPU run adds; optional elsewhere.

@@ -2,7 +2,9 @@
 has waited on a run queue (``/proc/<pid>/task/<tid>/schedstat``, second field) and which
 CPU it is on (glibc's ``sched_getcpu``, else field 39 of ``.../stat``); and the CPU time
 of each of the process's other threads, from each thread's own CPU clock
-(:func:`others_cpu_ns`, :func:`others_since`).
+(:func:`others_cpu_ns`, :func:`others_since`), and how long each waited on a run queue
+(:func:`others_wait_ns`, :func:`waits_since`): a worker of a parallel copy that lost its
+CPU holds the copy open, and only its own schedstat shows it.
 
 Each thread's files are opened once and re-read with ``os.pread`` (about 0.5 us for
 schedstat, 1.3 us plus 1.3 us of parsing for stat, on an idle 2-core VM); where they are
@@ -22,13 +24,16 @@ __all__ = [
     "GETCPU",
     "others_cpu_ns",
     "others_since",
+    "others_wait_ns",
     "parse_cpu",
     "parse_run_delay_ns",
     "sched_state",
     "thread_clock",
+    "waits_since",
 ]
 
 _FILES: dict[tuple[int, int], tuple[int, int] | None] = {}  # (pid, tid) -> (schedstat fd, stat fd)
+_OTHERS: dict[tuple[int, int], int] = {}  # (pid, tid) -> schedstat fd of another thread
 _NAN = float("nan")
 
 
@@ -169,3 +174,48 @@ def others_since(before: dict[int, int] | None) -> tuple[float, float, str, floa
         return 0.0, 0.0, "", 0.0
     tid, top = max(deltas.items(), key=lambda kv: kv[1])
     return sum(deltas.values()) / 1e6, top / 1e6, _comm(tid) if top > 0 else "", float(len(deltas))
+
+
+def others_wait_ns() -> dict[int, float]:
+    """Run-queue wait in ns since it started of every thread of this process but the calling
+    one, by thread id ({} where ``/proc/self/task`` is missing: not Linux; a thread whose
+    kernel keeps no scheduler statistics is left out). Each thread's ``schedstat`` is opened
+    once and re-read with ``os.pread`` (about 0.5 us a thread). The kernel adds a wait when
+    the thread gets a CPU back, so a thread still waiting counts only once it runs again."""
+    pid, me = os.getpid(), threading.get_native_id()
+    try:
+        tids = {int(t) for t in os.listdir("/proc/self/task")} - {me}
+    except (OSError, ValueError):
+        return {}
+    for key in [k for k in _OTHERS if k[0] != pid or k[1] not in tids]:  # ended, or a parent's
+        with contextlib.suppress(OSError):
+            os.close(_OTHERS.pop(key))
+    out = {}
+    for tid in tids:
+        fd = _OTHERS.get((pid, tid))
+        try:
+            if fd is None:
+                fd = _OTHERS[(pid, tid)] = os.open(f"/proc/{pid}/task/{tid}/schedstat", os.O_RDONLY)
+            wait = parse_run_delay_ns(os.pread(fd, 256, 0))
+        except OSError:  # ended meanwhile
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(_OTHERS.pop((pid, tid)))
+            continue
+        if wait == wait:
+            out[tid] = wait
+    return out
+
+
+def waits_since(before: dict[int, float] | None) -> tuple[float, float]:
+    """How long the process's other threads waited on a run queue since ``before`` (an
+    :func:`others_wait_ns` read): ``(total_ms, longest_ms)``, the latter of the one thread
+    that waited longest. A thread started since counts all its wait; one that ended since
+    is lost. NaN, NaN where ``before`` is None or nothing is readable now."""
+    if before is None:
+        return _NAN, _NAN
+    now = others_wait_ns()
+    if not now:
+        return _NAN, _NAN
+    deltas = [max(ns - before.get(tid, 0.0), 0.0) for tid, ns in now.items()]
+    return sum(deltas) / 1e6, max(deltas) / 1e6

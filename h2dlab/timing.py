@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from h2dlab.nvml import bus_id_of, nvml_for_cuda
-from h2dlab.threadstat import others_cpu_ns, others_since, sched_state
+from h2dlab.threadstat import others_cpu_ns, others_since, others_wait_ns, sched_state, waits_since
 
 __all__ = [
     "PROCS_MAX_AGE_S",
@@ -167,14 +167,12 @@ def gpu_other_processes(dev: torch.device) -> float:
 
 
 class Timer:
-    """Times one callable: CUDA events and a synchronised host clock, plus allocator
-    counter deltas and evidence for explaining a slow copy. On the CPU, events, counters,
-    the SM clock and the GPU's processes are NaN.
+    """Times one callable: CUDA events and a synchronised host clock, plus allocator counter
+    deltas and evidence for a slow copy (on the CPU, events, counters and NVML's are NaN).
 
     The evidence costs a few microseconds per copy, read outside the timed region:
-    ``minflt``/``majflt`` (page faults, of the scope :data:`RUSAGE_SCOPE`), ``cpu_ms``
-    (CPU time of the *timing thread*: a copy staged by other threads uses CPU that this
-    does not count), ``gc_count`` (Python collections that started during the copy),
+    ``minflt``/``majflt`` (page faults, of the scope :data:`RUSAGE_SCOPE`), ``cpu_ms`` (CPU
+    time of the *timing thread*, not of threads staging for it), ``gc_count`` (Python collections that started during the copy),
     ``sm_clock_mhz`` (NVML, read right after the copy), ``gpu_procs`` (other
     processes on the GPU, NVML, re-read at most every :data:`PROCS_MAX_AGE_S` seconds),
     ``run_delay_ms`` (time the timing thread was ready to run but waited on a run queue,
@@ -190,13 +188,14 @@ class Timer:
     inside the timed region costs well under a microsecond) and ``gc_ms`` (time Python's
     garbage collector spent in collections that ended during the copy, any thread), and
     from schema 4 ``others_cpu_ms`` (CPU time of the process's other threads, each read
-    from its own CPU clock, exact where ``proc_cpu_ms`` lumps at scheduler ticks; the
-    reads take about 1 us per thread, just outside the timed region), ``others_window_ms``
-    (the host time from the start of the first read to the end of the last: the window
-    those CPU times fall in: longer than ``wall_ms`` by the reads themselves, about 0.1 ms
-    in a process of some 30 threads: for a copy of 0.1 ms, twice its length), ``busiest_cpu_ms`` and
+    from its own CPU clock, exact where ``proc_cpu_ms`` lumps at scheduler ticks; about 1 us
+    per thread, just outside the timed region), ``others_window_ms`` (the host time from the
+    first read's start to the last's end, which those CPU times fall in: about 0.1 ms longer
+    than ``wall_ms`` in a process of some 30 threads), ``busiest_cpu_ms`` and
     ``busiest_thread`` (the one that ran most: its CPU time and name) and ``n_threads``
-    (how many other threads there were); NaN and "" off Linux.
+    (how many other threads there were), and from schema 5 ``others_wait_ms`` and
+    ``longest_wait_ms`` (their run-queue wait in that window, in all and of the one that
+    waited longest: ``threadstat.waits_since``); NaN and "" off Linux.
 
     Parameters
     ----------
@@ -231,8 +230,8 @@ class Timer:
         ``device_allocs``, ``minflt``, ``majflt``, ``cpu_ms``, ``gc_count``,
         ``sm_clock_mhz``, ``gpu_procs``, ``run_delay_ms``, ``nivcsw``, ``nvcsw``,
         ``cpu_moved``, ``proc_cpu_ms``, ``proc_faults``, ``issue_ms``, ``gc_ms``,
-        ``others_cpu_ms``, ``others_window_ms``, ``busiest_cpu_ms``, ``busiest_thread`` and
-        ``n_threads``."""
+        ``others_cpu_ms``, ``others_window_ms``, ``busiest_cpu_ms``, ``busiest_thread``,
+        ``n_threads``, ``others_wait_ms`` and ``longest_wait_ms``."""
         cuda = self.cuda
         # Before CUDA starts (the forum's first copy) there is nothing to wait for, and
         # synchronising would start the context outside the timed region.
@@ -247,7 +246,7 @@ class Timer:
         f0 = resource.getrusage(_WHO) if _WHO is not None else None
         s0 = sched_state()
         w0 = time.perf_counter()  # the other threads' clocks are read within [w0, w1]
-        o0 = others_cpu_ns() or None
+        o0, v0 = others_cpu_ns() or None, others_wait_ns() or None
         p0 = time.process_time()
         # GC read last before the start and first after the stop: in between, outside fn,
         # only floats are made, and they cannot start a collection.
@@ -267,6 +266,7 @@ class Timer:
         g1, gt1 = _GC_STARTS[0], _GC_TIME[0]
         p1 = time.process_time()
         others, busiest, busiest_name, n_threads = others_since(o0)
+        waits, longest_wait = waits_since(v0)
         w1 = time.perf_counter()
         s1 = sched_state()
         f1 = resource.getrusage(_WHO) if f0 is not None else None
@@ -297,6 +297,8 @@ class Timer:
             "busiest_cpu_ms": busiest,
             "busiest_thread": busiest_name,
             "n_threads": n_threads,
+            "others_wait_ms": waits,
+            "longest_wait_ms": longest_wait,
         }
         return out, rec
 

@@ -10,6 +10,7 @@ import pytest
 from h2dlab import causes, datasets, outliers
 from h2dlab.causes_evidence import slow_text
 from h2dlab.causes_parallel import (
+    AS_USUAL,
     MAX_WAIT_SHARE,
     MIN_BUSIEST_SHARE,
     MIN_IN_CALL_SHARE,
@@ -199,6 +200,7 @@ def _case(**kw) -> tuple[pd.Series, pd.Series, float, float]:
         "expected_ms": 10.0, "wall_ms": 110.0, "event_ms": 110.0, "cpu_ms": 99.0, "issue_ms": 110.0,
         "others_cpu_ms": 120.0, "others_window_ms": 120.0, "busiest_cpu_ms": 108.0,
         "busiest_thread": "python3", "nivcsw": 0.0, "nvcsw": 0.0, "size_bytes": 2**20,
+        "others_wait_ms": np.nan, "longest_wait_ms": np.nan,
     }  # fmt: skip
     ctx = {"issue_cell": 60.0, "issue_typ": np.nan, "others_cell": 9.0, "busiest_cell": 0.8}
     wait = kw.pop("wait", 0.0)
@@ -304,12 +306,21 @@ def test_h200_omp_two_staged_copies_are_host_parallel():
 # --- the evidence sentence, word for word (row and neighbours built by hand, made-up numbers) ---
 
 #: Its fixed end, after the numbers.
-TAIL = (
-    ": host-side work ran long while PyTorch's worker threads ran beside it, consistent with a parallel "
+CONSISTENT = (
+    ", consistent with a parallel "
     "CPU copy (pin_memory(), torch.cat, copy_ into pinned memory) waiting at its end for its slowest "
     "worker, spinning on its CPU; whether one worker lagged (descheduled by the VM's host, say) or all "
     "ran slow, the table cannot say"
 )
+TAIL = ": host-side work ran long while PyTorch's worker threads ran beside it" + CONSISTENT
+
+
+def same_as(like: str) -> str:
+    """The words for workers that ran as they do for ``like``, to the end of the sentence."""
+    return (
+        f"); the workers ran as they do for {like}: these columns place the extra time in host CPU work "
+        "inside the call, with the timing thread running, not why that work ran long" + CONSISTENT
+    )
 
 
 def _said(**kw) -> str:
@@ -364,13 +375,21 @@ def test_evidence_names_the_busiest_thread_only_when_known():
 
 
 def test_evidence_says_when_the_workers_ran_as_for_its_neighbours():
-    same = "; the workers ran as they do for its neighbours)" + TAIL
-    # Both of the same size's medians unknown, or either: no comparison.
+    same = same_as("copies of this size")
+    # Both of the same size's medians unknown, or either, and no group medians: no comparison.
     for kw in ({"others_cell": np.nan}, {"busiest_cell": np.nan}):
         assert _said(**kw).endswith("the busiest ('python3') on a CPU for 90% of the window" + TAIL), kw
     # 1.0 CPUs' worth and 90 % against the same: as usual.
     assert _said(others_cell=1.0, busiest_cell=0.9).endswith(
         " (copies of this size: 1.0 CPUs' worth, the busiest 90%, median" + same
+    )
+    # One copy a size (the forum's protocol): the group's medians, named as its neighbours'.
+    group = {"others_cell": np.nan, "busiest_cell": np.nan, "others_typ": 1.0, "busiest_typ": 0.92}
+    assert _said(**group).endswith(
+        " (its neighbours: 1.0 CPUs' worth, the busiest 92%, median" + same_as("its neighbours")
+    )
+    assert _said(**{**group, "busiest_typ": 0.8}).endswith(
+        " (its neighbours: 1.0 CPUs' worth, the busiest 80%, median)" + TAIL
     )
     # CPUs' worth: within 10 % of the median, bounds included (1.125 against 1.25, exactly 0.125).
     assert _said(others_cpu_ms=135.0, others_cell=1.25, busiest_cell=0.9).endswith(same)
@@ -387,3 +406,28 @@ def test_evidence_says_when_the_workers_ran_as_for_its_neighbours():
 
 def test_no_rule_without_wall_time():
     assert not _fires(wall_ms=0.0)
+
+
+def test_a_worker_that_waited_to_run_for_half_the_extra_is_named():
+    """Schema 5: one other thread waited on a run queue for at least half the extra 100 ms."""
+    lagged = (
+        "; one of them waited 50.00 ms on a run queue in the window (75.00 ms all of them together), 50% of "
+        "the extra 100.00 ms: a worker that lost its CPU holds the parallel copy open until it gets one back"
+    )
+    said = _said(longest_wait_ms=50.0, others_wait_ms=75.0, others_cell=1.0, busiest_cell=0.9)
+    assert lagged in said and AS_USUAL not in said  # a worker that waited is no usual worker
+    assert said.endswith(
+        ": host-side work ran long while PyTorch's worker threads ran beside it, consistent with a parallel "
+        "CPU copy (pin_memory(), torch.cat, copy_ into pinned memory) waiting at its end for that worker, "
+        "spinning on its CPU"
+    )
+    short = _said(longest_wait_ms=49.9, others_wait_ms=60.0)
+    assert (
+        "; no other thread waited more than 49.90 ms to run in the window (60.00 ms all of them together), "
+        "so no worker lost its CPU to another thread for most of the extra time (a vCPU that the VM's host "
+        "took away would not show here): host-side work" in short
+    )
+    assert short.endswith(TAIL[TAIL.index(", consistent") :])
+    # Not recorded (tables before schema 5): the sentence as before.
+    assert _said() == _said(longest_wait_ms=np.nan, others_wait_ms=np.nan)
+    assert "waited" not in _said().split("; beside it")[1]

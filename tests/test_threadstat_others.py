@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from h2dlab import threadstat
-from h2dlab.schema import ADDED_V4
+from h2dlab.schema import ADDED_V4, ADDED_V5
 from h2dlab.timing import Timer
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread CPU clocks are Linux's")
@@ -111,3 +111,46 @@ def test_the_timer_records_the_other_threads_of_a_copy():
     # the worker ran within the read window only, which holds the copy and a little more
     assert rec["wall_ms"] <= rec["others_window_ms"] <= rec["wall_ms"] + 50
     assert rec["others_cpu_ms"] <= (os.cpu_count() or 2) * rec["others_window_ms"]
+
+
+# --- schema 5: the other threads' run-queue wait (threadstat.others_wait_ns / waits_since) ---
+
+
+def _schedstat_waits() -> bool:
+    """Whether this kernel keeps per-thread scheduler statistics (schedstat's wait)."""
+    return threadstat.sched_state()[0] == threadstat.sched_state()[0]
+
+
+@linux
+def test_waits_since_sees_workers_that_outnumber_the_cpus():
+    if not _schedstat_waits():
+        pytest.skip("this kernel keeps no scheduler statistics")
+    n = (os.cpu_count() or 2) + 2  # more busy workers than CPUs: some must wait to run
+    busy = [_Busy(f"h2d-w{i}".encode()) for i in range(n)]
+    for b in busy:
+        b.__enter__()
+    try:
+        before = threadstat.others_wait_ns()
+        assert all(b.t.native_id in before for b in busy) and threading.get_native_id() not in before
+        t0 = time.monotonic()
+        time.sleep(0.3)
+        total, longest = threadstat.waits_since(before)
+        window_ms = (time.monotonic() - t0) * 1e3
+    finally:
+        for b in busy:
+            b.__exit__()
+    # 2 workers more than CPUs for 0.3 s: together at least most of 2 x 0.3 s spent waiting,
+    # and no one thread waited longer than the window (plus the reads).
+    assert 0 < longest <= total
+    assert total >= 0.5 * 2 * 300
+    assert longest <= window_ms + 50
+    assert all(x != x for x in threadstat.waits_since(None))
+
+
+@linux
+def test_the_timer_records_the_other_threads_wait():
+    _, rec = Timer(CPU)(lambda: time.sleep(0.01))
+    assert set(ADDED_V5) <= set(rec)
+    if _schedstat_waits():
+        assert 0 <= rec["longest_wait_ms"] <= rec["others_wait_ms"] + 1e-9
+        assert rec["others_wait_ms"] <= rec["n_threads"] * rec["others_window_ms"]

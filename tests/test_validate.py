@@ -82,14 +82,21 @@ def test_v2_and_v3_columns_and_defaults():
         "busiest_thread",
         "n_threads",
     ]
-    assert list(schema.COLUMNS) == [*schema.REQUIRED, *schema.ADDED_V2, *schema.ADDED_V3, *schema.ADDED_V4]
+    assert list(schema.ADDED_V5) == ["others_wait_ms", "longest_wait_ms"]
+    assert list(schema.COLUMNS) == [
+        *schema.REQUIRED,
+        *schema.ADDED_V2,
+        *schema.ADDED_V3,
+        *schema.ADDED_V4,
+        *schema.ADDED_V5,
+    ]
     assert datasets.COLUMNS is schema.COLUMNS and datasets.ADDED_V4 is schema.ADDED_V4
     out = datasets.validate(synthetic())
     assert list(out.columns) == list(datasets.COLUMNS)
     assert (out["direction"] == "h2d").all() and (out["n_tensors"] == 1).all()
     assert out["n_tensors"].dtype == np.int64
     floats = ("minflt", "majflt", "cpu_ms", "gc_count", "sm_clock_mhz", "gpu_procs", *schema.ADDED_V3)
-    for c in (*floats, "others_cpu_ms", "others_window_ms", "busiest_cpu_ms", "n_threads"):
+    for c in (*floats, "others_cpu_ms", "others_window_ms", "busiest_cpu_ms", "n_threads", *schema.ADDED_V5):
         assert out[c].dtype == np.float64 and out[c].isna().all(), c
     assert (out["busiest_thread"] == "").all()
 
@@ -113,10 +120,10 @@ def test_a_v3_table_reads_with_nan_other_thread_columns():
     assert (out["busiest_thread"] == "").all()
 
 
-def test_schema_version_is_4():
+def test_schema_version_is_5():
     import h2dlab
 
-    assert h2dlab.SCHEMA_VERSION == 4
+    assert h2dlab.SCHEMA_VERSION == 5
 
 
 def test_partial_csv_with_empty_v2_cells_reads_defaults(tmp_path):
