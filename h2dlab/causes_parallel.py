@@ -27,6 +27,7 @@ from h2dlab.rows import column, number
 
 __all__ = [
     "AS_USUAL",
+    "LAGGED",
     "MAX_WAIT_SHARE",
     "MIN_BUSIEST_SHARE",
     "MIN_IN_CALL_SHARE",
@@ -69,6 +70,8 @@ MIN_BUSIEST_SHARE = 0.9
 #: The words a host_parallel sentence says when the workers ran as for its neighbours
 #: (``factors.host_parallel`` counts them).
 AS_USUAL = "the workers ran as they do for"
+#: ... and when one of them waited to run for at least half the extra time.
+LAGGED = "a worker that lost its CPU holds the parallel copy open"
 
 
 def _as_usual(rate: float, busy: float, cell: float, cell_busy: float) -> bool:
@@ -144,8 +147,7 @@ def lagging(row: pd.Series, extra: float) -> str:
     if longest >= MAX_WAIT_SHARE * extra:
         return (
             f"; one of them waited {longest:.2f} ms on a run queue in the window ({total:.2f} ms all of them "
-            f"together), {longest / extra:.0%} of the extra {extra:.2f} ms: a worker that lost its CPU holds "
-            "the parallel copy open until it gets one back"
+            f"together), {longest / extra:.0%} of the extra {extra:.2f} ms: {LAGGED} until it gets one back"
         )
     return (
         f"; no other thread waited more than {longest:.2f} ms to run in the window ({total:.2f} ms all of them "
@@ -231,7 +233,7 @@ def parallel_cause(
         )
     known = np.isfinite(cell) and np.isfinite(cell_busy)
     lag = lagging(row, extra)
-    lagged = lag.startswith("; one")
+    lagged = LAGGED in lag
     usual_text = f" ({like}: {cell:.1f} CPUs' worth, the busiest {cell_busy:.0%}, median)" if known else ""
     same = (
         f"; {AS_USUAL} {like}: these columns place the extra time in host CPU work "

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from h2dlab.causes_parallel import AS_USUAL
 from h2dlab.factors_idle import idle_wake
-from h2dlab.factors_openmp import openmp_wait
+from h2dlab.factors_openmp import host_parallel, openmp_wait
+from h2dlab.finding import extra_text
 from h2dlab.findings import Finding, spread
 from h2dlab.model import concurrency as concurrency_table
 from h2dlab.model import medians, timed, value_ms
@@ -256,16 +256,6 @@ def on_cpu_throughout(rows: pd.DataFrame) -> pd.Series:
     return (rows["cpu_ms"].astype(float) >= ON_CPU_SHARE * rows["wall_ms"].astype(float)).fillna(False)
 
 
-def _extra_text(extra: pd.Series, sizes: pd.Series) -> str:
-    """ "Their extra time runs from A to B ms, on copies of X to Y." (one value said once)."""
-    lo, hi = f"{extra.min():.2f}", f"{extra.max():.2f}"
-    small, large = fmt_bytes(int(sizes.min())), fmt_bytes(int(sizes.max()))
-    if len(extra) == 1:
-        return f"Its extra time is {lo} ms, on a copy of {small}."
-    time = f"is {lo} ms each" if lo == hi else f"runs from {lo} to {hi} ms"
-    return f"Their extra time {time}, on copies of {small if small == large else f'{small} to {large}'}."
-
-
 def unexplained(explained: pd.DataFrame) -> Finding:
     """The flagged copies ``outliers.explain()`` left ``unexplained``: how many of the
     flagged, per strategy, and their evidence (which says what was ruled out). ``holds``
@@ -286,7 +276,7 @@ def unexplained(explained: pd.DataFrame) -> Finding:
             if len(u)
             else "."
         )
-        + (f" {_extra_text(extra, u['size_bytes'])}" if len(u) else "")
+        + (f" {extra_text(extra, u['size_bytes'])}" if len(u) else "")
         + (
             f" {'It' if len(u) == 1 else f'{on_cpu} of the {len(u)}'} kept the timing thread on its CPU for at least "
             f"{ON_CPU_SHARE:.0%} of the copy: it was hardly waiting to run or asleep, so the extra time "
@@ -300,46 +290,3 @@ def unexplained(explained: pd.DataFrame) -> Finding:
     )
     table = u.assign(ms=value_ms(u))[["order", "strategy", "size_bytes", "ms", "expected_ms", "evidence"]]
     return Finding(verdict, holds, {"unexplained": len(u), "flagged": len(f), "share": share}, table)
-
-
-def host_parallel(explained: pd.DataFrame) -> Finding:
-    """The flagged copies ``outliers.explain()`` named ``host_parallel``: how many, their
-    extra time against their size (Spearman's rank correlation, from 5 copies), and for how
-    many the workers ran as they do for their neighbours (the evidence says so: the label
-    then places the extra time in host CPU work without saying why it ran long), with the
-    unexplained share those would make. ``holds`` when that share is still at most 20 %."""
-    f = explained[explained.is_outlier]
-    hp = f[f.cause == "host_parallel"]
-    n_u = int((f.cause == "unexplained").sum())
-    same = int(hp["evidence"].str.contains(AS_USUAL, regex=False).sum())
-    share = (n_u + same) / len(f) if len(f) else 0.0
-    values = {"host_parallel": len(hp), "flagged": len(f), "as_usual": same, "share_if_unexplained": share}
-    extra = value_ms(hp) - hp["expected_ms"].astype(float)
-    table = hp.assign(ms=value_ms(hp), extra_ms=extra)[["order", "strategy", "size_bytes", "ms", "extra_ms"]]
-    if hp.empty:
-        return Finding(f"None of the {len(f)} flagged copies is `host_parallel`.", True, values, table)
-    rho = float(extra.rank().corr(hp["size_bytes"].astype(float).rank())) if len(hp) >= 5 else np.nan
-    values["spearman_rho"] = rho
-    by = ", ".join(f"`{s}` {n}" for s, n in hp.groupby("strategy").size().items())
-    grows = (
-        ""
-        if not np.isfinite(rho)
-        else f" It grows with the size (Spearman's rank correlation {rho:.2f} over {len(hp)} copies)."
-        if rho >= 0.5
-        else f" It does not grow with the size (Spearman's rank correlation {rho:.2f} over {len(hp)} copies): "
-        "a stall of about the same length whatever was copied, rather than a copy that ran slower throughout."
-    )
-    verdict = (
-        f"{len(hp)} of {len(f)} flagged copies are `host_parallel` ({by}): the time went into the host-side "
-        "call, the timing thread on its CPU throughout, while PyTorch's worker threads ran beside it. "
-        + _extra_text(extra, hp["size_bytes"])
-        + grows
-        + (
-            f" For {same} of the {len(hp)} the workers ran as they do for their neighbours, so the label says "
-            "where the extra time went, not why; counted as unexplained they would leave "
-            f"{n_u + same} of {len(f)} flagged copies ({share:.0%}) without a cause."
-            if same
-            else ""
-        )
-    )
-    return Finding(verdict, bool(share <= 0.2), values, table)

@@ -1,6 +1,7 @@
 """OpenMP's wait policy and the slow copies no cause fits: the same plan run under OpenMP's
 default wait policy and under ``OMP_WAIT_POLICY=PASSIVE``, compared from the tables
-(schema 4: each other thread's own CPU clock). Re-exported by :mod:`h2dlab.factors`.
+(schema 4: each other thread's own CPU clock), and what the ``host_parallel`` copies, waits
+on PyTorch's workers, show. Re-exported by :mod:`h2dlab.factors`.
 No torch here.
 """
 
@@ -8,15 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from h2dlab.causes_parallel import AS_USUAL, LAGGED
 from h2dlab.causes_threads import others_share
-from h2dlab.finding import Finding
+from h2dlab.finding import Finding, extra_text
 from h2dlab.outliers import explain
 from h2dlab.rows import timed, value_ms
 from h2dlab.units import fmt_bytes
 
-__all__ = ["openmp_wait"]
+__all__ = ["host_parallel", "openmp_wait"]
 
 
 def _is_passive(df: pd.DataFrame) -> pd.Series:
@@ -141,3 +144,57 @@ def openmp_wait(df: pd.DataFrame) -> Finding:
         f"{_lumped(d, 'the default')}{_lumped(p, 'PASSIVE')}: the counts show a direction, not a rate."
     )
     return Finding(verdict, p["unexplained"] < d["unexplained"], out)
+
+
+def host_parallel(explained: pd.DataFrame) -> Finding:
+    """The flagged copies ``outliers.explain()`` named ``host_parallel``: how many, their
+    extra time against their size (Spearman's rank correlation, from 5 copies), and for how
+    many the workers ran as they do for their neighbours (the evidence says so: the label
+    then places the extra time in host CPU work without saying why it ran long), with the
+    unexplained share those would make. ``holds`` when that share is still at most 20 %."""
+    f = explained[explained.is_outlier]
+    hp = f[f.cause == "host_parallel"]
+    n_u = int((f.cause == "unexplained").sum())
+    same = int(hp["evidence"].str.contains(AS_USUAL, regex=False).sum())
+    lagged = int(hp["evidence"].str.contains(LAGGED, regex=False).sum())
+    share = (n_u + same) / len(f) if len(f) else 0.0
+    values = {"host_parallel": len(hp), "flagged": len(f), "as_usual": same, "lagged": lagged}
+    values["share_if_unexplained"] = share
+    extra = value_ms(hp) - hp["expected_ms"].astype(float)
+    table = hp.assign(ms=value_ms(hp), extra_ms=extra)[["order", "strategy", "size_bytes", "ms", "extra_ms"]]
+    if hp.empty:
+        return Finding(f"None of the {len(f)} flagged copies is `host_parallel`.", True, values, table)
+    rho = float(extra.rank().corr(hp["size_bytes"].astype(float).rank())) if len(hp) >= 5 else np.nan
+    values["spearman_rho"] = rho
+    by = ", ".join(f"`{s}` {n}" for s, n in hp.groupby("strategy").size().items())
+    corr = f"(Spearman's rank correlation {rho:.2f} over {len(hp)} copies)"
+    grows = (
+        ""
+        if not np.isfinite(rho)
+        else f" It grows with the size {corr}."
+        if rho >= 0.5
+        else f" It does not grow with the size {corr}: a stall of a few milliseconds whatever was copied, "
+        "rather than a copy that ran slower throughout."
+        if rho <= 0.3 and extra.max() <= 5 * extra.min()
+        else f" It shows no clear relation to the size {corr}."
+    )
+    verdict = (
+        f"{len(hp)} of {len(f)} flagged copies are `host_parallel` ({by}): the time went into the host-side "
+        "call, the timing thread on its CPU throughout, while PyTorch's worker threads ran beside it. "
+        + extra_text(extra, hp["size_bytes"])
+        + grows
+        + (
+            f" For {lagged} of the {len(hp)} one worker waited to run for at least half the extra time: "
+            "a worker that lost its CPU to another thread held the parallel copy open."
+            if lagged
+            else ""
+        )
+        + (
+            f" For {same} of the {len(hp)} the workers ran as they do for their neighbours, so the label says "
+            "where the extra time went, not why; counted as unexplained they would leave "
+            f"{n_u + same} of {len(f)} flagged copies ({share:.0%}) without a cause."
+            if same
+            else ""
+        )
+    )
+    return Finding(verdict, bool(share <= 0.2), values, table)

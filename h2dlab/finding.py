@@ -15,7 +15,7 @@ import pandas as pd
 
 from h2dlab.units import fmt_bytes
 
-__all__ = ["Finding", "copies", "first_rows", "run_names", "size_text", "spread"]
+__all__ = ["Finding", "copies", "extra_text", "first_rows", "run_names", "size_text", "spread"]
 
 
 @dataclass(frozen=True)
@@ -116,3 +116,13 @@ def size_text(n: float) -> str:
         The size as a verdict writes it.
     """
     return fmt_bytes(n, compact=True)
+
+
+def extra_text(extra: pd.Series, sizes: pd.Series) -> str:
+    """ "Their extra time runs from A to B ms, on copies of X to Y." (one value said once)."""
+    lo, hi = f"{extra.min():.2f}", f"{extra.max():.2f}"
+    small, large = fmt_bytes(int(sizes.min())), fmt_bytes(int(sizes.max()))
+    if len(extra) == 1:
+        return f"Its extra time is {lo} ms, on a copy of {small}."
+    time = f"is {lo} ms each" if lo == hi else f"runs from {lo} to {hi} ms"
+    return f"Their extra time {time}, on copies of {small if small == large else f'{small} to {large}'}."
