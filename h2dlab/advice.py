@@ -225,9 +225,7 @@ def best_way(table: pd.DataFrame, copies: int = 1, *, case: str = "one tensor to
     what = f"{copies} cop{'y' if copies == 1 else 'ies'} of {size}"
     if plain != "pageable":  # the other cases name their size themselves (a batch: its total)
         what = (case if size in case else f"{case}, {size}") + ("" if copies == 1 else f", {copies} times")
-    verdict = (
-        f"For {what}: {b.what} (`{b.code}`), {b.total_ms:.1f} ms in all, {page / b.total_ms:.1f}x {base}."
-    )
+    verdict = f"For {what}: {b.what} (`{b.code}`), {b.total_ms:.1f} ms in all, {page / b.total_ms:.1f}x as fast as {base}."
     return Finding(verdict, bool(b.way != plain), {"way": b.way, "total_ms": float(b.total_ms)}, t)
 
 

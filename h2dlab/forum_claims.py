@@ -262,8 +262,8 @@ def single_shot_spread(df: pd.DataFrame, *, top: float = 1.5, min_reps: int = 2)
             else f"Two shots of one size came {by.worst_max_over_min.max():.1f}x apart (`{apart}`): one shot "
             "could have misled; repeat, and report medians with their spread."
             if holds
-            else f"No repetition strayed beyond {top}x its median or its fastest: here one shot would not "
-            "have misled."
+            else f"No repetition strayed beyond {top}x its median or its fastest: for these strategies "
+            f"({', '.join(f'`{s}`' for s in by.index)}) and these repetitions, one shot would not have misled."
         )
     )
     return Finding(verdict, holds, {"by_strategy": by.to_dict("index")}, by.reset_index())

@@ -21,9 +21,10 @@
 # | `context_init` | the first timed operation of the process: CUDA starting up |
 # | `host_alloc_growth` | a pinned request needed a new power-of-two block: `cudaHostAlloc` |
 # | `device_alloc` | the copy waited on more `cudaMalloc` than its neighbours (after `empty_cache()`) |
-# | `page_faults`, `host_preempted`, `host_blocked`, `gc_pause`, `gpu_shared`, `gpu_clock_low` | where the table records page faults, CPU time, the scheduler's run-queue wait and context switches, garbage collections and the GPU's state |
+# | `page_faults` | many more page faults than its neighbours, enough to account for the extra time (a minor fault maps a page in microseconds; a major fault reads one from storage, and the sentence names it) |
+# | `host_preempted`, `host_blocked`, `gc_pause`, `gpu_shared`, `gpu_clock_low` | where the table records CPU time, the scheduler's run-queue wait and context switches, garbage collections and the GPU's state |
 # | `other_threads` | the process's other threads ran far more CPUs' worth during the copy than during copies of its size (tables that read each thread's own CPU clock name the busiest; older ones cannot say which) |
-# | `host_parallel` | the extra time went into the timed host call while PyTorch's worker threads ran beside it, the busiest on a CPU nearly the whole copy: a parallel CPU copy (`pin_memory()`, `torch.cat`, `copy_` into pinned memory) waits for its slowest worker (tables that read each thread's own CPU clock only) |
+# | `host_parallel` | the extra time went into the timed host call while PyTorch's worker threads ran beside it, the busiest on a CPU nearly the whole copy: a parallel CPU copy (`pin_memory()`, `torch.cat`, `copy_` into pinned memory) waits for its slowest worker (tables that read each thread's own CPU clock only); since table schema 5 the sentence says whether one worker waited to run for most of the extra time (it lost its CPU to another thread), and when the workers ran as for its neighbours it says the label places the time, not its reason |
 # | `host_crowded` | the timed host call ran long; the timing thread waited to run for part of the extra and spent the rest on its CPU while PyTorch's worker threads ran beside it, the busiest nearly the whole copy: consistent with the workers taking the CPUs; fewer intra-op threads (`torch.set_num_threads`) would leave it one (tables that read each thread's own CPU clock only) |
 # | `episode` | part of a stretch of slow copies in time order, found by change-point detection, or a stretch in which the host itself ran slow: the kit's own loop took longer between copies than before copies of the same strategy and size elsewhere in the run, while the copies there ran slower and were flagged more often (`h2dlab.host_pace`) |
 # | `gpu_wake` | a small copy a little slow after a spell without copies (the copy after a long gap, sometimes the next one too), consistent with some part waking up (the GPU's copy engine, its PCIe link, the driver or the host: not shown which); named only where idle runs recorded beside the table (`h2dlab measure --pause`) show after how long a spell, and at what cost, on this machine (likely, not certain: only the gap points to it) |
@@ -143,10 +144,23 @@ display(forum_claims.episodes(explained["forum_a100"]),
 # ## 6 · What remains unexplained, and what was ruled out
 #
 # *What about the slow copies no cause fits?* h2dlab says *unexplained* rather than guess, and
-# each such copy's evidence lists the causes the data rules out.
+# each such copy's evidence lists the causes the data rules out, and the checks its table
+# could not make.
 
 # %% tags=["hide-input"]
 display(*(Markdown(f"**{name}.** {factors.unexplained(e)}") for name, e in explained.items()))
+
+# %% [markdown]
+# One cause deserves a reader's doubt: `host_parallel` says *where* a copy's extra time went
+# (into the host-side parallel copy, the timing thread on its CPU throughout) more than *why*.
+# Since table schema 5 the kit also reads how long each of the process's other threads waited
+# to run during the copy: a worker that lost its CPU to another thread holds the parallel copy
+# open, and the sentence says so. A vCPU that the VM's host took away does not show there. Where
+# the workers ran as they do for the copy's neighbours, the label is a place, not a reason, and
+# the sentences below count those copies as a skeptical reader would: as unexplained.
+
+# %% tags=["hide-input"]
+display(*(Markdown(f"**{name}.** {factors.host_parallel(e)}") for name, e in explained.items() if (e.cause == "host_parallel").any()))
 
 # %% [markdown]
 # Check by check, for this recording's unexplained copies (`outliers.ruled_out`): one column
@@ -160,7 +174,9 @@ display(*(Markdown(f"**{name}.** {factors.unexplained(e)}") for name, e in expla
 
 # %% tags=["hide-input"]
 ruled = {name: outliers.ruled_out(explained[name]) for name in ("forum", "sweep", "allocator") if name in explained}
-pd.concat(ruled).round(2) if ruled else rec.lacks("forum", "sweep", "allocator")
+table = pd.concat(ruled).round(2) if ruled else rec.lacks("forum", "sweep", "allocator")
+with pd.option_context("display.max_colwidth", None):  # each cell quotes its copy's numbers: show them whole
+    display(table)
 
 # %% [markdown]
 # ## 7 · The first copy after a pause
