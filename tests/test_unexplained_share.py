@@ -102,3 +102,40 @@ def test_an_unexplained_copy_of_an_old_table_names_the_checks_it_could_not_make(
         assert (
             "; no GC;" not in text and "; not recorded for it, so not checked: garbage collections; " in text
         )
+
+
+@pytest.mark.parametrize("kind", ["forum", "sweep"])
+def test_host_parallel_finding_counts_as_a_reader_would(bundled, kind):
+    from h2dlab.causes_parallel import AS_USUAL, LAGGED
+
+    e = bundled[kind]
+    f = e[e["is_outlier"]]
+    hp = f[f["cause"] == "host_parallel"]
+    got = factors.host_parallel(e)
+    same = int(hp["evidence"].str.contains(AS_USUAL, regex=False).sum())
+    lagged = int(hp["evidence"].str.contains(LAGGED, regex=False).sum())
+    assert same + lagged <= len(hp)  # a copy whose worker waited is no usual copy
+    unexplained = int((f["cause"] == "unexplained").sum())
+    assert (got["host_parallel"], got["flagged"], got["as_usual"], got["lagged"]) == (
+        len(hp),
+        len(f),
+        same,
+        lagged,
+    )
+    assert got["share_if_unexplained"] == pytest.approx((unexplained + same) / len(f))
+    assert got.holds == ((unexplained + same) <= 0.2 * len(f))
+    if len(hp) >= 5:  # Spearman's rank correlation of extra time and size, recomputed
+        extra = hp["event_ms"].where(hp["event_ms"].notna(), hp["wall_ms"]) - hp["expected_ms"]
+        rho = extra.rank().corr(hp["size_bytes"].astype(float).rank())
+        assert got["spearman_rho"] == pytest.approx(rho)
+    if lagged:
+        assert f"For {lagged} of the {len(hp)} one worker waited to run" in got.verdict
+    if same:
+        assert f"counted as unexplained they would leave {unexplained + same} of {len(f)}" in got.verdict
+
+
+def test_host_parallel_finding_without_such_copies():
+    e = outliers.explain(datasets.load("forum_a100"))
+    got = factors.host_parallel(e)
+    assert got.holds == (int((e[e.is_outlier].cause == "unexplained").sum()) <= 0.2 * int(e.is_outlier.sum()))
+    assert got.verdict == f"None of the {int(e.is_outlier.sum())} flagged copies is `host_parallel`."
