@@ -163,7 +163,9 @@ def host_parallel(explained: pd.DataFrame) -> Finding:
     extra = value_ms(hp) - hp["expected_ms"].astype(float)
     table = hp.assign(ms=value_ms(hp), extra_ms=extra)[["order", "strategy", "size_bytes", "ms", "extra_ms"]]
     if hp.empty:
-        return Finding(f"None of the {len(f)} flagged copies is `host_parallel`.", share <= 0.2, values, table)
+        return Finding(
+            f"None of the {len(f)} flagged copies is `host_parallel`.", share <= 0.2, values, table
+        )
     rho = float(extra.rank().corr(hp["size_bytes"].astype(float).rank())) if len(hp) >= 5 else np.nan
     values["spearman_rho"] = rho
     by = ", ".join(f"`{s}` {n}" for s, n in hp.groupby("strategy").size().items())
