@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -209,10 +208,10 @@ FLAG_COLUMNS = (
 )  # fmt: skip
 
 
-def report(source: str, n_boot: int = 100) -> dict[str, Any]:
+def report(source: str, n_boot: int = 100, table=None) -> dict[str, Any]:
     """What ``explain`` prints, as a dict in the :data:`JSON_SCHEMA` layout, plus the
     tables behind it under keys starting ``_`` (``_env``, ``_fit``, ``_explained``,
-    ``_flagged``), which the JSON leaves out."""
+    ``_flagged``), which the JSON leaves out; ``table``: ``source`` already loaded."""
     from h2dlab import model, outliers
     from h2dlab.causes_stall import censuses_by_run
     from h2dlab.causes_wake import run_pauses
@@ -220,7 +219,7 @@ def report(source: str, n_boot: int = 100) -> dict[str, Any]:
     from h2dlab.machines import describe_runs
     from h2dlab.wake_source import of_attrs
 
-    df = load_source(source)
+    df = load_source(source) if table is None else table
     env, names, setups = datasets.run_env(df), _run_names(df), describe_runs(df)
     # Analyse a copy without attrs: pandas deep-copies attrs (every run's env.json) on each
     # column access, which cost more CPU than the fit itself; explain gets what it reads of
@@ -283,15 +282,20 @@ def explain(
     int
         The exit code (0).
     """
-    rep = report(source)
+    from h2dlab.cli_annotated import annotated_env, check_one_env, write_annotated
+
+    df = load_source(source)
+    if out is not None:  # before any output: a refusal is the whole answer
+        check_one_env(df, source)
+    rep = report(source, table=df)
     fitted, flagged = rep["_fit"], rep["_flagged"]
     if as_json:
         print(json.dumps({k: v for k, v in rep.items() if not k.startswith("_")}, indent=1))
     else:
         _print_text(source, rep, fitted, flagged, show_all, limit)
     if out is not None:
-        env = _annotated_env(rep["_env"], source, argv)
-        _write_annotated(rep["_explained"].drop(columns=["run", "value_ms"]), Path(out), env)
+        env = annotated_env(rep["_env"], source, argv)
+        write_annotated(rep["_explained"].drop(columns=["run", "value_ms"]), Path(out), env)
         print(f"\nwrote the annotated table to {out}", file=sys.stderr)
     return 0
 
@@ -326,25 +330,3 @@ def _print_text(source, rep, fitted, flagged, show_all: bool, limit: int) -> Non
         if not show_all and len(groups) > limit:
             rest = sum(len(g) for g in groups[limit:])
             print(f"... {rest} more row(s) in {len(groups) - limit} line(s) (use --all or --out)")
-
-
-def _annotated_env(env: dict | None, source: str, argv: list[str] | None) -> dict:
-    # The measurement's own fingerprint (the data came from that machine), plus where
-    # and how this annotated copy was made.
-    out = dict(env or {})
-    out["annotated"] = {"source": str(source), "command": shlex.join(argv) if argv else None}
-    return out
-
-
-def _write_annotated(e, path: Path, env: dict) -> None:
-    # Not datasets.save: the annotated table carries the derived columns, which save()
-    # (the measurement table's writer) leaves out on purpose.
-    suf = datasets.suffix_of(path)
-    if suf == ".parquet":
-        writer = lambda t: e.to_parquet(t, index=False)  # noqa: E731
-    elif suf == ".xlsx":
-        writer = lambda t: e.to_excel(t, index=False, engine="openpyxl")  # noqa: E731
-    else:
-        writer = lambda t: e.to_csv(t, index=False, compression="gzip" if suf == ".csv.gz" else None)  # noqa: E731
-    datasets.atomic_write(path, writer)
-    datasets.write_env(env, datasets.env_path(path))

@@ -1,0 +1,54 @@
+"""Hostile inputs found by the tenth attack pass, on ``explain`` and ``compare``."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import refused_in_one_line
+
+from h2dlab import cli, datasets
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+@pytest.fixture
+def two_runs(tmp_path) -> Path:
+    """A folder with two runs, each with its own env.json: the schema-1 sweep's pow2 (old
+    ``<stem>.env.json`` name, no stall census) and the schema-4 d2h run (with one)."""
+    folder = tmp_path / "mix"
+    folder.mkdir()
+    for f in ("h200_sweep/pow2.csv.gz", "h200_sweep/pow2.env.json", "h200/d2h/d2h.csv.gz"):
+        shutil.copy(DATA / f, folder)
+    shutil.copy(DATA / "h200/d2h/d2h.csv.gz.env.json", folder)
+    return folder
+
+
+def test_explain_out_refuses_runs_with_their_own_env_json(two_runs, tmp_path, capsys):
+    """It wrote the first run's env.json for both: read back, each run was named after the
+    file and the schema-1 run was explained with the other run's stall census."""
+    out = tmp_path / "ann.csv.gz"
+    line = refused_in_one_line(
+        ["explain", str(two_runs), "--out", str(out)],
+        ["one table with one env.json", "holds 2 runs", f"{two_runs}:d2h", "leave --out out"],
+        capsys,
+        tmp_path,
+    )
+    assert line.startswith("h2dlab: error: explain --out writes")
+    assert not out.exists() and not datasets.env_path(out).exists()
+
+
+def test_explain_out_of_one_run_keeps_its_own_env_json(two_runs, tmp_path, capsys):
+    out = tmp_path / "pow2-ann.csv.gz"
+    assert cli.main(["explain", f"{two_runs}:pow2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    env = json.loads(datasets.env_path(out).read_text())
+    assert env["schema_version"] == 1 and "stall_census" not in env
+    assert env["run_id"] == datasets.read(out)["run_id"].unique().tolist()[0]
+
+
+def test_explain_out_of_a_one_run_dataset_still_works(tmp_path, capsys):
+    out = tmp_path / "annotated.csv"  # README's example
+    assert cli.main(["explain", "forum_a100", "--out", str(out)]) == 0
+    assert "wrote the annotated table" in capsys.readouterr().err
+    assert len(datasets.read(out)) == 630
