@@ -52,3 +52,16 @@ def test_explain_out_of_a_one_run_dataset_still_works(tmp_path, capsys):
     assert cli.main(["explain", "forum_a100", "--out", str(out)]) == 0
     assert "wrote the annotated table" in capsys.readouterr().err
     assert len(datasets.read(out)) == 630
+
+
+def test_explain_out_keeps_an_existing_env_json_without_force(tmp_path, capsys):
+    """Only the table itself was checked: an env.json at <out>.env.json was overwritten."""
+    out = tmp_path / "out.csv.gz"
+    beside = datasets.env_path(out)
+    beside.write_text('{"mine": 1}\n')
+    refused_in_one_line(
+        ["explain", "forum_a100", "--out", str(out)], [str(beside), "exists", "--force"], capsys, tmp_path
+    )
+    assert beside.read_text() == '{"mine": 1}\n' and not out.exists()
+    assert cli.main(["explain", "forum_a100", "--out", str(out), "--force"]) == 0
+    assert json.loads(beside.read_text())["annotated"]["source"] == "forum_a100"
