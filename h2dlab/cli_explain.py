@@ -52,6 +52,8 @@ JSON_SCHEMA = {
     "flagged": "list of {run, run_id, order, strategy, size_bytes, value_ms, expected_ms, robust_z, "
     "episode, cause, evidence}: every row flagged as slow, in time order per run",
     "causes": "object: cause -> number of flagged rows",
+    "checked_rows": "int: timed rows scored against an expectation (the others cannot be flagged)",
+    "not_checked": "list of str: why the other timed rows were not checked (empty: every one was)",
 }
 
 
@@ -215,6 +217,7 @@ def report(source: str, n_boot: int = 100, table=None) -> dict[str, Any]:
     from h2dlab import model, outliers
     from h2dlab.causes_stall import censuses_by_run
     from h2dlab.causes_wake import run_pauses
+    from h2dlab.cli_unchecked import unchecked
     from h2dlab.env import describe
     from h2dlab.machines import describe_runs
     from h2dlab.wake_source import of_attrs
@@ -232,6 +235,7 @@ def report(source: str, n_boot: int = 100, table=None) -> dict[str, Any]:
     e = e.assign(run=e["run_id"].map(names), value_ms=model.value_ms(e))
     flagged = e[e["is_outlier"]].sort_values(["run_id", "order"], kind="stable")
     flagged = flagged.sort_values("run_id", key=lambda s: s.map(list(names).index), kind="stable")
+    checked, why = unchecked(e)
     fit_rows = (
         fitted[list(FIT_COLUMNS)].rename(columns={"median_abs_rel_err": "fit_error"}) if len(fitted) else None
     )
@@ -245,6 +249,8 @@ def report(source: str, n_boot: int = 100, table=None) -> dict[str, Any]:
         "fit": [] if fit_rows is None else _records(fit_rows),
         "flagged": _records(flagged[list(FLAG_COLUMNS)]),
         "causes": {str(k): int(v) for k, v in flagged["cause"].value_counts().items()},
+        "checked_rows": checked,
+        "not_checked": why,
         "_env": env,
         "_fit": fitted,
         "_explained": e,
@@ -319,7 +325,9 @@ def _print_text(source, rep, fitted, flagged, show_all: bool, limit: int) -> Non
         print(show.rename(columns=header).to_string(index=False))
         for w in fitted.loc[fitted["poor_fit"], "warning"]:
             print(f"! {w}")
-    print(f"\n{len(flagged)} of {rep['timed_rows']} timed rows flagged as slow:")
+    left = rep["timed_rows"] - rep["checked_rows"]
+    why = f" ({left} not checked: {'; '.join(rep['not_checked'])})" if left else ""
+    print(f"\n{len(flagged)} of {rep['timed_rows']} timed rows flagged as slow{why}:")
     counts = flagged.groupby(["strategy", "cause"]).size().rename("rows").reset_index()
     if len(counts):
         print(counts.to_string(index=False))

@@ -65,3 +65,43 @@ def test_explain_out_keeps_an_existing_env_json_without_force(tmp_path, capsys):
     assert beside.read_text() == '{"mine": 1}\n' and not out.exists()
     assert cli.main(["explain", "forum_a100", "--out", str(out), "--force"]) == 0
     assert json.loads(beside.read_text())["annotated"]["source"] == "forum_a100"
+
+
+def _d2h_with(tmp_path, name, change) -> Path:
+    """The bundled d2h run, changed by ``change(df)``, saved with its env.json."""
+    src = DATA / "h200/d2h/d2h.csv.gz"
+    df = datasets.read(src)
+    change(df)
+    return datasets.save(df, tmp_path / name, env=datasets.read_env(src))
+
+
+def _explain_json(path, capsys) -> tuple[int, dict]:
+    rc = cli.main(["explain", str(path), "--json"])
+    out = capsys.readouterr().out
+    return rc, (json.loads(out) if out.strip() else {})
+
+
+def test_explain_says_how_many_rows_a_zero_time_left_out(tmp_path, capsys):
+    """A successful copy with wall_ms and event_ms 0 was dropped by the fit and the check in
+    silence ("0 of 498 flagged" counted it); bundled data has none, but a measurement's
+    clock can give one, so it is said, not refused."""
+
+    def zero(df):
+        i = df.index[~df["warmup"] & (df["strategy"] == "pageable")][5]
+        df.loc[i, ["wall_ms", "event_ms"]] = 0.0
+
+    path = _d2h_with(tmp_path, "one_zero.csv.gz", zero)
+    rc, rep = _explain_json(path, capsys)
+    assert rc == 0 and rep["timed_rows"] == 498 and rep["checked_rows"] == 497
+    assert rep["not_checked"] == [
+        "1 with a time of 0 ms (wall_ms, event_ms), which neither the fit nor the check can use"
+    ]
+    assert cli.main(["explain", str(path)]) == 0
+    assert (
+        "of 498 timed rows flagged as slow (1 not checked: 1 with a time of 0 ms" in capsys.readouterr().out
+    )
+
+
+def test_explain_of_a_whole_table_checks_every_timed_row(capsys):
+    rc, rep = _explain_json("h200:d2h", capsys)
+    assert rc == 0 and rep["checked_rows"] == rep["timed_rows"] == 498 and rep["not_checked"] == []
