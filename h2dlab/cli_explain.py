@@ -54,6 +54,7 @@ JSON_SCHEMA = {
     "causes": "object: cause -> number of flagged rows",
     "checked_rows": "int: timed rows scored against an expectation (the others cannot be flagged)",
     "not_checked": "list of str: why the other timed rows were not checked (empty: every one was)",
+    "not_fitted": "list of str: each run and strategy with timed copies but no fitted line, and why",
 }
 
 
@@ -217,7 +218,7 @@ def report(source: str, n_boot: int = 100, table=None) -> dict[str, Any]:
     from h2dlab import model, outliers
     from h2dlab.causes_stall import censuses_by_run
     from h2dlab.causes_wake import run_pauses
-    from h2dlab.cli_unchecked import unchecked
+    from h2dlab.cli_unchecked import unchecked, unfitted
     from h2dlab.env import describe
     from h2dlab.machines import describe_runs
     from h2dlab.wake_source import of_attrs
@@ -251,6 +252,7 @@ def report(source: str, n_boot: int = 100, table=None) -> dict[str, Any]:
         "causes": {str(k): int(v) for k, v in flagged["cause"].value_counts().items()},
         "checked_rows": checked,
         "not_checked": why,
+        "not_fitted": unfitted(e, fitted, names),
         "_env": env,
         "_fit": fitted,
         "_explained": e,
@@ -286,15 +288,18 @@ def explain(
     Returns
     -------
     int
-        The exit code (0).
+        The exit code (0); a table with no timed copy it can check raises ``UsageError``
+        (exit 2), as ``compare`` does with nothing to compare.
     """
     from h2dlab.cli_annotated import annotated_env, check_one_env, write_annotated
+    from h2dlab.cli_unchecked import nothing_checked
 
     df = load_source(source)
     if out is not None:  # before any output: a refusal is the whole answer
         check_one_env(df, source)
     rep = report(source, table=df)
     fitted, flagged = rep["_fit"], rep["_flagged"]
+    nothing_checked(rep, source)  # exit 2 before any output, as compare with nothing to compare
     if as_json:
         print(json.dumps({k: v for k, v in rep.items() if not k.startswith("_")}, indent=1))
     else:
@@ -325,6 +330,8 @@ def _print_text(source, rep, fitted, flagged, show_all: bool, limit: int) -> Non
         print(show.rename(columns=header).to_string(index=False))
         for w in fitted.loc[fitted["poor_fit"], "warning"]:
             print(f"! {w}")
+    if rep["not_fitted"]:
+        print(f"\nno line fitted (a line needs copies of two sizes or more): {'; '.join(rep['not_fitted'])}")
     left = rep["timed_rows"] - rep["checked_rows"]
     why = f" ({left} not checked: {'; '.join(rep['not_checked'])})" if left else ""
     print(f"\n{len(flagged)} of {rep['timed_rows']} timed rows flagged as slow{why}:")

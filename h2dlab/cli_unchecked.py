@@ -8,7 +8,9 @@ its run. This module only counts and words them; the rules are ``outliers``'.
 
 from __future__ import annotations
 
-__all__ = ["unchecked"]
+from h2dlab.errors import UsageError
+
+__all__ = ["nothing_checked", "unchecked", "unfitted"]
 
 
 def unchecked(e) -> tuple[int, list[str]]:
@@ -45,3 +47,28 @@ def unchecked(e) -> tuple[int, list[str]]:
             f"{int(few.sum())} of a strategy with fewer than 3 usable timed copies in its run ({names})"
         )
     return int(checked.sum()), reasons
+
+
+def unfitted(e, fitted, names: dict) -> list[str]:
+    """One sentence per run and strategy whose timed copies got no fitted line (``model.fit``
+    needs copies of two sizes or more with a time above 0), naming its one size."""
+    from h2dlab.rows import timed
+    from h2dlab.units import fmt_bytes
+
+    done = set(zip(fitted["run_id"], fitted["strategy"], strict=True)) if len(fitted) else set()
+    out = []
+    for (rid, strategy), g in timed(e).groupby(["run_id", "strategy"], sort=False):
+        if (rid, strategy) not in done:
+            sizes = sorted(set(g["size_bytes"]))
+            out.append(f"{names.get(rid, rid)} {strategy}: copies of one size only ({fmt_bytes(sizes[0])})")
+    return out
+
+
+def nothing_checked(rep: dict, source: str) -> None:
+    """Refuse (``UsageError``, exit 2) a report that checked no copy, saying why: an answer
+    of "0 of N flagged" would read as a clean bill (``compare`` too exits 2 with nothing)."""
+    if rep["checked_rows"]:
+        return
+    why = "; ".join(rep["not_checked"]) or "every row is a warm-up or records an error"
+    what = "no timed copy that succeeded" if not rep["timed_rows"] else f"{rep['timed_rows']} timed copies"
+    raise UsageError(f"nothing to explain: {source} holds {what}, and no copy could be checked ({why})")

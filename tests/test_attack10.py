@@ -71,7 +71,7 @@ def _d2h_with(tmp_path, name, change) -> Path:
     """The bundled d2h run, changed by ``change(df)``, saved with its env.json."""
     src = DATA / "h200/d2h/d2h.csv.gz"
     df = datasets.read(src)
-    change(df)
+    df = change(df)
     return datasets.save(df, tmp_path / name, env=datasets.read_env(src))
 
 
@@ -89,6 +89,7 @@ def test_explain_says_how_many_rows_a_zero_time_left_out(tmp_path, capsys):
     def zero(df):
         i = df.index[~df["warmup"] & (df["strategy"] == "pageable")][5]
         df.loc[i, ["wall_ms", "event_ms"]] = 0.0
+        return df
 
     path = _d2h_with(tmp_path, "one_zero.csv.gz", zero)
     rc, rep = _explain_json(path, capsys)
@@ -105,3 +106,39 @@ def test_explain_says_how_many_rows_a_zero_time_left_out(tmp_path, capsys):
 def test_explain_of_a_whole_table_checks_every_timed_row(capsys):
     rc, rep = _explain_json("h200:d2h", capsys)
     assert rc == 0 and rep["checked_rows"] == rep["timed_rows"] == 498 and rep["not_checked"] == []
+
+
+def test_explain_says_no_line_was_fitted_to_copies_of_one_size(tmp_path, capsys):
+    """With one size per strategy no line can be fitted: the fit section vanished and
+    '0 of 60 timed rows flagged' was all it said (the rows are still checked, against
+    their size's median)."""
+    path = _d2h_with(tmp_path, "one_size.csv.gz", lambda df: df[df["size_bytes"] == 2**20])
+    rc, rep = _explain_json(path, capsys)
+    assert rc == 0 and rep["fit"] == [] and rep["checked_rows"] == rep["timed_rows"] > 0
+    assert len(rep["not_fitted"]) == 6
+    assert "one_size pageable: copies of one size only (1 MiB)" in rep["not_fitted"]
+    assert cli.main(["explain", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "no line fitted (a line needs copies of two sizes or more): one_size " in text
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "why"),
+    [
+        ("zero.csv.gz", lambda df: df.assign(wall_ms=0.0, event_ms=0.0), "0 ms"),
+        ("warm.csv.gz", lambda df: df[df["warmup"]], "no timed copy that succeeded"),
+        ("err.csv.gz", lambda df: df.assign(error="OOM"), "no timed copy that succeeded"),
+    ],
+)
+def test_explain_with_no_copy_it_can_check_exits_2_like_compare(tmp_path, capsys, name, change, why):
+    """It printed '0 of N timed rows flagged as slow' with exit code 0: a silent wrong answer."""
+    path = _d2h_with(tmp_path, name, change)
+    for json_flag in ([], ["--json"]):
+        line = refused_in_one_line(
+            ["explain", str(path), *json_flag],
+            ["nothing to explain", "no copy could be checked", why],
+            capsys,
+            tmp_path,
+        )
+        assert str(path) in line
+    assert cli.main(["compare", str(path)]) == 2  # the same answer compare gives
