@@ -142,3 +142,23 @@ def test_explain_with_no_copy_it_can_check_exits_2_like_compare(tmp_path, capsys
         )
         assert str(path) in line
     assert cli.main(["compare", str(path)]) == 2  # the same answer compare gives
+
+
+@pytest.mark.parametrize("name", ["py\tthon", "\x1b[2Jevil", "a\nb"])
+def test_a_busiest_thread_with_control_characters_is_refused(tmp_path, capsys, name):
+    """explain printed it raw in the evidence: a terminal escape from a table."""
+    path = tmp_path / "ctrl.csv.gz"
+    df = datasets.read(DATA / "h200/d2h/d2h.csv.gz")
+    df.loc[df.index[3], "busiest_thread"] = name
+    df.to_csv(path, index=False)  # not save(): it validates, as read does
+    refused_in_one_line(
+        ["explain", str(path)], ["row 3", "busiest_thread", "control character"], capsys, tmp_path
+    )
+
+
+def test_real_thread_names_pass():
+    df = datasets.read(DATA / "h200/d2h/d2h.csv.gz")
+    df["busiest_thread"] = ["python3", "pt_autograd_0", "cuda-EvtHandlr", ""] * (len(df) // 4) + [""] * (
+        len(df) % 4
+    )
+    assert datasets.validate(df)["busiest_thread"].tolist() == df["busiest_thread"].tolist()
