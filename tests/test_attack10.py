@@ -2,6 +2,10 @@
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -162,3 +166,35 @@ def test_real_thread_names_pass():
         len(df) % 4
     )
     assert datasets.validate(df)["busiest_thread"].tolist() == df["busiest_thread"].tolist()
+
+
+def _terminated(*args) -> tuple[int, str]:
+    """Run ``h2dlab args`` and send SIGTERM once it is inside main() (pandas loaded: parsing
+    imports it), long before it ends; its exit code and stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "h2dlab.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    maps = Path(f"/proc/{proc.pid}/maps")
+    t0 = time.time()
+    while proc.poll() is None and time.time() - t0 < 60 and "pandas/_libs" not in maps.read_text():
+        time.sleep(0.01)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
+@pytest.mark.parametrize(
+    "args",
+    [("explain", "h200:sweep", "--json"), ("compare", *["h200_omp"] * 8, "--json")],
+    ids=["explain", "compare"],
+)
+def test_sigterm_exits_130_with_one_line(args):
+    """SIGTERM killed explain and compare with 143 and no word; --help promises 130."""
+    rc, err = _terminated(*args)
+    assert rc == 130, err
+    assert err.strip().splitlines() == ["h2dlab: interrupted"]
