@@ -198,3 +198,29 @@ def test_sigterm_exits_130_with_one_line(args):
     rc, err = _terminated(*args)
     assert rc == 130, err
     assert err.strip().splitlines() == ["h2dlab: interrupted"]
+
+
+def test_compare_refuses_a_strategy_the_runs_lack(tmp_path, capsys):
+    """--strategies pinned_reuse,nosuch showed pinned_reuse and passed over the typo."""
+    argv = ["compare", "h200:sweep:pow2", "--strategies", "pinned_reuse,nosuch", "--sizes", "1GiB"]
+    line = refused_in_one_line(
+        argv, ["unknown strategy 'nosuch'", "--strategies", "pinned_reuse, "], capsys, tmp_path
+    )
+    assert "pageable" in line and "'pinned_reuse'" not in line
+
+
+def test_compare_refuses_a_size_the_runs_lack(tmp_path, capsys):
+    argv = ["compare", "h200:sweep:pow2", "--strategies", "pinned_reuse", "--sizes", "1GiB,7GiB"]
+    line = refused_in_one_line(
+        argv, ["--sizes 7 GiB", "no timed copy of that size", "1 KiB, 2 KiB"], capsys, tmp_path
+    )
+    assert line.endswith("1 GiB, 2 GiB")
+
+
+def test_compare_with_known_names_and_sizes_still_shows_them(capsys):
+    assert (
+        cli.main(["compare", "h200:sweep:pow2", "--strategies", "pinned_reuse", "--sizes", "1GiB", "--json"])
+        == 0
+    )
+    cells = json.loads(capsys.readouterr().out)
+    assert [(c["strategy"], c["size_bytes"]) for c in cells] == [("pinned_reuse", 2**30)]
