@@ -224,3 +224,26 @@ def test_compare_with_known_names_and_sizes_still_shows_them(capsys):
     )
     cells = json.loads(capsys.readouterr().out)
     assert [(c["strategy"], c["size_bytes"]) for c in cells] == [("pinned_reuse", 2**30)]
+
+
+@pytest.mark.parametrize("source", ["h200::", "h200:"])
+def test_a_recording_with_an_empty_kind_names_its_kinds(tmp_path, capsys, source):
+    """'h200::' said "give h200: for every  run, or h200::RUN": an empty kind slot."""
+    line = refused_in_one_line(
+        ["explain", source], [f"{source!r} names no kind", "h200:KIND", "sweep, "], capsys, tmp_path
+    )
+    assert "h200::RUN" not in line and "every  run" not in line
+
+
+@pytest.mark.parametrize("version", ['"4"', "true", "4.0"])
+def test_a_schema_version_that_is_no_whole_number_is_a_damaged_env_json(tmp_path, capsys, version):
+    """It said 'written with table schema version '4' ... upgrade h2dlab': no newer kit wrote it."""
+    src = DATA / "h200/d2h/d2h.csv.gz"
+    path = tmp_path / "v.csv.gz"
+    shutil.copy(src, path)
+    text = datasets.env_path(src).read_text()
+    datasets.env_path(path).write_text(text.replace('"schema_version": 4', f'"schema_version": {version}'))
+    line = refused_in_one_line(
+        ["explain", str(path)], ["schema_version", "not a whole number", "damaged"], capsys, tmp_path
+    )
+    assert "upgrade" not in line
