@@ -311,18 +311,18 @@ COMMANDS.update(dict.fromkeys(cli_measuring.COMMANDS, cli_measuring.run))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command; return its exit code (:data:`EXIT_CODES`: 0 done, 1 the machine or
-    the run failed, 2 a usage mistake, 130 interrupted)."""
+    """Run the command; return its exit code (:data:`EXIT_CODES`: 0 done, 1 failed, 2 misused, 130 stopped)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     cli_common.one_line_warnings()
-    try:  # parsing imports pandas: a Ctrl-C there is an interruption too, not a traceback
-        parser = build_parser()
-        args, extra = parser.parse_known_args(argv)
-        cli_common.expand_home(args)  # --out=~/r.csv: the shell left the ~
-        if extra:  # refused by the subcommand's parser, so the line names its --help
-            subs = next(x for x in parser._actions if isinstance(x, argparse._SubParsersAction))
-            subs.choices[args.cmd].error(f"unrecognized arguments: {' '.join(extra)}")
-        return COMMANDS[args.cmd](args, argv)
+    try:  # parsing imports pandas: a Ctrl-C (or SIGTERM) there is an interruption too, not a traceback
+        with cli_common.terminate_interrupts():
+            parser = build_parser()
+            args, extra = parser.parse_known_args(argv)
+            cli_common.expand_home(args)  # --out=~/r.csv: the shell left the ~
+            if extra:  # refused by the subcommand's parser, so the line names its --help
+                subs = next(x for x in parser._actions if isinstance(x, argparse._SubParsersAction))
+                subs.choices[args.cmd].error(f"unrecognized arguments: {' '.join(extra)}")
+            return COMMANDS[args.cmd](args, argv)
     except BrokenPipeError:  # e.g. `h2dlab explain ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

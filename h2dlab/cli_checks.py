@@ -69,8 +69,9 @@ def check_out(path: str, suffixes: tuple[str, ...] | None = None) -> Path:
 
 
 def check_target(out: Path, *, resume: bool = False, force: bool = False, resumable: bool = True) -> Path:
-    """Refuse to replace what is at ``--out`` unless ``--force`` (or ``--resume``, which
-    continues it); never take the output of a run still going, even with ``--force``."""
+    """Refuse to replace what is at ``--out``, or the env.json beside it, unless ``--force``
+    (or ``--resume``, which continues it); never take the output of a run still going, even
+    with ``--force``."""
     from h2dlab.partial import check_free, partial_path
 
     if resume and force:
@@ -100,6 +101,11 @@ def check_target(out: Path, *, resume: bool = False, force: bool = False, resuma
     if out.exists() or out.is_symlink():
         again = ", continue its run with --resume," if resumable else ""
         raise UsageError(f"{out} exists: write elsewhere{again} or replace it with --force")
+    fingerprint = env_path(out)  # written beside --out: an orphan of another table is kept too
+    if fingerprint.exists() or fingerprint.is_symlink():
+        raise UsageError(
+            f"{fingerprint} exists (the env.json of --out): write elsewhere or replace it with --force"
+        )
     return out
 
 

@@ -8,7 +8,11 @@ import errno
 import os
 import re
 import shlex
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from h2dlab.errors import Unavailable, UsageError
@@ -28,6 +32,7 @@ __all__ = [
     "one_line_warnings",
     "pause_arg",
     "sizes_arg",
+    "terminate_interrupts",
     "whole_arg",
 ]
 
@@ -240,3 +245,25 @@ def finish_measure(df, out: Path, argv: list[str], resumable: bool = True) -> in
         first = df.loc[df["error"] != "", "error"].iloc[0]
         print(f"note: {errors} row(s) record an error, e.g. {first}", file=sys.stderr)
     return 0
+
+
+@contextmanager
+def terminate_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C does, so every command
+    ends with 'h2dlab: interrupted' and exit code 130 (it killed explain and compare with 143,
+    saying nothing). A handler already installed (a caller's) is kept; a measurement's own
+    ``StopFlag`` takes SIGTERM over within its run and gives it back after."""
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.getsignal(signal.SIGTERM) if main else None
+    if old is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)

@@ -160,6 +160,27 @@ def _across(tables: list[tuple[str, Any]]) -> None:
         print(f"  {label:<28} {str(strategy):<22} {fmt_bytes(size):>10}  {ratio:6.2f}x  ({verdict})")
 
 
+def _known(keep: list[str] | None, sizes: list[int] | None, tables: list[Any]) -> None:
+    """Refuse a --strategies name or --sizes size that no run has a timed copy of: it was
+    left out in silence, so a typo read as 'that strategy has no rows'."""
+    from h2dlab.units import fmt_bytes
+
+    have = list(dict.fromkeys(str(s) for t in tables for s in t["strategy"]))
+    bad = [s for s in keep or [] if s not in have]
+    if bad:
+        raise UsageError(
+            f"unknown strategy {', '.join(map(repr, bad))} in --strategies: these runs have timed copies "
+            f"of {', '.join(have) or 'none'}"
+        )
+    there = sorted({int(s) for t in tables for s in t["size_bytes"]})
+    bad = [s for s in sizes or [] if s not in there]
+    if bad:
+        raise UsageError(
+            f"--sizes {', '.join(fmt_bytes(s) for s in bad)}: these runs have no timed copy of {'that size' if len(bad) == 1 else 'those sizes'}; "
+            f"they have {', '.join(fmt_bytes(s) for s in there) or 'none'}"
+        )
+
+
 def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Print the comparison (or JSON); exit code 0."""
     if a.baseline is not None and not a.baseline.strip():
@@ -173,9 +194,9 @@ def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
     from h2dlab.cli_common import names
 
     keep = None if a.strategies is None else list(names(a.strategies, "--strategies"))
-    tables = []
-    for label, df in load_runs(a.runs):
-        t = table(df, a.baseline)
+    tables, made = [], [(label, df, table(df, a.baseline)) for label, df in load_runs(a.runs)]
+    _known(keep, a.sizes, [t for _, _, t in made])
+    for label, df, t in made:
         if keep is not None:
             t = t[t["strategy"].isin(keep)]
         if a.sizes is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,9 @@ JSON_SCHEMA = {
     "flagged": "list of {run, run_id, order, strategy, size_bytes, value_ms, expected_ms, robust_z, "
     "episode, cause, evidence}: every row flagged as slow, in time order per run",
     "causes": "object: cause -> number of flagged rows",
+    "checked_rows": "int: timed rows scored against an expectation (the others cannot be flagged)",
+    "not_checked": "list of str: why the other timed rows were not checked (empty: every one was)",
+    "not_fitted": "list of str: each run and strategy with timed copies but no fitted line, and why",
 }
 
 
@@ -209,18 +211,19 @@ FLAG_COLUMNS = (
 )  # fmt: skip
 
 
-def report(source: str, n_boot: int = 100) -> dict[str, Any]:
+def report(source: str, n_boot: int = 100, table=None) -> dict[str, Any]:
     """What ``explain`` prints, as a dict in the :data:`JSON_SCHEMA` layout, plus the
     tables behind it under keys starting ``_`` (``_env``, ``_fit``, ``_explained``,
-    ``_flagged``), which the JSON leaves out."""
+    ``_flagged``), which the JSON leaves out; ``table``: ``source`` already loaded."""
     from h2dlab import model, outliers
     from h2dlab.causes_stall import censuses_by_run
     from h2dlab.causes_wake import run_pauses
+    from h2dlab.cli_unchecked import unchecked, unfitted
     from h2dlab.env import describe
     from h2dlab.machines import describe_runs
     from h2dlab.wake_source import of_attrs
 
-    df = load_source(source)
+    df = load_source(source) if table is None else table
     env, names, setups = datasets.run_env(df), _run_names(df), describe_runs(df)
     # Analyse a copy without attrs: pandas deep-copies attrs (every run's env.json) on each
     # column access, which cost more CPU than the fit itself; explain gets what it reads of
@@ -233,6 +236,7 @@ def report(source: str, n_boot: int = 100) -> dict[str, Any]:
     e = e.assign(run=e["run_id"].map(names), value_ms=model.value_ms(e))
     flagged = e[e["is_outlier"]].sort_values(["run_id", "order"], kind="stable")
     flagged = flagged.sort_values("run_id", key=lambda s: s.map(list(names).index), kind="stable")
+    checked, why = unchecked(e)
     fit_rows = (
         fitted[list(FIT_COLUMNS)].rename(columns={"median_abs_rel_err": "fit_error"}) if len(fitted) else None
     )
@@ -246,6 +250,9 @@ def report(source: str, n_boot: int = 100) -> dict[str, Any]:
         "fit": [] if fit_rows is None else _records(fit_rows),
         "flagged": _records(flagged[list(FLAG_COLUMNS)]),
         "causes": {str(k): int(v) for k, v in flagged["cause"].value_counts().items()},
+        "checked_rows": checked,
+        "not_checked": why,
+        "not_fitted": unfitted(e, fitted, names),
         "_env": env,
         "_fit": fitted,
         "_explained": e,
@@ -281,17 +288,25 @@ def explain(
     Returns
     -------
     int
-        The exit code (0).
+        The exit code (0); a table with no timed copy it can check raises ``UsageError``
+        (exit 2), as ``compare`` does with nothing to compare.
     """
-    rep = report(source)
+    from h2dlab.cli_annotated import annotated_env, check_one_env, write_annotated
+    from h2dlab.cli_unchecked import nothing_checked
+
+    df = load_source(source)
+    if out is not None:  # before any output: a refusal is the whole answer
+        check_one_env(df, source)
+    rep = report(source, table=df)
     fitted, flagged = rep["_fit"], rep["_flagged"]
+    nothing_checked(rep, source)  # exit 2 before any output, as compare with nothing to compare
     if as_json:
         print(json.dumps({k: v for k, v in rep.items() if not k.startswith("_")}, indent=1))
     else:
         _print_text(source, rep, fitted, flagged, show_all, limit)
     if out is not None:
-        env = _annotated_env(rep["_env"], source, argv)
-        _write_annotated(rep["_explained"].drop(columns=["run", "value_ms"]), Path(out), env)
+        env = annotated_env(rep["_env"], source, argv)
+        write_annotated(rep["_explained"].drop(columns=["run", "value_ms"]), Path(out), env)
         print(f"\nwrote the annotated table to {out}", file=sys.stderr)
     return 0
 
@@ -315,7 +330,11 @@ def _print_text(source, rep, fitted, flagged, show_all: bool, limit: int) -> Non
         print(show.rename(columns=header).to_string(index=False))
         for w in fitted.loc[fitted["poor_fit"], "warning"]:
             print(f"! {w}")
-    print(f"\n{len(flagged)} of {rep['timed_rows']} timed rows flagged as slow:")
+    if rep["not_fitted"]:
+        print(f"\nno line fitted (a line needs copies of two sizes or more): {'; '.join(rep['not_fitted'])}")
+    left = rep["timed_rows"] - rep["checked_rows"]
+    why = f" ({left} not checked: {'; '.join(rep['not_checked'])})" if left else ""
+    print(f"\n{len(flagged)} of {rep['timed_rows']} timed rows flagged as slow{why}:")
     counts = flagged.groupby(["strategy", "cause"]).size().rename("rows").reset_index()
     if len(counts):
         print(counts.to_string(index=False))
@@ -326,25 +345,3 @@ def _print_text(source, rep, fitted, flagged, show_all: bool, limit: int) -> Non
         if not show_all and len(groups) > limit:
             rest = sum(len(g) for g in groups[limit:])
             print(f"... {rest} more row(s) in {len(groups) - limit} line(s) (use --all or --out)")
-
-
-def _annotated_env(env: dict | None, source: str, argv: list[str] | None) -> dict:
-    # The measurement's own fingerprint (the data came from that machine), plus where
-    # and how this annotated copy was made.
-    out = dict(env or {})
-    out["annotated"] = {"source": str(source), "command": shlex.join(argv) if argv else None}
-    return out
-
-
-def _write_annotated(e, path: Path, env: dict) -> None:
-    # Not datasets.save: the annotated table carries the derived columns, which save()
-    # (the measurement table's writer) leaves out on purpose.
-    suf = datasets.suffix_of(path)
-    if suf == ".parquet":
-        writer = lambda t: e.to_parquet(t, index=False)  # noqa: E731
-    elif suf == ".xlsx":
-        writer = lambda t: e.to_excel(t, index=False, engine="openpyxl")  # noqa: E731
-    else:
-        writer = lambda t: e.to_csv(t, index=False, compression="gzip" if suf == ".csv.gz" else None)  # noqa: E731
-    datasets.atomic_write(path, writer)
-    datasets.write_env(env, datasets.env_path(path))

@@ -99,7 +99,7 @@ DIRECTIONS = ("h2d", "d2h")
 #: and ``world`` where present: a multi-GPU run has one row per GPU for each copy).
 KEY = ("run_id", "direction", "strategy", "size_bytes", "n_tensors", "rep", "warmup")
 
-_TEXT_CHECKED = ("run_id", "strategy", "shape", "dtype", "direction")  # no control characters
+_TEXT_CHECKED = ("run_id", "strategy", "shape", "dtype", "direction", "busiest_thread")  # printable only
 _BOOL_WORDS = {"true": True, "false": False, "1": True, "0": False, "1.0": True, "0.0": False}
 
 

@@ -109,6 +109,8 @@ def resolve(source: str) -> Source:
     rec = _recording(head)
     if rec is not None:
         kind, colon, run = rest.partition(":")
+        if not kind:  # 'h200:' or 'h200::' (its message had an empty kind slot)
+            raise UsageError(f"{text!r} names no kind: give {head}:KIND, one of {_kinds_hint(rec)}")
         if colon and not run:  # 'h200:sweep:' read every run, where 'forum_a100:' is refused
             raise UsageError(
                 f"{text!r} names no run after its last ':': give {head}:{kind} for every {kind} run, or {head}:{kind}:RUN"

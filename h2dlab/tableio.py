@@ -261,7 +261,12 @@ def read(path: str | Path) -> pd.DataFrame:
     df = validate(df, source=str(path))
     env = read_env(path, run_ids=df["run_id"].unique())
     version = SCHEMA_VERSION if env is None else env.get("schema_version", SCHEMA_VERSION)
-    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool):  # "4", true, 4.0: not a newer kit's
+        raise SchemaError(
+            f"{path}: the schema_version {version!r} in its env.json is not a whole number, so the "
+            "env.json is damaged: restore it from a copy, or re-run the measurement"
+        )
+    if not 1 <= version <= SCHEMA_VERSION:
         raise SchemaError(
             f"{path}: written with table schema version {version!r}, this h2dlab reads "
             f"versions 1 to {SCHEMA_VERSION}; upgrade h2dlab or re-run the measurement"

@@ -72,7 +72,7 @@ def test_compare_baseline_and_refusals():
         (["h200_sweep:pow2", "--baseline", "teleport"], "no strategy 'teleport'"),
         (["no_such_dataset"], "unknown dataset"),
         (["h200_sweep:nope"], "no run named 'nope'"),
-        (["h200_sweep:pow2", "--sizes", "3KiB"], "nothing to compare"),
+        (["h200_sweep:pow2", "--sizes", "3KiB"], "--sizes 3 KiB: these runs have no timed copy of that size"),
         (["h200_sweep:pow2", "--baseline", ""], "--baseline is empty"),  # was: pageable, silently
         (["h200_sweep:pow2", "--baseline", "  "], "--baseline is empty"),
     ]:
