@@ -8,14 +8,11 @@ import errno
 import os
 import re
 import shlex
-import signal
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from h2dlab.errors import Unavailable, UsageError
+from h2dlab.interrupts import terminate_raises
 
 __all__ = [
     "EXIT_CODES",
@@ -247,23 +244,9 @@ def finish_measure(df, out: Path, argv: list[str], resumable: bool = True) -> in
     return 0
 
 
-@contextmanager
-def terminate_interrupts() -> Iterator[None]:
-    """Within the block, SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C does, so every command
-    ends with 'h2dlab: interrupted' and exit code 130 (it killed explain and compare with 143,
-    saying nothing). A handler already installed (a caller's) is kept; a measurement's own
-    ``StopFlag`` takes SIGTERM over within its run and gives it back after."""
-    main = threading.current_thread() is threading.main_thread()
-    old = signal.getsignal(signal.SIGTERM) if main else None
-    if old is not signal.SIG_DFL:
-        yield
-        return
-
-    def handler(signum, frame):  # noqa: ARG001
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+#: Within its block, SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C does, so every command
+#: ends with 'h2dlab: interrupted' and exit code 130 (it killed explain and compare with 143,
+#: saying nothing). A handler already installed (a caller's) is kept; a measurement's own
+#: ``StopFlag`` takes SIGTERM over within its run and gives it back after. The same block
+#: ``tableio.atomic_write`` runs in.
+terminate_interrupts = terminate_raises

@@ -14,18 +14,16 @@ import gzip
 import io
 import json
 import os
-import signal
 import tempfile
-import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from h2dlab import SCHEMA_VERSION
+from h2dlab.interrupts import terminate_raises
 from h2dlab.schema import COLUMNS, OPTIONAL_COLUMNS, SchemaError, validate
 
 __all__ = [
@@ -99,28 +97,6 @@ def remove_stale_temporaries(path: str | Path) -> list[Path]:
     return gone
 
 
-@contextmanager
-def _terminate_raises() -> Iterator[None]:
-    """Within the block, SIGTERM (where it would kill the process outright) raises
-    ``KeyboardInterrupt`` instead, so that cleanup code runs."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.getsignal(signal.SIGTERM)
-    if old not in (signal.SIG_DFL, None):
-        yield
-        return
-
-    def handler(signum, frame):  # noqa: ARG001
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 def atomic_write(path: Path, write: Callable[[str], object]) -> None:
     """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it onto
     ``path``: readers see the old file or the whole new one, never a half file.
@@ -131,7 +107,7 @@ def atomic_write(path: Path, write: Callable[[str], object]) -> None:
     """
     path = Path(path)
     remove_stale_temporaries(path)
-    with _terminate_raises():
+    with terminate_raises():
         try:
             fd, tmp = tempfile.mkstemp(
                 prefix=f"{_tmp_prefix(path)}{os.getpid()}-", suffix=suffix_of(path), dir=path.parent
