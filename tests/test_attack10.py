@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import refused_in_one_line
 
 from h2dlab import cli, datasets
+from tests.conftest import refused_in_one_line
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
