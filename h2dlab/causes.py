@@ -38,7 +38,7 @@ from h2dlab.causes_evidence import (
     ruled_out,
     slow_text,
 )
-from h2dlab.causes_parallel import busiest_share
+from h2dlab.causes_parallel import busiest_share, wait_baseline
 from h2dlab.causes_stall import run_censuses, run_copy_seconds, stall_cause, stall_check
 from h2dlab.causes_threads import others_share
 from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, run_pauses, wake_cause
@@ -165,8 +165,8 @@ def neighbours(
     ``(proc_cpu_ms - cpu_ms) / wall_ms``), and ``others_cell``, that share's median over the
     timed rows of the same group and size (NaN below :data:`MIN_CELL_ROWS` such rows), and
     ``busiest_cell`` likewise of the busiest other thread's share of that window
-    (``causes_parallel.busiest_share``, schema 4), ``busiest_typ`` its median over the group.
-    Medians are over timed rows (no warm-up, no error); NaN where unmeasured.
+    (``causes_parallel.busiest_share``, schema 4), ``busiest_typ`` its median over the group,
+    ``wait_usual`` (``causes_parallel.wait_baseline``, schema 5). Medians are over timed rows.
 
     Raises
     ------
@@ -213,6 +213,7 @@ def neighbours(
     cell = share.groupby([*by, df["size_bytes"]], sort=False)
     ctx["others_cell"] = cell.transform("median").where(cell.transform("count") >= MIN_CELL_ROWS)
     ctx["busiest_typ"] = busiest_share(df).where(timed).groupby(by, sort=False).transform("median")
+    ctx["wait_usual"] = wait_baseline(df, by, timed)  # schema 5: ordinary copies' worker waits
     busiest = busiest_share(df).where(timed).groupby([*by, df["size_bytes"]], sort=False)
     ctx["busiest_cell"] = busiest.transform("median").where(busiest.transform("count") >= MIN_CELL_ROWS)
     issue = _col(df, "issue_ms").where(timed).groupby([*by, df["size_bytes"]], sort=False)
@@ -314,9 +315,7 @@ def generic_cause(
     faults, CPU time, the run-queue wait, context switches, GC, the SM clock, other
     processes on the GPU and how the time split between the call and the wait for the
     GPU, the checks the table could not make, the idle gap before it and the run's stall census.
-    Same parameters as ``specific_cause`` plus the row's episode id (-1 for none) and its
-    cross-strategy stretch, if any.
-    """
+    Same parameters as ``specific_cause`` plus the episode id (-1: none) and its stretch."""
     slow = slow_text(row, val)
     if episode >= 0 and stretch is not None:
         return "episode", f"{slow}; {across_text(stretch, episode)}"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from h2dlab.causes_parallel import AS_USUAL, LAGGED
@@ -147,11 +146,11 @@ def openmp_wait(df: pd.DataFrame) -> Finding:
 
 
 def host_parallel(explained: pd.DataFrame) -> Finding:
-    """The flagged copies ``outliers.explain()`` named ``host_parallel``: how many, their
-    extra time against their size (Spearman's rank correlation, from 5 copies), and for how
-    many the workers ran as they do for their neighbours (the evidence says so: the label
-    then places the extra time in host CPU work without saying why it ran long), with the
-    unexplained share those would make. ``holds`` when that share is still at most 20 %."""
+    """The flagged copies ``outliers.explain()`` named ``host_parallel``: how many, their extra
+    time, for how many a worker waited to run longer than ordinary copies' workers did
+    (``causes_parallel.LAGGED``), and for how many the columns place the extra time but give
+    no reason (``causes_parallel.AS_USUAL``), with the unexplained share those would make.
+    ``holds`` when that share is still at most 20 %."""
     f = explained[explained.is_outlier]
     hp = f[f.cause == "host_parallel"]
     n_u = int((f.cause == "unexplained").sum())
@@ -166,34 +165,22 @@ def host_parallel(explained: pd.DataFrame) -> Finding:
         return Finding(
             f"None of the {len(f)} flagged copies is `host_parallel`.", share <= 0.2, values, table
         )
-    rho = float(extra.rank().corr(hp["size_bytes"].astype(float).rank())) if len(hp) >= 5 else np.nan
-    values["spearman_rho"] = rho
     by = ", ".join(f"`{s}` {n}" for s, n in hp.groupby("strategy").size().items())
-    corr = f"(Spearman's rank correlation {rho:.2f} over {len(hp)} copies)"
-    grows = (
-        ""
-        if not np.isfinite(rho)
-        else f" It grows with the size {corr}."
-        if rho >= 0.5
-        else f" It does not grow with the size {corr}: a stall of a few milliseconds whatever was copied, "
-        "rather than a copy that ran slower throughout."
-        if rho <= 0.3 and extra.max() <= 5 * extra.min()
-        else f" It shows no clear relation to the size {corr}."
-    )
     verdict = (
-        f"{len(hp)} of {len(f)} flagged copies are `host_parallel` ({by}): the time went into the host-side "
-        "call, the timing thread on its CPU throughout, while PyTorch's worker threads ran beside it. "
+        f"{len(hp)} of {len(f)} flagged copies {'is' if len(hp) == 1 else 'are'} `host_parallel` ({by}): the time went into the host-side "
+        "call, the timing thread on its CPU throughout, while PyTorch's worker threads ran (or spun) beside it. "
         + extra_text(extra, hp["size_bytes"])
-        + grows
         + (
-            f" For {lagged} of the {len(hp)} one worker waited to run for at least half the extra time: "
-            "a worker that lost its CPU to another thread held the parallel copy open."
+            f" For {lagged} of the {len(hp)} one worker waited to run for at least half the extra time, longer "
+            "than the longest wait in 99 of 100 of its strategy's copies that were not slow: consistent with a "
+            "worker that lost its CPU to another thread holding the parallel copy open."
             if lagged
             else ""
         )
         + (
-            f" For {same} of the {len(hp)} the workers ran as they do for their neighbours, so the label says "
-            "where the extra time went, not why; counted as unexplained they would leave "
+            f" For {same} of the {len(hp)} no worker waited that long, and busy workers are no reason (spinning "
+            "workers look busy through any long copy): the label says where the extra time went, not why; "
+            "counted as unexplained they would leave "
             f"{n_u + same} of {len(f)} flagged copies ({share:.0%}) without a cause."
             if same
             else ""

@@ -11,6 +11,7 @@ from h2dlab import causes, datasets, outliers
 from h2dlab.causes_evidence import slow_text
 from h2dlab.causes_parallel import (
     AS_USUAL,
+    LAGGED,
     MAX_WAIT_SHARE,
     MIN_BUSIEST_SHARE,
     MIN_IN_CALL_SHARE,
@@ -18,6 +19,7 @@ from h2dlab.causes_parallel import (
     MIN_OTHERS_CPUS,
     busiest_share,
     parallel_cause,
+    wait_baseline,
 )
 from tests.test_outliers_synthetic import back_to_back_t_s, cause_scores, lookalike_counts, timed_columns
 
@@ -312,15 +314,12 @@ CONSISTENT = (
     "worker, spinning on its CPU; whether one worker lagged (descheduled by the VM's host, say) or all "
     "ran slow, the table cannot say"
 )
-TAIL = ": host-side work ran long while PyTorch's worker threads ran beside it" + CONSISTENT
-
-
-def same_as(like: str) -> str:
-    """The words for workers that ran as they do for ``like``, to the end of the sentence."""
-    return (
-        f"); the workers ran as they do for {like}: these columns place the extra time in host CPU work "
-        "inside the call, with the timing thread running, not why that work ran long" + CONSISTENT
-    )
+#: Busy workers are no reason (spinning workers look busy through any long copy): without a
+#: worker's wait that ordinary copies' workers do not show, the sentence places the time only.
+TAIL = (
+    "; these columns place the extra time in host CPU work inside the call, with the timing thread "
+    "running, not why that work ran long" + CONSISTENT
+)
 
 
 def _said(**kw) -> str:
@@ -374,34 +373,21 @@ def test_evidence_names_the_busiest_thread_only_when_known():
         assert "1.0 CPUs' worth, the busiest on a CPU for 90% of the window (copies" in _said(**kw), kw
 
 
-def test_evidence_says_when_the_workers_ran_as_for_its_neighbours():
-    same = same_as("copies of this size")
+def test_evidence_compares_the_workers_with_its_size_or_its_strategy():
     # Both of the same size's medians unknown, or either, and no group medians: no comparison.
     for kw in ({"others_cell": np.nan}, {"busiest_cell": np.nan}):
         assert _said(**kw).endswith("the busiest ('python3') on a CPU for 90% of the window" + TAIL), kw
-    # 1.0 CPUs' worth and 90 % against the same: as usual.
     assert _said(others_cell=1.0, busiest_cell=0.9).endswith(
-        " (copies of this size: 1.0 CPUs' worth, the busiest 90%, median" + same
+        " (copies of this size: 1.0 CPUs' worth, the busiest 90%, median)" + TAIL
     )
-    # One copy a size (the forum's protocol): the group's medians, named as its neighbours'.
+    # One copy a size (the forum's protocol): the strategy's medians in the run.
     group = {"others_cell": np.nan, "busiest_cell": np.nan, "others_typ": 1.0, "busiest_typ": 0.92}
     assert _said(**group).endswith(
-        " (its neighbours: 1.0 CPUs' worth, the busiest 92%, median" + same_as("its neighbours")
+        " (its strategy's copies in the run: 1.0 CPUs' worth, the busiest 92%, median)" + TAIL
     )
-    assert _said(**{**group, "busiest_typ": 0.8}).endswith(
-        " (its neighbours: 1.0 CPUs' worth, the busiest 80%, median)" + TAIL
-    )
-    # CPUs' worth: within 10 % of the median, bounds included (1.125 against 1.25, exactly 0.125).
-    assert _said(others_cpu_ms=135.0, others_cell=1.25, busiest_cell=0.9).endswith(same)
-    assert not _said(others_cpu_ms=135.0, others_cell=1.26, busiest_cell=0.9).endswith(same)
-    assert not _said(others_cell=1.2, busiest_cell=0.9).endswith(same)  # 1.0 is 17 % below
-    # A median under one CPU's worth: still 10 % of it (0.09 at 0.9), not of one CPU.
-    assert not _said(others_cell=0.9, busiest_cell=0.9).endswith(same)
-    assert _said(others_cell=0.95, busiest_cell=0.9).endswith(same)
-    # The busiest's share: within 5 points of the median.
-    assert _said(others_cell=1.0, busiest_cell=0.86).endswith(same)
-    assert not _said(others_cell=1.0, busiest_cell=0.84).endswith(same)
-    assert not _said(others_cell=1.0, busiest_cell=0.5).endswith(same)
+    # Workers far busier or idler than usual give no reason either: the same end.
+    for cell in (0.2, 9.0):
+        assert _said(others_cell=cell, busiest_cell=0.5).endswith("median)" + TAIL)
 
 
 def test_no_rule_without_wall_time():
@@ -409,25 +395,41 @@ def test_no_rule_without_wall_time():
 
 
 def test_a_worker_that_waited_to_run_for_half_the_extra_is_named():
-    """Schema 5: one other thread waited on a run queue for at least half the extra 100 ms."""
+    """Schema 5: one other thread waited to run for at least half the extra 100 ms, longer than
+    the waits of 99 in 100 of its strategy's copies that were not slow (``wait_usual``)."""
     lagged = (
-        "; one of them waited 50.00 ms on a run queue in the window (75.00 ms all of them together), 50% of "
-        "the extra 100.00 ms: a worker that lost its CPU holds the parallel copy open until it gets one back"
+        "; the longest wait of one of them to run, ending in the window, 50.00 ms (75.00 ms all of them; "
+        "its strategy's copies that were not slow: at most 2.00 ms in 99 of 100), 50% of the extra 100.00 "
+        "ms: consistent with a worker that lost its CPU holding the parallel copy open (pin_memory(), "
+        "torch.cat and copy_ into pinned memory wait at their end for their slowest worker)"
     )
-    said = _said(longest_wait_ms=50.0, others_wait_ms=75.0, others_cell=1.0, busiest_cell=0.9)
-    assert lagged in said and AS_USUAL not in said  # a worker that waited is no usual worker
-    assert said.endswith(
-        ": host-side work ran long while PyTorch's worker threads ran beside it, consistent with a parallel "
-        "CPU copy (pin_memory(), torch.cat, copy_ into pinned memory) waiting at its end for that worker, "
-        "spinning on its CPU"
-    )
-    short = _said(longest_wait_ms=49.9, others_wait_ms=60.0)
-    assert (
-        "; no other thread waited more than 49.90 ms to run in the window (60.00 ms all of them together), "
-        "so no worker lost its CPU to another thread for most of the extra time (a vCPU that the VM's host "
-        "took away would not show here): host-side work" in short
-    )
-    assert short.endswith(TAIL[TAIL.index(", consistent") :])
-    # Not recorded (tables before schema 5): the sentence as before.
+    said = _said(longest_wait_ms=50.0, others_wait_ms=75.0, wait_usual=2.0)
+    assert said.endswith(lagged) and AS_USUAL not in said and LAGGED in said
+    # Under half the extra, or no longer than ordinary copies' waits: said, but no reason.
+    for kw in ({"longest_wait_ms": 49.9}, {"wait_usual": 50.0}):
+        short = _said(**{"longest_wait_ms": 50.0, "others_wait_ms": 75.0, "wait_usual": 2.0, **kw})
+        assert LAGGED not in short and short.endswith(TAIL), kw
+        assert (
+            f"the longest wait of one of them to run, ending in the window, {kw.get('longest_wait_ms', 50.0):.2f} ms"
+            in short
+        )
+    # No baseline (no calm copy recorded it): never a reason.
+    assert LAGGED not in _said(longest_wait_ms=90.0, others_wait_ms=90.0)
+    # Not recorded (tables before schema 5): no words about waits.
     assert _said() == _said(longest_wait_ms=np.nan, others_wait_ms=np.nan)
-    assert "waited" not in _said().split("; beside it")[1]
+    assert "wait of one of them" not in _said()
+
+
+def test_wait_baseline_is_the_calm_copies_99th_percentile():
+    df = pd.DataFrame(
+        {
+            "strategy": ["a"] * 101 + ["b"] * 2,
+            "longest_wait_ms": [*range(100), 1000.0, 5.0, np.nan],
+            "is_outlier": [False] * 100 + [True] + [False, False],
+        }
+    )
+    timed = pd.Series(True, index=df.index)
+    got = wait_baseline(df, [df["strategy"]], timed)
+    assert got.iloc[0] == pytest.approx(np.quantile(np.arange(100.0), 0.99))  # the flagged 1000 left out
+    assert got.iloc[101] == got.iloc[102] == 5.0
+    assert wait_baseline(df.drop(columns="longest_wait_ms"), [df["strategy"]], timed).isna().all()

@@ -124,12 +124,11 @@ def test_host_parallel_finding_counts_as_a_reader_would(bundled, kind):
     )
     assert got["share_if_unexplained"] == pytest.approx((unexplained + same) / len(f))
     assert got.holds == ((unexplained + same) <= 0.2 * len(f))
-    if len(hp) >= 5:  # Spearman's rank correlation of extra time and size, recomputed
-        extra = hp["event_ms"].where(hp["event_ms"].notna(), hp["wall_ms"]) - hp["expected_ms"]
-        rho = extra.rank().corr(hp["size_bytes"].astype(float).rank())
-        assert got["spearman_rho"] == pytest.approx(rho)
     if lagged:
-        assert f"For {lagged} of the {len(hp)} one worker waited to run" in got.verdict
+        assert (
+            f"For {lagged} of the {len(hp)} one worker waited to run for at least half the extra"
+            in got.verdict
+        )
     if same:
         assert f"counted as unexplained they would leave {unexplained + same} of {len(f)}" in got.verdict
 
