@@ -268,11 +268,11 @@ def unexplained(explained: pd.DataFrame) -> Finding:
     on_cpu = int(on_cpu_throughout(u).sum())
     extra = value_ms(u) - u["expected_ms"].astype(float)
     verdict = (
-        f"{len(u)} of {len(f)} flagged copies ({share:.0%}) have no cause the data supports"
+        f"{len(u)} of {len(f)} flagged copies ({share:.0%}) {'has' if len(u) == 1 else 'have'} no cause the data supports"
         + (f" ({', '.join(f'`{s}` {n}' for s, n in by.items())})" if len(u) else "")
         + (
-            "; each one's evidence names what was ruled out, and a cheap counter the run lacks is where "
-            "to look next."
+            "; each one's evidence names what was ruled out and what its table could not check (a "
+            "counter the run lacks is where to look next)."
             if len(u)
             else "."
         )

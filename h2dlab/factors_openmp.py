@@ -171,7 +171,7 @@ def host_parallel(explained: pd.DataFrame) -> Finding:
         "call, the timing thread on its CPU throughout, while PyTorch's worker threads ran (or spun) beside it. "
         + extra_text(extra, hp["size_bytes"])
         + (
-            f" For {lagged} of the {len(hp)} one worker waited to run for at least half the extra time, longer "
+            f" For {'it' if len(hp) == 1 else f'{lagged} of the {len(hp)}'} one worker waited to run for at least half the extra time, longer "
             "than the longest wait in 99 of 100 of its strategy's copies that were not slow: consistent with a "
             "worker that lost its CPU to another thread holding the parallel copy open."
             if lagged

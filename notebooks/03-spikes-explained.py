@@ -155,11 +155,14 @@ display(*(Markdown(f"**{name}.** {factors.unexplained(e)}") for name, e in expla
 # %% [markdown]
 # One cause deserves a reader's doubt: `host_parallel` says *where* a copy's extra time went
 # (into the host-side parallel copy, the timing thread on its CPU throughout) more than *why*.
-# Since table schema 5 the kit also reads how long each of the process's other threads waited
-# to run during the copy: a worker that lost its CPU to another thread holds the parallel copy
-# open, and the sentence says so. A vCPU that the VM's host took away does not show there. Where
-# the workers ran as they do for the copy's neighbours, the label is a place, not a reason, and
-# the sentences below count those copies as a skeptical reader would: as unexplained.
+# Busy workers are no reason: workers that spin look busy through any long copy. Since table
+# schema 5 the kit also reads how long each of the process's other threads waited to run
+# during the copy; a worker that lost its CPU to another thread holds the parallel copy open,
+# and the sentence says so when one waited for at least half the extra time, longer than in
+# 99 of 100 ordinary copies of its strategy (waits of a few ms come with ordinary copies too,
+# so even then it is "consistent with", not proven). A vCPU that the VM's host took away does
+# not show there at all. Every other `host_parallel` label is a place, not a reason, and the
+# sentences below count those copies as a skeptical reader would: as unexplained.
 
 # %% tags=["hide-input"]
 display(*(Markdown(f"**{name}.** {factors.host_parallel(e)}") for name, e in explained.items() if (e.cause == "host_parallel").any()))
