@@ -24,7 +24,7 @@
 # | `page_faults` | many more page faults than its neighbours, enough to account for the extra time (a minor fault maps a page in microseconds; a major fault reads one from storage, and the sentence names it) |
 # | `host_preempted`, `host_blocked`, `gc_pause`, `gpu_shared`, `gpu_clock_low` | where the table records CPU time, the scheduler's run-queue wait and context switches, garbage collections and the GPU's state |
 # | `other_threads` | the process's other threads ran far more CPUs' worth during the copy than during copies of its size (tables that read each thread's own CPU clock name the busiest; older ones cannot say which) |
-# | `host_parallel` | the extra time went into the timed host call, the timing thread on its CPU throughout, while PyTorch's worker threads ran (or spun) beside it, the busiest on a CPU nearly the whole copy (at least 90% of it: copies just under that bar stay `unexplained`): a parallel CPU copy (`pin_memory()`, `torch.cat`, `copy_` into pinned memory) waits for its slowest worker (tables that read each thread's own CPU clock only). Busy workers are no reason (spinning workers look busy through any long copy): the sentence says the label places the time, not its reason, unless (table schema 5) one worker waited to run for at least half the extra time, longer than in 99 of 100 ordinary copies of its strategy: consistent with a worker that lost its CPU to another thread |
+# | `host_parallel` | the extra time went into the timed host call, the timing thread on its CPU throughout, while PyTorch's worker threads ran (or spun) beside it, the busiest on a CPU nearly the whole copy (a fixed bar: copies just under it stay `unexplained`): a parallel CPU copy (`pin_memory()`, `torch.cat`, `copy_` into pinned memory) waits for its slowest worker (tables that read each thread's own CPU clock only). Busy workers are no reason (spinning workers look busy through any long copy): the sentence says the label places the time, not its reason, unless (in tables that record it) one worker waited to run for at least half the extra time, longer than almost every ordinary copy's workers did: consistent with a worker that lost its CPU to another thread |
 # | `host_crowded` | the timed host call ran long; the timing thread waited to run for part of the extra and spent the rest on its CPU while PyTorch's worker threads ran beside it, the busiest nearly the whole copy: consistent with the workers taking the CPUs; fewer intra-op threads (`torch.set_num_threads`) would leave it one (tables that read each thread's own CPU clock only) |
 # | `episode` | part of a stretch of slow copies in time order, found by change-point detection, or a stretch in which the host itself ran slow: the kit's own loop took longer between copies than before copies of the same strategy and size elsewhere in the run, while the copies there ran slower and were flagged more often (`h2dlab.host_pace`) |
 # | `gpu_wake` | a small copy a little slow after a spell without copies (the copy after a long gap, sometimes the next one too), consistent with some part waking up (the GPU's copy engine, its PCIe link, the driver or the host: not shown which); named only where idle runs recorded beside the table (`h2dlab measure --pause`) show after how long a spell, and at what cost, on this machine (likely, not certain: only the gap points to it) |
@@ -155,12 +155,12 @@ display(*(Markdown(f"**{name}.** {factors.unexplained(e)}") for name, e in expla
 # %% [markdown]
 # One cause deserves a reader's doubt: `host_parallel` says *where* a copy's extra time went
 # (into the host-side parallel copy, the timing thread on its CPU throughout) more than *why*.
-# Busy workers are no reason: workers that spin look busy through any long copy. Since table
-# schema 5 the kit also reads how long each of the process's other threads waited to run
-# during the copy; a worker that lost its CPU to another thread holds the parallel copy open,
-# and the sentence says so when one waited for at least half the extra time, longer than in
-# 99 of 100 ordinary copies of its strategy (waits of a few ms come with ordinary copies too,
-# so even then it is "consistent with", not proven). A vCPU that the VM's host took away does
+# Busy workers are no reason: workers that spin look busy through any long copy. Newer tables
+# also record how long each of the process's other threads waited to run during the copy; a
+# worker that lost its CPU to another thread holds the parallel copy open, and the sentence
+# says so when one waited for at least half the extra time, longer than almost every ordinary
+# copy of its strategy saw (waits of a few milliseconds come with ordinary copies too, so even
+# then it is "consistent with", not proven). A vCPU that the VM's host took away does
 # not show there at all. Every other `host_parallel` label is a place, not a reason, and the
 # sentences below count those copies as a skeptical reader would: as unexplained.
 
@@ -225,7 +225,7 @@ plots.idle_pause(rec.table("idle"), name=f"{DATA}:idle") if rec.has("idle") else
 # the copy) waits for the others to finish it the same way. A thread that waits by spinning
 # stays on its CPU, so in the table its wait looks like plain CPU work: no wait to run, no
 # sleep. The bundled `h200_omp` recording (an H200 of the same model and VM build as the
-# bundled recording, made on 2026-12-01, whatever `DATA` this notebook shows) ran one interleaved plan three times with the
+# bundled recording, made the day before it, whatever `DATA` this notebook shows) ran one interleaved plan three times with the
 # default and three times with `OMP_WAIT_POLICY=PASSIVE`, each run in its own process, the
 # policy stored in its env.json; its tables read each other thread's own CPU clock:
 
