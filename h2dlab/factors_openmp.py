@@ -172,7 +172,7 @@ def host_parallel(explained: pd.DataFrame) -> Finding:
         + extra_text(extra, hp["size_bytes"])
         + (
             f" For {'it' if len(hp) == 1 else f'{lagged} of the {len(hp)}'} one worker waited to run for at least half the extra time, longer "
-            "than the longest wait in 99 of 100 of its strategy's copies that were not slow: consistent with a "
+            "than any of its strategy's copies that were not slow saw: consistent with a "
             "worker that lost its CPU to another thread holding the parallel copy open."
             if lagged
             else ""
