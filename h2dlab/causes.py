@@ -212,9 +212,10 @@ def neighbours(
     # ... per copy size too: whether a copy is split over threads depends on its size.
     cell = share.groupby([*by, df["size_bytes"]], sort=False)
     ctx["others_cell"] = cell.transform("median").where(cell.transform("count") >= MIN_CELL_ROWS)
-    ctx["busiest_typ"] = busiest_share(df).where(timed).groupby(by, sort=False).transform("median")
+    busy = busiest_share(df).where(timed)
+    ctx["busiest_typ"] = busy.groupby(by, sort=False).transform("median")
     ctx["wait_usual"] = wait_baseline(df, by, timed)  # schema 5: ordinary copies' worker waits
-    busiest = busiest_share(df).where(timed).groupby([*by, df["size_bytes"]], sort=False)
+    busiest = busy.groupby([*by, df["size_bytes"]], sort=False)
     ctx["busiest_cell"] = busiest.transform("median").where(busiest.transform("count") >= MIN_CELL_ROWS)
     issue = _col(df, "issue_ms").where(timed).groupby([*by, df["size_bytes"]], sort=False)
     ctx["issue_cell"] = issue.transform("median").where(issue.transform("count") >= MIN_CELL_ROWS)

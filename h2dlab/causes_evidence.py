@@ -66,9 +66,15 @@ CHECKS = (
     "idle gap",
     "stall census",  # added by causes.generic_cause (causes_stall.stall_check), not ruled_out
 )
-#: Per-copy checks an unexplained copy names when its table could not make them, in its words.
-_UNCHECKED = "page faults|the thread's CPU time|garbage collections|the SM clock|other processes on the GPU"
-UNCHECKED = dict(zip(CHECKS[3:5] + CHECKS[8:11], _UNCHECKED.split("|"), strict=True))
+#: Per-copy checks (of ``CHECKS``) an unexplained copy names when its table could not make
+#: them, in the words it uses.
+UNCHECKED = {
+    "page faults": "page faults",
+    "CPU time": "the thread's CPU time",
+    "GC": "garbage collections",
+    "SM clock": "the SM clock",
+    "GPU processes": "other processes on the GPU",
+}
 #: host_preempted / host_blocked (schema 3): the time the thread waited to run, or slept,
 #: beyond its neighbours' must cover at least this share of the copy's extra time.
 EXPLAINED_SHARE = 0.5

@@ -29,7 +29,6 @@ __all__ = [
     "AS_USUAL",
     "LAGGED",
     "MAX_WAIT_SHARE",
-    "WAIT_QUANTILE",
     "MIN_BUSIEST_SHARE",
     "MIN_IN_CALL_SHARE",
     "MIN_ON_CPU",
@@ -69,12 +68,6 @@ MIN_OTHERS_CPUS = 1.0
 #: slow copy, as one that holds a parallel region open must. A thread that ran only part
 #: of the window cannot have kept the timing thread waiting for all of it.
 MIN_BUSIEST_SHARE = 0.9
-#: A worker's run-queue wait (schema 5) tells a copy's story only when it is longer than this
-#: quantile of the longest waits of its strategy's copies that were not slow, 1.0: longer than
-#: any of them. In a process whose spinning workers outnumber its CPUs, waits of a few ms come
-#: with ordinary copies too (reader, session 28: 46 of 51 copies with a wait of 2 ms or more on
-#: data/h200 were not slow; one allocator copy waited 7.52 ms and was not flagged).
-WAIT_QUANTILE = 1.0
 #: The words of a host_parallel sentence whose columns place the extra time but give no
 #: reason for it (``factors.host_parallel`` counts them) ...
 AS_USUAL = "these columns place the extra time in host CPU work inside the call"
@@ -92,14 +85,18 @@ def busiest_share(df: pd.DataFrame) -> pd.Series:
 
 
 def wait_baseline(df: pd.DataFrame, by: list, timed: pd.Series) -> pd.Series:
-    """Per row, the :data:`WAIT_QUANTILE` of ``longest_wait_ms`` (schema 5) over the timed
-    copies of its group (``by``) that were not flagged (every timed copy where ``df`` has no
-    ``is_outlier``); NaN where not recorded. ``causes.neighbours`` stores it as ``wait_usual``."""
+    """Per row, the longest ``longest_wait_ms`` (schema 5) of the timed copies of its group
+    (``by``) that were not flagged (every timed copy where ``df`` has no ``is_outlier``); NaN
+    where not recorded. ``causes.neighbours`` stores it as ``wait_usual``. A worker's wait tells
+    a copy's story only when it is longer than that: in a process whose spinning workers
+    outnumber its CPUs, waits of a few ms come with ordinary copies too (reader, session 28: 46
+    of 51 copies with a wait of 2 ms or more on data/h200 were not slow; one allocator copy
+    waited 7.52 ms and was not flagged, which a 99th percentile left out)."""
     if "longest_wait_ms" not in df.columns:
         return pd.Series(np.nan, index=df.index)
     calm = timed & ~df["is_outlier"].astype(bool) if "is_outlier" in df.columns else timed
     waits = column(df, "longest_wait_ms").where(calm)
-    return waits.groupby(by, sort=False).transform(lambda v: v.quantile(WAIT_QUANTILE))
+    return waits.groupby(by, sort=False).transform("max")
 
 
 def usual_issue(row: pd.Series, ctx: pd.Series) -> tuple[float, str]:
@@ -149,16 +146,17 @@ def in_call_where(row: pd.Series, ctx: pd.Series, wall: float, extra: float) -> 
     )
 
 
-def lagging(row: pd.Series, ctx: pd.Series, extra: float) -> str:
+def lagging(row: pd.Series, ctx: pd.Series, extra: float) -> tuple[str, bool]:
     """The other threads' run-queue wait (schema 5, a wait that ended in the copy's window:
     the kernel counts it when the thread runs again, so part of it may precede the copy), in
-    words; "" where not recorded. It says :data:`LAGGED` only when the longest wait covers at
-    least :data:`MAX_WAIT_SHARE` of ``extra`` and is longer than ``ctx["wait_usual"]`` (the
-    waits of its strategy's copies that were not slow: :func:`wait_baseline`)."""
+    words ("" where not recorded), and whether it tells the copy's story: it says :data:`LAGGED`
+    only when the longest wait covers at least :data:`MAX_WAIT_SHARE` of ``extra`` and is
+    longer than ``ctx["wait_usual"]`` (the waits of its strategy's copies that were not slow:
+    :func:`wait_baseline`)."""
     longest, total = number(row.get("longest_wait_ms")), number(row.get("others_wait_ms"))
     usual = number(ctx.get("wait_usual"))
     if not np.isfinite(longest):
-        return ""
+        return "", False
     calm = (
         f"; the longest such wait in its strategy's copies that were not slow: {usual:.2f} ms"
         if np.isfinite(usual)
@@ -166,8 +164,8 @@ def lagging(row: pd.Series, ctx: pd.Series, extra: float) -> str:
     )
     said = f"the longest wait of one of them to run, ending in the window, {longest:.2f} ms ({total:.2f} ms all of them{calm})"
     if longest >= MAX_WAIT_SHARE * extra and np.isfinite(usual) and longest > usual:
-        return f"; {said}, {longest / extra:.0%} of the extra {extra:.2f} ms: {LAGGED}"
-    return f"; {said}"
+        return f"; {said}, {longest / extra:.0%} of the extra {extra:.2f} ms: {LAGGED}", True
+    return f"; {said}", False
 
 
 def parallel_cause(
@@ -246,8 +244,7 @@ def parallel_cause(
             "its strategy's copies in the run",
         )
     known = np.isfinite(cell) and np.isfinite(cell_busy)
-    lag = lagging(row, ctx, extra)
-    lagged = LAGGED in lag
+    lag, lagged = lagging(row, ctx, extra)
     usual_text = f" ({like}: {cell:.1f} CPUs' worth, the busiest {cell_busy:.0%}, median)" if known else ""
     head = (
         f"{slow}; {where}; the timing thread was on its CPU for {on_cpu:.0%} of wall with {waited}{switched}; "

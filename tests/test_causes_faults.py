@@ -54,3 +54,9 @@ def test_unmeasured_faults_give_no_cause():
     row, ctx = _row(100)
     ctx["faults"] = np.nan
     assert fault_cause(row, ctx, 1.0, "slow") is None
+
+
+def test_the_checks_an_unexplained_copy_names_as_not_made_are_checks():
+    from h2dlab.causes_evidence import CHECKS, UNCHECKED
+
+    assert list(UNCHECKED) == [c for c in CHECKS if c in UNCHECKED] and len(UNCHECKED) == 5
