@@ -54,14 +54,16 @@ def parse_run_delay_ns(text: bytes) -> float:
     """Run-queue wait in ns from a ``schedstat`` line (``"<on-CPU ns> <wait ns> <slices>"``).
 
     NaN for anything else, and for ``"0 0 0"``: what the kernel writes when it keeps no
-    scheduler statistics (a running thread has spent time on a CPU).
+    scheduler statistics. A thread that has just got its first CPU may read ``"0 0 1"``
+    (its CPU time is added at the next tick): that is a wait of 0, not a missing one.
     """
     try:
-        on_cpu, wait, _ = text.split()
-        on_cpu, wait = int(on_cpu), int(wait)
+        on_cpu, wait, slices = (int(f) for f in text.split())
     except ValueError:
         return _NAN
-    return _NAN if on_cpu <= 0 or wait < 0 else float(wait)
+    if min(on_cpu, wait, slices) < 0 or on_cpu == wait == slices == 0:
+        return _NAN
+    return float(wait)
 
 
 def parse_cpu(text: bytes) -> float:
@@ -178,11 +180,14 @@ def others_since(before: dict[int, int] | None) -> tuple[float, float, str, floa
 
 def others_wait_ns() -> dict[int, float]:
     """Run-queue wait in ns since it started of every thread of this process but the calling
-    one, by thread id ({} where ``/proc/self/task`` is missing: not Linux; a thread whose
-    kernel keeps no scheduler statistics is left out). Each thread's ``schedstat`` is opened
+    one, by thread id ({} where ``/proc/self/task`` is missing, not Linux, or the kernel
+    keeps no scheduler statistics, as the calling thread's own file shows). Each thread's ``schedstat`` is opened
     once and re-read with ``os.pread`` (about 0.5 us a thread). The kernel adds a wait when
     the thread gets a CPU back, so a thread still waiting counts only once it runs again."""
     pid, me = os.getpid(), threading.get_native_id()
+    own_wait = sched_state()[0]
+    if own_wait != own_wait:  # no scheduler statistics here (or not Linux)
+        return {}
     try:
         tids = {int(t) for t in os.listdir("/proc/self/task")} - {me}
     except (OSError, ValueError):
@@ -192,19 +197,31 @@ def others_wait_ns() -> dict[int, float]:
             os.close(_OTHERS.pop(key))
     out = {}
     for tid in tids:
-        fd = _OTHERS.get((pid, tid))
-        try:
-            if fd is None:
-                fd = _OTHERS[(pid, tid)] = os.open(f"/proc/{pid}/task/{tid}/schedstat", os.O_RDONLY)
-            wait = parse_run_delay_ns(os.pread(fd, 256, 0))
-        except OSError:  # ended meanwhile
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(_OTHERS.pop((pid, tid)))
-            continue
+        wait = _other_wait(pid, tid)
         if wait == wait:
             out[tid] = wait
     return out
+
+
+def _other_wait(pid: int, tid: int) -> float:
+    """Thread ``tid``'s run-queue wait in ns, from its cached schedstat fd; NaN once it has
+    ended. Thread ids wrap (at pid_max, 32768 on many machines), so a cached fd may be an
+    ended thread's whose id a new thread now has: reading it fails (ESRCH) or, while that
+    thread is still being torn down, shows no time on a CPU. Either way it is reopened once."""
+    fd = _OTHERS.get((pid, tid))
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            wait = parse_run_delay_ns(os.pread(fd, 256, 0))
+            if wait == wait:
+                return wait
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        del _OTHERS[(pid, tid)]
+    try:
+        fd = _OTHERS[(pid, tid)] = os.open(f"/proc/{pid}/task/{tid}/schedstat", os.O_RDONLY)
+        return parse_run_delay_ns(os.pread(fd, 256, 0))
+    except OSError:  # ended meanwhile
+        return _NAN
 
 
 def waits_since(before: dict[int, float] | None) -> tuple[float, float]:

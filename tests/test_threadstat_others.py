@@ -154,3 +154,35 @@ def test_the_timer_records_the_other_threads_wait():
     if _schedstat_waits():
         assert 0 <= rec["longest_wait_ms"] <= rec["others_wait_ms"] + 1e-9
         assert rec["others_wait_ms"] <= rec["n_threads"] * rec["others_window_ms"]
+
+
+@linux
+def test_a_stale_schedstat_fd_under_a_reused_thread_id_is_reopened():
+    """Thread ids wrap (pid_max): a cached fd may be an ended thread's whose id a live one now
+    has. Reading it fails; the live thread must still be read, from its own file."""
+    if not _schedstat_waits():
+        pytest.skip("this kernel keeps no scheduler statistics")
+    gone = threading.Thread(target=lambda: None)
+    box = {}
+    gone.run = lambda: box.setdefault("fd", os.open("/proc/thread-self/schedstat", os.O_RDONLY))
+    gone.start()
+    gone.join()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # the kernel tears the thread down a moment later
+        try:
+            os.pread(box["fd"], 256, 0)
+        except OSError:
+            break
+        time.sleep(0.001)
+    with pytest.raises(OSError):
+        os.pread(box["fd"], 256, 0)  # an ended thread's file fails to read (ESRCH)
+    with _Busy(b"h2d-reuse") as busy:
+        tid, pid = busy.t.native_id, os.getpid()
+        old = threadstat._OTHERS.pop((pid, tid), None)
+        if old is not None:
+            os.close(old)
+        threadstat._OTHERS[(pid, tid)] = box["fd"]  # as if the ended thread had had this id
+        first = threadstat.others_wait_ns()
+        second = threadstat.others_wait_ns()
+    assert tid in first and tid in second
+    assert 0 <= first[tid] <= second[tid]
