@@ -23,6 +23,7 @@ import time
 __all__ = [
     "GETCPU",
     "others_cpu_ns",
+    "others_between",
     "others_since",
     "others_wait_ns",
     "parse_cpu",
@@ -166,9 +167,17 @@ def others_since(before: dict[int, int] | None) -> tuple[float, float, str, floa
     read): ``(total_ms, busiest_ms, busiest_name, threads)``. A thread started since
     counts all its CPU time; one that ended since is lost. NaN, NaN, "" and NaN where
     ``before`` is None or unreadable now."""
-    if before is None:
+    return others_between(before, others_cpu_ns() if before is not None else None)
+
+
+def others_between(
+    before: dict[int, int] | None, now: dict[int, int] | None
+) -> tuple[float, float, str, float]:
+    """:func:`others_since` from two :func:`others_cpu_ns` reads: what the other threads ran
+    between them. The busiest thread's name is read now, after both (``timing.Timer``
+    reads the clocks next to the copy and the names after its window)."""
+    if before is None or now is None:
         return _NAN, _NAN, "", _NAN
-    now = others_cpu_ns()
     if not now and before:
         return _NAN, _NAN, "", _NAN
     deltas = {tid: max(ns - before.get(tid, 0), 0) for tid, ns in now.items()}

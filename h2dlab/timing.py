@@ -1,10 +1,8 @@
-"""Timing one copy: CUDA events, a synchronised host clock, allocator counters and
-cheap evidence (page faults, the thread's CPU time and run-queue wait, context switches,
-CPU migration, the process's CPU time, when the host had issued the copy, GC
-collections, the GPU's SM clock and other processes on the GPU) for explaining a slow
-copy later.
-
-Also which failures a sweep may record and go on from (out of memory) and which
+"""Timing one copy: CUDA events, a synchronised host clock, allocator counters and cheap
+evidence (page faults, the thread's CPU time and run-queue wait, context switches, CPU
+migration, the process's and its other threads' CPU time, when the host had issued the copy,
+GC collections, the GPU's SM clock and other processes on the GPU) for explaining a slow
+copy later. Also which failures a sweep may record and go on from (out of memory) and which
 leave the CUDA context unusable (a CUDA fault), so that the sweep must stop.
 """
 
@@ -24,7 +22,7 @@ import numpy as np
 import torch
 
 from h2dlab.nvml import bus_id_of, nvml_for_cuda
-from h2dlab.threadstat import others_cpu_ns, others_since, others_wait_ns, sched_state, waits_since
+from h2dlab.threadstat import others_between, others_cpu_ns, others_wait_ns, sched_state, waits_since
 
 __all__ = [
     "PROCS_MAX_AGE_S",
@@ -191,11 +189,11 @@ class Timer:
     from its own CPU clock, exact where ``proc_cpu_ms`` lumps at scheduler ticks; about 1 us
     per thread, just outside the timed region), ``others_window_ms`` (the host time from the
     first read's start to the last's end, which those CPU times fall in: about 0.1 ms longer
-    than ``wall_ms`` in a process of some 30 threads), ``busiest_cpu_ms`` and
+    than ``wall_ms`` in a process of some 30 threads, nothing else read in it), ``busiest_cpu_ms`` and
     ``busiest_thread`` (the one that ran most: its CPU time and name) and ``n_threads``
     (how many other threads there were), and from schema 5 ``others_wait_ms`` and
-    ``longest_wait_ms`` (their run-queue wait in that window, in all and of the one that
-    waited longest: ``threadstat.waits_since``); NaN and "" off Linux.
+    ``longest_wait_ms`` (their run-queue wait, in all and of the one that waited longest,
+    read just around that window: ``threadstat.waits_since``); NaN and "" off Linux.
 
     Parameters
     ----------
@@ -245,8 +243,9 @@ class Timer:
         q0 = resource.getrusage(resource.RUSAGE_SELF) if _WHO is not None else None
         f0 = resource.getrusage(_WHO) if _WHO is not None else None
         s0 = sched_state()
+        v0 = others_wait_ns() or None  # their waits, read outside the window: 33 threads' take ~0.35 ms
         w0 = time.perf_counter()  # the other threads' clocks are read within [w0, w1]
-        o0, v0 = others_cpu_ns() or None, others_wait_ns() or None
+        o0 = others_cpu_ns() or None
         p0 = time.process_time()
         # GC read last before the start and first after the stop: in between, outside fn,
         # only floats are made, and they cannot start a collection.
@@ -265,9 +264,10 @@ class Timer:
         c1 = time.thread_time()
         g1, gt1 = _GC_STARTS[0], _GC_TIME[0]
         p1 = time.process_time()
-        others, busiest, busiest_name, n_threads = others_since(o0)
-        waits, longest_wait = waits_since(v0)
+        o1 = others_cpu_ns() if o0 is not None else None
         w1 = time.perf_counter()
+        others, busiest, busiest_name, n_threads = others_between(o0, o1)
+        waits, longest_wait = waits_since(v0)
         s1 = sched_state()
         f1 = resource.getrusage(_WHO) if f0 is not None else None
         q1 = resource.getrusage(resource.RUSAGE_SELF) if q0 is not None else None

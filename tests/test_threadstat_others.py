@@ -186,3 +186,29 @@ def test_a_stale_schedstat_fd_under_a_reused_thread_id_is_reopened():
         second = threadstat.others_wait_ns()
     assert tid in first and tid in second
     assert 0 <= first[tid] <= second[tid]
+
+
+@linux
+def test_the_timers_window_holds_only_the_clock_reads(monkeypatch):
+    """others_window_ms is what others_cpu_ms falls in: the wait reads (about 0.35 ms for 33
+    threads on the H200, where schema 5 first read them inside it) and the busiest thread's
+    name are read outside it. Each is made to take 50 ms here: none may land in the window."""
+    from h2dlab import timing
+
+    slow_wait = timing.others_wait_ns
+
+    def waits_slowly():
+        time.sleep(0.05)
+        return slow_wait()
+
+    def name_slowly(tid):
+        time.sleep(0.05)
+        return "h2d-named"
+
+    monkeypatch.setattr(timing, "others_wait_ns", waits_slowly)
+    monkeypatch.setattr(threadstat, "others_wait_ns", waits_slowly)  # waits_since's read after
+    monkeypatch.setattr(threadstat, "_comm", name_slowly)
+    with _Busy(b"h2d-window"):
+        _, rec = Timer(CPU)(lambda: time.sleep(0.005))
+    assert rec["busiest_thread"] == "h2d-named" and rec["busiest_cpu_ms"] > 0
+    assert rec["wall_ms"] <= rec["others_window_ms"] < rec["wall_ms"] + 25
