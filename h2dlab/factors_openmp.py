@@ -82,6 +82,11 @@ def _lumped(side: dict[str, Any], label: str) -> str:
     )
 
 
+def _at_least(share: float) -> str:
+    """ "at least 97%", or "about 100%" where the least rounds to 100% (it may be 99.6%)."""
+    return "about 100%" if f"{share:.0%}" == "100%" else f"at least {share:.0%}"
+
+
 def openmp_wait(df: pd.DataFrame) -> Finding:
     """The same plan run under OpenMP's default wait policy and under
     ``OMP_WAIT_POLICY=PASSIVE`` (the runs of one table; each run's policy is read from its
@@ -127,12 +132,12 @@ def openmp_wait(df: pd.DataFrame) -> Finding:
     verdict = (
         f"With OpenMP's default wait policy ({d['runs']} runs), in the median copy the process's other threads "
         f"ran {d['others_cpus']:.1f} CPUs' worth, the busiest of them on a CPU for {d['busiest_share']:.0%} of "
-        f"the copy's window; {d['unexplained']} of {d['flagged']} flagged copies ({d_runs}) were unexplained "
+        f"the copy's window; of {d['flagged']} flagged copies ({d_runs}) {d['unexplained']} were unexplained "
         f"({d['top_n']} of them `{d['top']}`, {fmt_bytes(lo)} to {fmt_bytes(hi)}){woke['d']}, and in every flagged copy "
-        f"the timing thread's CPU time was at least {d['cpu_share'][0]:.0%} of its wall time, with {switches} "
+        f"the timing thread's CPU time was {_at_least(d['cpu_share'][0])} of its wall time, with {switches} "
         f"and {waits}. With `OMP_WAIT_POLICY=PASSIVE` ({p['runs']} runs of the same plan and seeds) the median "
         f"copy saw {p['others_cpus']:.1f} CPUs' worth (the busiest other thread {p['busiest_share']:.0%}), and "
-        f"{p['unexplained']} of {p['flagged']} flagged copies ({p_runs}) were unexplained{woke['p']}; {p['host_blocked']} "
+        f"of {p['flagged']} flagged copies ({p_runs}) {p['unexplained']} were unexplained{woke['p']}; {p['host_blocked']} "
         f"were `host_blocked`, the timing thread asleep (CPU time {p['blocked_cpu_share'][0]:.0%} to "
         f"{p['blocked_cpu_share'][1]:.0%} of wall, {p['blocked_nvcsw'][0]:.0f} to {p['blocked_nvcsw'][1]:.0f} "
         f"voluntary context switches). PASSIVE is no cure: the median `{d['top']}` copy of {fmt_bytes(lo)} to "
@@ -178,7 +183,9 @@ def host_parallel(explained: pd.DataFrame) -> Finding:
             else ""
         )
         + (
-            f" For {same} of the {len(hp)} no worker waited that long, and busy workers are no reason (spinning "
+            f" For {'it' if len(hp) == 1 else f'{same} of the {len(hp)}'} no worker waited to run both for half "
+            "the extra time and longer than its strategy's copies that were not slow saw (a wait ordinary copies "
+            "also see is no reason), and busy workers are no reason either (spinning "
             "workers look busy through any long copy): the label says where the extra time went, not why; "
             "counted as unexplained they would leave "
             f"{n_u + same} of {len(f)} flagged copies ({share:.0%}) without a cause."

@@ -4,7 +4,7 @@ Each function takes its data explicitly (DataFrames from ``datasets.load`` or a 
 and returns a :class:`Finding`: the numbers with their spread, a ``holds`` flag and a
 ``verdict`` sentence whose wording follows the data (a live run on another GPU may get
 the opposite sentence). Bandwidth, pinning cost and the advice table live in
-:mod:`h2dlab.advice`. The :class:`Finding` type and ``spread`` live in
+:mod:`h2dlab.advice`; ``clocks`` lives in :mod:`h2dlab.findings_clocks`. The :class:`Finding` type and ``spread`` live in
 :mod:`h2dlab.finding` and are re-exported here. No torch here.
 """
 
@@ -15,7 +15,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from h2dlab.finding import Finding, first_rows, run_names, spread
+from h2dlab.finding import Finding, first_rows, run_names, size_text, spread
+from h2dlab.findings_clocks import clocks
 from h2dlab.model import timed, value_ms
 
 __all__ = [
@@ -61,6 +62,24 @@ def block_bytes(size_bytes: float) -> int:
     return int(2 ** math.ceil(math.log2(max(float(size_bytes), 1.0))))
 
 
+def _startup_text(t: pd.DataFrame) -> str:
+    """How much of each first operation CUDA's start-up took (``context_startup``'s table):
+    all but a tenth, or most, naming the run whose operation itself ran long; where the
+    table has no CUDA events, what the time is consistent with."""
+    if not t.startup_ms.notna().any():
+        return ": consistent with CUDA starting up (the table has no CUDA events to split it)."
+    s, share = spread(t.startup_ms), t.startup_ms / t.wall_ms
+    lo, hi = f"{s['min']:.0f}", f"{s['max']:.0f}"
+    head = f"; {lo if lo == hi else f'{lo}–{hi}'} ms of it passed before the GPU recorded the start event"
+    if share.min() >= 0.9:
+        return f"{head}: that is CUDA starting up, not the copy."
+    worst = t.loc[share.idxmin()]
+    return (
+        f"{head} ({share.min():.0%}–{share.max():.0%} of each run's): mostly CUDA starting up; in {worst['run']} the "
+        f"operation itself took {worst['event_ms']:.1f} ms by events (its next copies: {worst['typical_ms']:.2f} ms)."
+    )
+
+
 def context_startup(df: pd.DataFrame, *, min_excess_ms: float = 50.0) -> Finding:
     """Is the first timed operation of each run slow because CUDA starts up?
 
@@ -94,11 +113,7 @@ def context_startup(df: pd.DataFrame, *, min_excess_ms: float = 50.0) -> Finding
             f"The first timed operation took {span} by the host clock against a typical {t.typical_ms.median():.2f} ms "
             "(the next five copies of its strategy, whatever their size; median over runs)"
         )
-        if s["n"]:
-            verdict += (
-                f"; {s['min']:.0f}–{s['max']:.0f} ms of it passed before the GPU recorded the start event"
-            )
-        verdict += ": that is CUDA starting up, not the copy. Warm up before you measure."
+        verdict += _startup_text(t) + " Warm up before you measure."
     else:
         verdict = (
             f"The first timed operation ({span}) was not markedly slower than the ones after it "
@@ -234,20 +249,21 @@ def device_alloc_cost(
     """What ``empty_cache()`` costs the forum protocol: its ``strategy`` steps (each after
     ``empty_cache()``, so the output needs a fresh ``cudaMalloc``) against ``baseline``
     copies into a reused device buffer at the same sizes (``reuse``, e.g. the sweep's
-    ``forum-sizes`` run). Ratios are per size (forum median over runs / baseline median).
-    ``holds`` when the median ratio exceeds ``min_ratio``."""
+    ``forum-sizes`` run). Ratios are per size (``emptied_ms``, the median over runs, over
+    ``kept_ms``). ``holds`` when the median ratio exceeds ``min_ratio``; the verdict names
+    the sizes that did not pay where there are any."""
     f = forum[(forum.strategy == strategy) & (forum.error == "")]
     f = f[~f.index.isin(first_rows(forum).index)]
     b = timed(reuse[reuse.strategy == baseline])
     fm = f.assign(_v=value_ms(f)).groupby("size_bytes")["_v"].median()
     bm = b.assign(_v=value_ms(b)).groupby("size_bytes")["_v"].median()
-    both = pd.DataFrame({"forum_ms": fm, "reuse_ms": bm}).dropna()
+    both = pd.DataFrame({"emptied_ms": fm, "kept_ms": bm}).dropna()
     if both.empty:
         raise ValueError(
             f"no size has both {strategy} rows and {baseline} rows: pass tables over the same sizes"
         )
-    both["ratio"] = both.forum_ms / both.reuse_ms
-    both["extra_ms"] = both.forum_ms - both.reuse_ms
+    both["ratio"] = both.emptied_ms / both.kept_ms
+    both["extra_ms"] = both.emptied_ms - both.kept_ms
     allocs = spread(f.device_allocs)
     r, x = spread(both.ratio), spread(both.extra_ms)
     holds = bool(r["median"] > min_ratio)
@@ -256,73 +272,33 @@ def device_alloc_cost(
         if allocs["n"]
         else ""
     )
-    verdict = (
+    head = (
         f"Each `{strategy}` step {segs}after empty_cache() and, over {r['n']} sizes, took "
         f"{r['median']:.2f}x (IQR {r['q1']:.2f}–{r['q3']:.2f}) the time of a `{baseline}` copy into a reused "
-        f"device buffer, {x['median']:.2f} ms more per copy (median): "
-        + (
-            "empty_cache() in the loop makes every copy pay for device allocation."
-            if holds
-            else "no measurable cost."
-        )
+        f"device buffer, {x['median']:.2f} ms more per copy (median)"
     )
+    paid = both.ratio > min_ratio
+    if not holds:
+        verdict = f"{head}: no measurable cost."
+    elif paid.all():
+        verdict = f"{head}: empty_cache() in the loop makes every copy pay for device allocation."
+    else:  # the median hides sizes that paid nothing: say which paid and which did not
+        verdict = (
+            f"{head}, not at every size: {_paid_text(both[paid], min_ratio)}; "
+            f"{_paid_text(both[~paid], None, min_ratio)}."
+        )
     return Finding(verdict, holds, {"ratio": r, "extra_ms": x, "device_allocs": allocs}, both.reset_index())
 
 
-def clocks(df: pd.DataFrame, *, tolerance: float = 0.05, large_bytes: int = 4 * MIB) -> Finding:
-    """Host clock against CUDA events, first operation of each run left out.
-
-    ``holds`` when the claim "for copies of ``large_bytes`` and up the two agree" is true:
-    under ``tolerance`` (5 %) of large rows disagree by more than ``tolerance``. Also
-    reports, per strategy, the median event / host-clock ratio: near 1.0 for host-only
-    work (``pin_memory``) means the events bracketed host work on an idle GPU.
-    """
-    d = df[(df.error == "") & df.event_ms.notna() & (df.event_ms > 0)]
-    d = d[~d.index.isin(first_rows(df).index)]
-    if d.empty:
-        raise ValueError("the table has no CUDA event times: clocks() compares the host clock with events")
-    rel = d.wall_ms / d.event_ms - 1
-    off = rel > tolerance
-    large = d.size_bytes >= large_bytes
-    by = (
-        d.assign(disagree=off, large=large, ratio=d.event_ms / d.wall_ms)
-        .groupby(["strategy", "large"])
-        .agg(rows=("ratio", "size"), event_over_wall=("ratio", "median"), disagree_share=("disagree", "mean"))
-        .reset_index()
-    )
-    gap = spread((d.wall_ms - d.event_ms) * 1000)
-    large_share = float(off[large].mean()) if large.any() else float("nan")
-    off_large = float(large[off].mean()) if off.any() else float("nan")
-    holds = bool(large_share < tolerance)
-    ratio = d.event_ms / d.wall_ms
-    host = {s: float(ratio[d.strategy == s].median()) for s in d.strategy.unique()}
-    verdict = (
-        f"Over {len(d)} steps the host clock read a median {gap['median']:.0f} µs more than the events; "
-        f"{off.mean():.0%} of steps differ by over {tolerance:.0%}, and {off_large:.0%} of those are copies of "
-        f"{large_bytes // MIB} MiB or more. "
-        + (
-            f"At {large_bytes // MIB} MiB and up the two agree ({large_share:.0%} of those steps differ)."
-            if holds
-            else f"Large copies disagree too ({large_share:.0%} of steps of {large_bytes // MIB} MiB or more): "
-            "say which clock you used."
-        )
-    )
-    if "pin_memory" in host:
-        r = host["pin_memory"]
-        verdict += f" `pin_memory()`, host work only, read {r:.2f}x its host-clock time by CUDA events: " + (
-            "with the GPU idle, events bracket host work too; they are no proof that time was spent on the GPU."
-            if r > 0.8
-            else "the events left most of the host work out."
-        )
-    return Finding(
-        verdict,
-        holds,
-        {
-            "gap_us": gap,
-            "share_over": float(off.mean()),
-            "large_share_over": large_share,
-            "over_that_are_large": off_large,
-            "event_over_wall": host,
-        },
-        by,
-    )
+def _paid_text(part: pd.DataFrame, paid: float | None, bar: float = 0.0) -> str:
+    """``device_alloc_cost``'s words for the sizes that passed ratio ``paid`` (or, ``paid``
+    None, did not pass ``bar``): how many, which, their ratios, the median extra if paid."""
+    n = len(part)
+    a, b = size_text(part.index.min()), size_text(part.index.max())
+    sizes = a if n == 1 else f"{a} to {b}"
+    lo, hi = f"{part.ratio.min():.2f}", f"{part.ratio.max():.2f}"
+    ratios = f"{lo}x" if lo == hi else f"{lo}–{hi}x"
+    where = f"at {n} size{'s' if n != 1 else ''} ({sizes})"
+    if paid is not None:
+        return f"{where} it took {ratios}, a median {part.extra_ms.median():.2f} ms more"
+    return f"{where} {ratios}, {'none' if n > 1 else 'not'} more than {bar:.2f}x"

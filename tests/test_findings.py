@@ -162,6 +162,12 @@ def test_clocks_on_the_reruns(h200):
     assert f["over_that_are_large"] == pytest.approx((d[off].size_bytes >= 4 * 2**20).mean())
     assert f["over_that_are_large"] > 0.5  # most disagreements are at >= 4 MiB: the old claim was wrong
     assert not f.holds and "disagree too" in f.verdict
+    # both rates, small and large apart: nearly every step is large, so "most disagreements are
+    # large" says nothing (reader, session 29); small copies disagree far more often
+    small = d.size_bytes < 4 * 2**20
+    assert f"{int(off[small].sum())} of the {int(small.sum())} copies under 4 MiB" in f.verdict
+    assert f"{off[~small].mean():.0%} of the {int((~small).sum())} of 4 MiB or more" in f.verdict
+    assert off[small].mean() > off[~small].mean()
     pm = d[d.strategy == "pin_memory"]
     assert f["event_over_wall"]["pin_memory"] == pytest.approx((pm.event_ms / pm.wall_ms).median())
     assert "bracket host work" in f.verdict
@@ -365,3 +371,63 @@ def test_slow_stretch_in_ascending_order_does_not_rule_out_the_sizes(ea):
         e.loc[k, "size_bytes"] = e.loc[k, "size_bytes"].to_numpy()[::-1]
     g = forum_claims.slow_stretch(e)
     assert not g["ascending"] and "a moment, not a property of these sizes" in g.verdict
+
+
+def test_device_alloc_cost_names_the_sizes_that_did_not_pay():
+    """A median ratio above the bar must not claim that every copy paid (reader, session 29:
+    the allocator run's small sizes paid 2-3.7x, its large ones none). Synthetic tables."""
+    small, large = [2**10, 2**11, 2**12], [2**22, 2**23]
+    emptied = synthetic(
+        [
+            {"strategy": "pageable", "size_bytes": s, "wall_ms": 0.3, "event_ms": 0.3, "device_allocs": 1}
+            for s in small
+        ]
+        + [
+            {"strategy": "pageable", "size_bytes": s, "wall_ms": 0.9, "event_ms": 0.9, "device_allocs": 1}
+            for s in large
+        ]
+    )
+    kept = synthetic(
+        [{"strategy": "pageable", "size_bytes": s, "wall_ms": 0.1, "event_ms": 0.1} for s in small]
+        + [{"strategy": "pageable", "size_bytes": s, "wall_ms": 1.0, "event_ms": 1.0} for s in large]
+    )
+    f = findings.device_alloc_cost(emptied, kept, strategy="pageable", baseline="pageable")
+    assert f.holds and "every copy" not in f.verdict
+    # the table's first row (1 KiB) is its run's first operation, left out
+    assert "at 2 sizes (2 KiB to 4 KiB) it took 3.00x, a median 0.20 ms more" in f.verdict
+    assert "at 2 sizes (4 MiB to 8 MiB) 0.90x, none more than 1.05x" in f.verdict
+    assert list(f.table.columns) == ["size_bytes", "emptied_ms", "kept_ms", "ratio", "extra_ms"]
+    everywhere = findings.device_alloc_cost(emptied, kept.assign(wall_ms=0.1, event_ms=0.1), strategy="pageable",
+                                            baseline="pageable")  # fmt: skip
+    assert "makes every copy pay for device allocation" in everywhere.verdict
+
+
+def test_context_startup_says_mostly_where_a_first_operation_itself_ran_long():
+    """data/h200's forum: in shuffled-1 the first pin_memory() also made a new pinned block,
+    so start-up was 72 % of its time, not all of it (reader, session 29)."""
+    from h2dlab import sources
+
+    forum = sources.load("h200:forum")
+    f = findings.context_startup(forum)
+    t = f.table.assign(share=f.table.startup_ms / f.table.wall_ms)
+    worst = t.loc[t.share.idxmin()]
+    assert worst["run"] == "shuffled-1" and t.share.min() < 0.9
+    assert "not the copy" not in f.verdict
+    assert (
+        f"({t.share.min():.0%}–{t.share.max():.0%} of each run's): mostly CUDA starting up; in shuffled-1 the "
+        f"operation itself took {worst['event_ms']:.1f} ms by events" in f.verdict
+    )
+
+
+def test_context_startup_all_but_a_tenth_is_start_up_and_no_events_is_only_consistent(a100):
+    rows = [{"strategy": "pinned_reuse", "size_bytes": 2**20, "wall_ms": 200.0, "event_ms": 1.0}] + [
+        {"strategy": "pinned_reuse", "size_bytes": 2**20, "wall_ms": 1.0, "event_ms": 1.0} for _ in range(5)
+    ]
+    f = findings.context_startup(synthetic(rows))
+    assert (
+        f.holds
+        and "; 199 ms of it passed before" in f.verdict
+        and "that is CUDA starting up, not the copy" in f.verdict
+    )
+    a = findings.context_startup(a100)  # the forum's table has no CUDA events
+    assert "consistent with CUDA starting up (the table has no CUDA events to split it)" in a.verdict

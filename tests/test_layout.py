@@ -21,6 +21,7 @@ MOVED = [
     ("model", "MEASURED_COLUMNS", "rows"),
     ("findings", "Finding", "finding"),
     ("findings", "spread", "finding"),
+    ("findings", "clocks", "findings_clocks"),
     ("advice", "size_text", "finding"),
     ("advice", "bandwidth", "findings_speed"),
     ("advice", "memory_kind", "findings_speed"),

@@ -250,3 +250,16 @@ def test_data_readme_quotes_the_wide_window_of_the_bundled_recording():
         df = sources.load(source)
         over = (df["others_window_ms"] - df["wall_ms"]).dropna().median()
         assert words in said and words.startswith(f"{over:.2f} ms"), (source, over)
+
+
+def test_data_readme_dates_the_retired_runs_the_recording_keeps():
+    """data/README.md's words on sweep/pow2 and allocator/pin-register-warm, from their env.json."""
+    import json
+
+    root = Path(__file__).resolve().parent.parent / "data"
+    said = " ".join((root / "README.md").read_text().split())
+    assert "recorded on 2026-11-30 (20:48 and 20:53 UTC) on VM build `fc-v657` in table schema 2" in said
+    for rel, hhmm in (("sweep/pow2", "20:48"), ("allocator/pin-register-warm", "20:53")):
+        env = json.loads((root / "h200" / f"{rel}.csv.gz.env.json").read_text())
+        assert env["date"].startswith(f"2026-11-30T{hhmm}") and "fc-v657" in env["platform"]
+        assert env["schema_version"] == 2
