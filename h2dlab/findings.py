@@ -213,9 +213,9 @@ def host_alloc_growth(
         )
     k = int(table.smallest_of_class.sum())
     tail = (
-        f"; {k} of {len(table)} were at the smallest size of their class, "
+        f"; {k} of {len(table)} were at the smallest size the run copied in their class, "
         + (
-            "i.e. just past a power of two, as sizes ascending make it"
+            "the first past a power of two on its grid, as sizes ascending make it"
             if k == len(table)
             else "so growth follows the order of first use, not the size alone"
         )

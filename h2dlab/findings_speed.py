@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from h2dlab.finding import Finding, size_text
+from h2dlab.finding import Finding, copies, size_text
 from h2dlab.model import check_values, medians, timed, value_ms
 from h2dlab.units import fmt_bytes
 
@@ -31,15 +31,14 @@ def _some(t: pd.DataFrame, what: str) -> pd.DataFrame:
     return t
 
 
-def _ms_text(ms: float) -> str:
-    """``0.055`` -> ``'55 µs'``, ``19.47`` -> ``'19.5 ms'``."""
+def _ms_text(ms: float) -> str:  # 0.055 -> '55 µs', 19.47 -> '19.5 ms'
     return f"{ms * 1e3:.0f} µs" if ms < 1 else f"{ms:.3g} ms"
 
 
 def bandwidth(df: pd.DataFrame) -> Finding:
-    """GB/s per (strategy, size) from the median time, with the interquartile range
-    (``gbps_lo`` from the slow quartile, ``gbps_hi`` from the fast one). ``holds`` when
-    ``pinned_reuse`` is the fastest at the largest size measured.
+    """GB/s per (strategy, size) from the median time, with the interquartile range (``gbps_lo``
+    from the slow quartile, ``gbps_hi`` from the fast one; ``plots.bandwidth`` draws these).
+    ``holds`` when ``pinned_reuse`` is the fastest at the largest size measured.
 
     Parameters
     ----------
@@ -49,9 +48,8 @@ def bandwidth(df: pd.DataFrame) -> Finding:
     Returns
     -------
     Finding
-        ``values``: ``peak_gbps``, ``at_largest`` (GB/s per strategy at the largest size);
-        ``table``: :func:`h2dlab.model.medians` with ``gbps_lo``/``gbps_hi``.
-    Raises ValueError when ``df`` holds no timed copy that succeeded.
+        ``values``: ``peak_gbps``, ``at_largest`` (GB/s per strategy at the largest size); ``table``:
+        :func:`h2dlab.model.medians` with ``gbps_lo``/``gbps_hi``. ValueError if no timed copy succeeded.
     """
     m = _some(medians(df), "bandwidth")
     m["gbps_lo"] = m.size_bytes / m.q3_ms / 1e6
@@ -61,8 +59,10 @@ def bandwidth(df: pd.DataFrame) -> Finding:
     pk = m.loc[m.gbps.idxmax()]
     holds = bool(at.index[0] == "pinned_reuse")
     order = ", ".join(f"`{s}` {g:.1f}" for s, g in at.items())
+    lo, hi = (int(f(m.loc[m.size_bytes == top, "n"])) for f in (min, max))
+    basis = f"{copies(lo)} each" if lo == hi else f"{lo} to {copies(hi)}"
     verdict = (
-        f"At {size_text(top)} (GB/s, median): {order}. The peak is {pk.gbps:.1f} GB/s "
+        f"At {size_text(top)} (GB/s of the median time, {basis}): {order}. The peak is {pk.gbps:.1f} GB/s "
         f"(`{pk.strategy}` at {size_text(pk.size_bytes)})."
     )
     return Finding(verdict, holds, {"peak_gbps": float(pk.gbps), "at_largest": at.to_dict()}, m)

@@ -28,8 +28,9 @@ def _need(df: pd.DataFrame, cols: tuple[str, ...], what: str) -> None:
 
 def episodes(explained: pd.DataFrame) -> Finding:
     """The time-ordered stretches of slow rows ``explain()`` found: per (run, strategy,
-    episode) the first and last row (``order``), rows, and the median and peak of time
-    over expected. ``holds`` when there is at least one."""
+    episode) the first and last row (``order``), ``rows`` (every row of the stretch) and
+    ``flagged`` (those flagged slow, the ones ``explain()`` labels ``episode``), and the
+    median and peak of time over expected. ``holds`` when there is at least one."""
     _need(explained, ("episode", "expected_ms"), "episodes()")
     e = explained[explained.episode >= 0]
     e = e.assign(ratio=value_ms(e) / e.expected_ms)
@@ -40,6 +41,7 @@ def episodes(explained: pd.DataFrame) -> Finding:
             first_row=("order", "min"),
             last_row=("order", "max"),
             rows=("order", "size"),
+            flagged=("is_outlier", "sum"),
             median_ratio=("ratio", "median"),
             peak_ratio=("ratio", "max"),
         )
@@ -96,8 +98,9 @@ def slow_stretch(
         g.sort_values("order").size_bytes.is_monotonic_increasing for _, g in w.groupby("strategy")
     )
     verdict = f"Rows {lo}–{hi}: {devs} their expected time (median), `{host_only}` {host_r:.2f}x. " + (
-        "The host-only column stayed normal while both device-allocating columns slowed together: the device "
-        "side was slow there, not the host. "
+        "The host-only column stayed normal while both device-allocating columns slowed together: "
+        "consistent with the device side (the cudaMalloc after empty_cache() both share, or the copy itself) "
+        "rather than the pinning; the host clock alone cannot say which. "
         + (
             "With sizes ascending in time, this run alone cannot tell a moment from a band of sizes; a "
             "re-run in shuffled order can."

@@ -315,7 +315,8 @@ def ruled_out(explained: pd.DataFrame) -> pd.DataFrame:
     -------
     pandas.DataFrame
         One row per unexplained flagged copy (``explained``'s index): ``run_id``,
-        ``order``, ``strategy``, ``size_bytes``, ``ms`` (its timing), ``expected_ms``, then
+        ``order``, ``strategy``, ``size_bytes``, ``ms`` (its timing: CUDA events where
+        recorded), ``wall_ms`` (the host clock, which "time in the call" splits), ``expected_ms``, then
         one column per check in ``causes_evidence.CHECKS`` the table could make for some
         copy, holding the sentence that quotes its numbers (empty where that copy's row
         could not be checked). The same sentences make up each row's ``evidence``.
@@ -339,7 +340,9 @@ def ruled_out(explained: pd.DataFrame) -> pd.DataFrame:
             checks[i]["stall census"] = census
     cols = [c for c in causes_evidence.CHECKS if any(c in found for found in checks.values())]
     head = explained.loc[u, ["run_id", "order", "strategy", "size_bytes"]].assign(
-        ms=value_ms(explained.loc[u]), expected_ms=explained.loc[u, "expected_ms"]
+        ms=value_ms(explained.loc[u]),
+        wall_ms=explained.loc[u, "wall_ms"],
+        expected_ms=explained.loc[u, "expected_ms"],
     )
     body = pd.DataFrame([[checks[i].get(c, "") for c in cols] for i in u], index=u, columns=cols)
     return pd.concat([head, body], axis=1)

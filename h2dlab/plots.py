@@ -95,15 +95,19 @@ def latency(df: pd.DataFrame, *, ax=None, strategies=None, fitted: bool = True, 
 
 
 def bandwidth(df: pd.DataFrame, *, ax=None, strategies=None, name=None, peak_strategy: str = "pinned_reuse"):
-    """GB/s vs size per strategy (median line, IQR band), with the measured peak and the
-    PCIe limit on paper."""
+    """GB/s vs size per strategy, from the median time (line) and the quartile times (band):
+    the numbers ``findings_speed.bandwidth`` states (not the median of per-copy GB/s, which
+    differs where a cell has few copies), with the measured peak and the PCIe limit on paper."""
     ax = axes_or_new(ax)
     t = timed_rows(df)
     strategies = strategies or list(dict.fromkeys(t.strategy))
-    t = t[t.strategy.isin(strategies)]
-    sns.lineplot(t, x="size_bytes", y="gbps", hue="strategy", hue_order=strategies, palette=palette_for(strategies),
-                 estimator="median", errorbar=("pi", 50), marker="o", markersize=4, ax=ax)  # fmt: skip
     med = model.medians(df)
+    colors = palette_for(strategies)
+    for s in strategies:
+        m = med[med.strategy == s].sort_values("size_bytes")
+        ax.plot(m.size_bytes, m.gbps, marker="o", markersize=4, color=colors[s], label=s)
+        ax.fill_between(m.size_bytes, m.size_bytes / m.q3_ms / 1e6, m.size_bytes / m.q1_ms / 1e6,
+                        color=colors[s], alpha=0.15, lw=0)  # fmt: skip
     ref = med[med.strategy == peak_strategy] if (med.strategy == peak_strategy).any() else med
     peak = float(ref.gbps.max())
     hline_label(

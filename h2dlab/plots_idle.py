@@ -10,7 +10,7 @@ import textwrap
 import pandas as pd
 
 from h2dlab.factors_idle import idle_wake
-from h2dlab.plots_style import axes_or_new, footnote, legend_outside, palette_for
+from h2dlab.plots_style import axes_or_new, footnote, legend_outside, palette_for, place_labels
 from h2dlab.units import fmt_bytes
 
 __all__ = ["idle_pause"]
@@ -62,6 +62,7 @@ def idle_pause(df: pd.DataFrame, *, ax=None, name: str | None = None):
     ax.grid(True, alpha=0.3)
     ax.set_title("Time per copy against the pause before it, with the GPU idle")
     legend_outside(ax)
+    place_labels(ax)  # two strategies' ratios can land on one spot (the h200 recording's pinned_reuse)
     footnote(
         ax,
         df,

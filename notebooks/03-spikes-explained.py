@@ -19,7 +19,7 @@
 # | cause | what it means |
 # | --- | --- |
 # | `context_init` | the first timed operation of the process: CUDA starting up |
-# | `host_alloc_growth` | a pinned request needed a new power-of-two block: `cudaHostAlloc` |
+# | `host_alloc_growth` | a pinned request needed a new power-of-two block: `cudaHostAlloc` (or `cudaHostRegister`, where the run pins that way) |
 # | `device_alloc` | the copy waited on more `cudaMalloc` than its neighbours (after `empty_cache()`) |
 # | `page_faults` | many more page faults than its neighbours, enough to account for the extra time (a minor fault maps a page in microseconds; a major fault reads one from storage, and the sentence names it) |
 # | `host_preempted`, `host_blocked`, `gc_pause`, `gpu_shared`, `gpu_clock_low` | where the table records CPU time, the scheduler's run-queue wait and context switches, garbage collections and the GPU's state |
@@ -100,8 +100,10 @@ if not rec.lacks(*growth_runs):
     reg = findings.host_alloc_growth(rec.table("allocator", "pin-register-emptied"), emptied_each_size=True, reuse=warm_rows)
     display(Markdown(f"**Host cache kept.** {warm}\n\n**Emptied before each size.** {emptied}\n\n"
                      f"**With `cudaHostRegister`, emptied.** {reg}"))
-    display(Markdown(f"A new block cost {emptied['ms_per_mib']['median']:.2f} ms per MiB through `cudaHostAlloc` and "
-                     f"{reg['ms_per_mib']['median']:.2f} ms per MiB through `cudaHostRegister` (medians). "
+    display(Markdown(f"In the runs emptied before each size, a new block cost {emptied['ms_per_mib']['median']:.2f} ms per "
+                     f"MiB through `cudaHostAlloc` and {reg['ms_per_mib']['median']:.2f} through `cudaHostRegister`; "
+                     f"with the cache kept, {warm['ms_per_mib']['median']:.2f} (medians over the blocks each sentence "
+                     "above counts). "
                      + ("" if warm["faults_per_page"]["n"] else "This recording has no page-fault counts (`minflt`), "
                         "so the third check waits for a recording that has them.")))
 
@@ -134,8 +136,11 @@ if kept is not None and dropped is not None:
 # it: between two copies the kit's own loop does the same small work each time, so a stretch
 # in which that work took longer than before copies of the same strategy and size elsewhere,
 # while the copies there ran slower and were flagged more often, is a stretch in which the
-# host itself ran slow (`h2dlab.host_pace`). Each such episode's evidence gives its span and
-# figures, and says which of the two kinds of stretch it is.
+# host itself ran slow (`h2dlab.host_pace`). So there are two kinds of stretch: one of slow
+# copies (found within one strategy, or across strategies) and one of a slow host. Each
+# episode's evidence gives its span and figures and says which kind it is. In the tables
+# below, `rows` counts every copy of the stretch and `flagged` those flagged slow: only these
+# are labelled `episode` (a copy inside a stretch that was not slow enough gets no label).
 
 # %% tags=["hide-input"]
 ax = plots.timeline(explained["forum_a100"])
@@ -195,12 +200,14 @@ with pd.option_context("display.max_colwidth", None):  # each cell quotes its co
 # PCIe link, the driver or the host: the tables cannot say which). The recording's `idle`
 # runs measure this with the kit itself (`h2dlab measure --pause MS`): before each timed copy
 # the kit makes a tiny GPU submission and waits for it, then spins the CPU for the pause while
-# the GPU has nothing to do, then times the copy by CUDA events. The pause comes on top of the
-# few milliseconds the kit's own loop spends between copies, and the submission does not
-# remove the cost, so the gap that matters here is the time since the previous copy. It is
-# not the only factor: whether the host thread spun or slept in the gap is not recorded, and a
-# data loader's thread usually sleeps. Each pause ran in its own process, and processes differ
-# a little, so small differences between pauses are not the pause's doing. The same small
+# the GPU has nothing to do, then times the copy by CUDA events. The submission does not
+# remove the cost, so the gap that matters here is the time since the previous copy ended:
+# the pause plus the few milliseconds the kit's own loop spends between copies, and that
+# loop's share differs from process to process (the finding gives each pause's median gap,
+# so compare the gaps, not the pauses). It is not the only factor: whether the host thread
+# spun or slept in the gap is not recorded, and a data loader's thread usually sleeps. Each
+# pause ran in its own process, and processes differ: the finding says by how much, and a
+# difference between pauses no larger than that is not the pause's doing. The same small
 # copies after each pause:
 
 # %% tags=["hide-input"]

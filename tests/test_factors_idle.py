@@ -201,3 +201,24 @@ def test_each_pauses_gap_since_the_previous_copy_synthetic():
     assert "part of any difference between pauses is the spread between processes" in f.verdict
     plain = idle_wake(df)
     assert plain["gaps_ms"] == {} and "after the previous one ended" not in plain.verdict
+
+
+def test_a_pause_after_which_every_cell_ran_faster_is_named_as_the_spread():
+    """data/h200's idle runs: after 1 ms every cell ran faster than after 0 ms (reader, session
+    29), which says how far processes differ; the 0 ms copies' own slow share is quoted too."""
+    from h2dlab import sources
+
+    f = factors.idle_wake(sources.load("h200:idle"))
+    c = f["cells"]
+    one = c[c.pause_ms == 1.0]["ratio"]
+    assert (one < 1).all()
+    assert (
+        f"after 1 ms every cell ran faster than after 0 ms ({one.min():.2f}x to {one.max():.2f}x)"
+        in f.verdict
+    )
+    longest = (c[c.pause_ms == c.pause_ms.max()]["ratio"] - 1).abs()
+    assert (longest <= 1 - one.min()).any() and "as large as some of the longest pause's effects" in f.verdict
+    small = c[(c.strategy == "pageable") & (c.size_bytes == 4096)].set_index("pause_ms")["slow_share"]
+    shares = ", ".join(f"{x:.0%}" for x in small)
+    assert f"(copies at least 1.5x the median after 0 ms: {shares})" in f.verdict
+    assert "added 28 µs to a 224 µs median (1.13x)" in f.verdict

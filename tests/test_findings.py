@@ -213,6 +213,15 @@ def test_episodes_a100_and_none_on_h200(ea, h200):
     assert sorted(zip(f.table.first_row, f.table.last_row, strict=True)) == sorted(
         zip(e["min"], e["max"], strict=True)
     )
+    # rows: the stretch's whole span; flagged: the copies labelled episode (reader, session 29:
+    # direct_to_cuda 179-202 is 24 rows, 23 of them flagged)
+    span = ea[ea.episode >= 0].groupby(["strategy", "episode"])
+    assert sorted(f.table.rows) == sorted(span.size())
+    assert sorted(f.table.flagged) == sorted(span.is_outlier.sum())
+    assert sorted(f.table.flagged) == sorted(
+        ea[(ea.episode >= 0) & (ea.cause == "episode")].groupby(["strategy", "episode"]).size()
+    )
+    assert (f.table.flagged < f.table.rows).any()
     g = forum_claims.episodes(outliers.explain(h200))
     assert not g.holds and g.verdict.startswith("No episode")
 
@@ -225,6 +234,8 @@ def test_slow_stretch_host_column_normal_device_columns_slow(ea):
     assert (lo, hi) == (179, 202)
     assert f.holds and r["pin_memory"] < 1.1 and r["pinned_to_cuda"] > 2 and r["direct_to_cuda"] > 2
     assert f["host_ratio"] == pytest.approx(r["pin_memory"])
+    # a host-clock-only table: the device side is the likelier place, not a proven one (reader, session 29)
+    assert "consistent with the device side" in f.verdict and "not the host" not in f.verdict
 
 
 def test_slow_stretch_synthetic_host_also_slow_flips(ea):

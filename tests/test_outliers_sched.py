@@ -416,14 +416,16 @@ def test_ruled_out_table_lists_each_check(explained_v3):
     i = table.index[0]
     assert table.at[i, "ms"] == pytest.approx(e.at[i, "event_ms"])
     # the head columns are the flagged copies' own values, every row
-    assert list(table.columns[:6]) == ["run_id", "order", "strategy", "size_bytes", "ms", "expected_ms"]
+    head = ["run_id", "order", "strategy", "size_bytes", "ms", "wall_ms", "expected_ms"]
+    assert list(table.columns[:7]) == head
+    assert table["wall_ms"].to_numpy() == pytest.approx(u["wall_ms"].to_numpy())
     assert table["expected_ms"].to_numpy() == pytest.approx(u["expected_ms"].to_numpy())
     assert (table["expected_ms"] > 0).all()
     assert f"{e.at[i, 'issue_ms']:.2f} ms in the timed call" in table.at[i, "time in the call"]
     others = e.at[i, "proc_cpu_ms"] - e.at[i, "cpu_ms"]
     assert f"other threads of the process used {others:.2f} ms of CPU" in table.at[i, "other threads"]
     # every check's sentence is part of the row's evidence
-    for col in table.columns[6:]:
+    for col in table.columns[7:]:
         if table.at[i, col]:
             assert table.at[i, col] in e.at[i, "evidence"], col
 
@@ -444,7 +446,9 @@ def test_ruled_out_on_recorded_tables_matches_each_evidence(name):
     u = e[e["is_outlier"] & (e["cause"] == "unexplained")]
     assert list(table.index) == list(u.index)
     checks = [c for c in table.columns if c in CHECKS]
-    assert checks == [c for c in CHECKS if c in checks] and len(checks) == len(table.columns) - 6
+    assert (
+        checks == [c for c in CHECKS if c in checks] and len(checks) == len(table.columns) - 7
+    )  # run_id, order, strategy, size_bytes, ms, wall_ms, expected_ms
     for i in table.index:
         said = (
             "; ".join(table.at[i, c] for c in checks if table.at[i, c])
@@ -528,3 +532,17 @@ def test_h200_batch_other_threads_at_their_usual_rate_are_not_the_cause():
         in flagged.at[("mixed", 343), "evidence"]
     )
     assert int((flagged["cause"] == "other_threads").sum()) == 6
+
+
+def test_ruled_out_shows_the_host_clock_that_time_in_the_call_splits():
+    """``ms`` is the CUDA events' time; the "time in the call" sentence splits the host clock,
+    so the table shows that too (reader, session 29: 1.41 ms beside "1.42 ms in the call")."""
+    from h2dlab import sources
+
+    e = outliers.explain(sources.load("h200:forum"))
+    table = outliers.ruled_out(e)
+    assert list(table.columns[4:7]) == ["ms", "wall_ms", "expected_ms"]
+    assert (table["wall_ms"] == e.loc[table.index, "wall_ms"]).all()
+    for i in table.index:
+        call = float(table.at[i, "time in the call"].split(" ms in the timed call")[0])
+        assert call <= table.at[i, "wall_ms"] + 0.005  # the call is part of the host clock's time

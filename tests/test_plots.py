@@ -259,3 +259,20 @@ def test_advice_bars_colour_each_case():
     bars = [c for c in ax.containers if isinstance(c, BarContainer)]
     assert [len(c) for c in bars[:2]] == [3, 3] and bars[0][0].get_facecolor() != bars[1][0].get_facecolor()
     assert "each case" in ax.get_title() and "to the GPU" in plots.advice_bars(t).get_title()
+
+
+def test_the_bandwidth_figure_draws_the_numbers_the_sentence_states():
+    """Line = GB/s of the median time, as findings_speed.bandwidth says it (reader, session 29:
+    the figure drew the median of per-copy GB/s, 36.9 for staged at 2 GiB beside the text's 30.7)."""
+    from h2dlab import findings_speed, sources
+
+    sweep = sources.load("h200:sweep:pow2-interleaved")
+    f = findings_speed.bandwidth(sweep)
+    ax = plots.bandwidth(sweep)
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    for strategy, m in f.table.groupby("strategy"):
+        m = m.sort_values("size_bytes")
+        assert list(lines[strategy].get_ydata()) == pytest.approx(list(m.gbps)), strategy
+    n = f.table[f.table.size_bytes == f.table.size_bytes.max()]["n"]
+    assert n.nunique() == 1 and f"(GB/s of the median time, {int(n.iloc[0])} copies each)" in f.verdict
+    plt.close(ax.figure)
