@@ -18,7 +18,7 @@ from h2dlab.findings import host_alloc_growth
 from h2dlab.model import timed, value_ms
 from h2dlab.session import BUNDLED, Recorded
 
-__all__ = ["COLUMNS", "METRICS", "compare", "summary"]
+__all__ = ["COLUMNS", "METRICS", "compare", "definitions", "summary", "wide"]
 
 #: The table's columns: one row per (machine, metric, strategy).
 COLUMNS = ["machine", "gpu", "metric", "strategy", "size_bytes", "value", "lo", "hi", "unit", "n"]
@@ -29,7 +29,7 @@ METRICS = {
     "forum_bandwidth": "GB/s of the forum protocol's copies at its largest size, median over runs",
     "pin_cost": "ms per GiB of the forum protocol's pin_memory() at sizes >= 64 MiB, median",
     "growth_spikes": "new pinned blocks in the forum protocol run in size order (first run), count",
-    "growth_cost": "ms per MiB that a new pinned block of >= 16 MiB added, median over blocks",
+    "growth_cost": "ms per MiB that a new pinned block of >= 16 MiB added in that run, median over blocks",
 }
 _GIB = 2**30
 
@@ -139,3 +139,15 @@ def compare(rec: Recorded | str | None = None, *, label: str | None = None) -> p
     parts.append(summary(Recorded(BUNDLED), "H200 (bundled)"))
     parts.append(summary(datasets.load("forum_a100"), "A100 (forum)"))
     return pd.concat(parts, ignore_index=True)
+
+
+def wide(table: pd.DataFrame) -> pd.DataFrame:
+    """``compare()``'s table with one column per machine (values rounded to 0.01), metrics as
+    rows in their order, for a notebook to show."""
+    keys = ["metric", "strategy", "unit"]
+    return table.pivot_table(index=keys, columns="machine", values="value", sort=False).round(2)
+
+
+def definitions() -> pd.DataFrame:
+    """What each metric of ``compare()`` reads (:data:`METRICS`), one row each."""
+    return pd.Series(METRICS, name="what each metric reads").rename_axis("metric").to_frame()

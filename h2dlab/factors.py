@@ -237,7 +237,7 @@ def concurrency(df: pd.DataFrame, size_bytes: int = 2**30) -> Finding:
         else ""
     )
     verdict = f"{n} GPUs copying {fmt_bytes(size_bytes)} at once: {parts}. " + (
-        "Pinned DMA found no shared bottleneck on this host." + tail
+        f"Pinned DMA found no shared bottleneck on the host these {n} GPUs share." + tail
         if holds
         else "Even pinned copies shared a bottleneck (the host's PCIe switch or memory)."
     )

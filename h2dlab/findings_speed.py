@@ -218,7 +218,7 @@ def host_copy_ceiling(bench: dict[str, Any], *, method: str = "to_device") -> Fi
     elif faster:
         end = (
             f"The staged path stayed below it, but the host copy alone outran the pinned DMA ({peak:.1f} GB/s, "
-            f"`pinned_reuse`'s peak) at {', '.join(faster)}: there the DMA, not the memory copy, is the nearer limit."
+            f"`pinned_reuse`'s peak in the same run) at {', '.join(faster)}: there the DMA, not the memory copy, is the nearer limit."
         )
     else:
         end = f"The staged path stayed below it, and below the pinned DMA ({peak:.1f} GB/s): on this host the memory copy is the wall."
@@ -248,12 +248,8 @@ def staged_bounds(bench: dict[str, Any], *, method: str = "to_device") -> Findin
     Returns
     -------
     Finding
-        ``values``: ``by_size`` (size in bytes -> the bound's GB/s figures and fractions).
-
-    Raises
-    ------
-    ValueError
-        The benchmark has no ``bounds`` (results written before they were measured).
+        ``values``: ``by_size`` (size in bytes -> the bound's GB/s figures and fractions). ValueError
+        where the benchmark has no ``bounds`` (results written before they were measured).
     """
     if not (rows := bench.get("bounds") or []):
         raise ValueError("the benchmark has no bounds: re-run benchmarks/bench_transfer.py")
@@ -278,7 +274,9 @@ def staged_bounds(bench: dict[str, Any], *, method: str = "to_device") -> Findin
     }
     again = [f"{comp[s]:.1f}" for s in by if s in comp]
     verdict = (
-        f"Bounds measured in the same run (medians): {'; '.join(parts)}. "
+        f"Bounds measured in the same run (medians; the upper bound is the slower of the host copy and the DMA "
+        f"each alone, the lower bound the slower of the two while the other runs: what a staged copy that "
+        f"overlaps them perfectly reaches, so below it is a shortfall): {'; '.join(parts)}. "
         + (
             f"From 1 GiB up `{method}` reached the lower bound{f' (under it at {under})' if under else ''}."
             if holds

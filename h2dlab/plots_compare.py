@@ -204,8 +204,8 @@ def advice_bars(table: pd.DataFrame, *, ax=None, name: str | None = None):
 
 def machines(table: pd.DataFrame, *, ax=None):
     """Machines side by side from ``compare_machines.compare()``: GB/s per strategy
-    (bandwidth at 1 GiB and the forum protocol's copies), one bar per machine, with the
-    quartiles as whiskers."""
+    (bandwidth at 1 GiB and the forum protocol's copies), one bar per machine; whiskers: the
+    sweep's quartiles, the forum protocol's min and max over its runs (``compare_machines``)."""
     ax = axes_or_new(ax)
     t = table[table.unit == "GB/s"].reset_index(drop=True)
     t = t.assign(what=t.metric.map({"bandwidth": "sweep", "forum_bandwidth": "forum"}) + ": " + t.strategy)
@@ -217,7 +217,7 @@ def machines(table: pd.DataFrame, *, ax=None):
         ys = [b.get_y() + b.get_height() / 2 for b in bars][: len(g)]
         ax.errorbar(g.value, ys, xerr=[(g.value - g.lo).clip(lower=0), (g.hi - g.value).clip(lower=0)],
                     fmt="none", color="k", lw=0.7, capsize=2)  # fmt: skip
-    ax.set_xlabel("GB/s (median; whiskers: IQR)")
+    ax.set_xlabel("GB/s (median; whiskers: sweep IQR, forum min–max over runs)")
     ax.set_ylabel("")
     ax.grid(axis="x", alpha=0.3)
     ax.set_title("each machine's copies, side by side")

@@ -7,6 +7,7 @@ GPU, date). :mod:`h2dlab.plots` and the ``plots_*`` figure modules draw with the
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import matplotlib.pyplot as plt
@@ -29,6 +30,8 @@ PALETTE = {
     "staged": "#1f77b4", "tensordict": "#17becf", "pin_memory": "#9467bd", "pinned_to_cuda": "#2ca02c",
     "direct_to_cuda": "#d62728",
 }  # fmt: skip
+#: Colours for names PALETTE lacks (batch methods, benchmark ways), in turn.
+SPARE = ("#ff7f0e", "#7f7f7f", "#bcbd22", "#e377c2", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#333333")
 CAUSE_COLORS = {
     "context_init": "#000000", "host_alloc_growth": "#9467bd", "device_alloc": "#ff7f0e",
     "episode": "#17becf", "host_parallel": "#bcbd22", "host_crowded": "#dbdb8d", "host_stall": "#e377c2",
@@ -231,7 +234,8 @@ def timed_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def palette_for(names) -> dict:
-    """Colours for these strategy names (dark grey for names without one).
+    """Colours for these strategy names; names without one of :data:`PALETTE` get the next
+    of :data:`SPARE` (tableau colours it does not use), so no two of them share a colour.
 
     Parameters
     ----------
@@ -243,7 +247,9 @@ def palette_for(names) -> dict:
     dict
         Name -> colour, for seaborn's ``palette``.
     """
-    return {s: PALETTE.get(s, "#333333") for s in names}
+    names = list(dict.fromkeys(names))
+    spare = itertools.cycle([c for c in SPARE if c not in {PALETTE.get(s) for s in names}] or SPARE)
+    return {s: PALETTE[s] if s in PALETTE else next(spare) for s in names}
 
 
 def pcie_limit_gbps(env: dict) -> float | None:

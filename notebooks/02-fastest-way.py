@@ -212,9 +212,11 @@ display(factors.concurrency(rec.table("concurrent")) if rec.has("concurrent") el
 # ## 11 · Your machine beside the H200 and the A100
 #
 # *How does this recording's machine differ from the bundled H200 and the forum's A100?* The same
-# few numbers for each: bandwidth per strategy at the largest common size, the small-copy floor,
-# what `pin_memory()` costs, and the forum protocol's pinned-cache growth. The A100 has only the
-# forum's table, so it has only the forum's rows.
+# few numbers for each: bandwidth per strategy, the small-copy floor, what `pin_memory()` costs,
+# and the forum protocol's pinned-cache growth. Each is defined once, in the table under the
+# figure (`compare_machines.METRICS`): which size and which runs it reads. They can differ from
+# the figures earlier in this notebook and in notebook 01, which read other sizes or pool other
+# runs. The A100 has only the forum's table, so it has only the forum's rows.
 
 # %% tags=["hide-input"]
 machines = compare_machines.compare(None if rec.bundled else rec)
@@ -224,4 +226,4 @@ plots.machines(machines);
 display(Markdown("This notebook shows the bundled H200 recording itself, so it stands beside the forum's A100 alone: "
                  "set `MODE = \"live\"` on a CUDA machine, or `DATA` to a recording folder, to put yours beside them."
                  if rec.bundled else f"This recording's machine ({machines.gpu.iloc[0]}) is `{rec.name}` in the figure and the table."))
-machines.pivot_table(index=["metric", "strategy", "unit"], columns="machine", values="value", sort=False).round(2)
+display(compare_machines.wide(machines), compare_machines.definitions())

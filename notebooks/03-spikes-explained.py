@@ -30,6 +30,23 @@
 # | `gpu_wake` | a small copy a little slow after a spell without copies (the copy after a long gap, sometimes the next one too), consistent with some part waking up (the GPU's copy engine, its PCIe link, the driver or the host: not shown which); named only where idle runs recorded beside the table (`h2dlab measure --pause`) show after how long a spell, and at what cost, on this machine (likely, not certain: only the gap points to it) |
 # | `host_stall` | a copy a few tens of microseconds slow, on its CPU the whole time with every counter clean, its extra time within the sizes of the stalls a thread spinning in the run's own process met: each CUDA run ends with a one-second stall census (`h2dlab.census`) that counts how often, and for how long, a spinning thread loses time with its CPU clock running on (time taken from a running vCPU where the guest cannot see it); named only where the run has a census (likely, not certain: only the size of the extra points to it) |
 # | `unexplained` | none of the above; the evidence says what was ruled out |
+#
+# **Words the evidence uses.** *Noise scale*: how far a strategy's copies usually fall from
+# their fitted line, measured robustly (from the median distance, so a few spikes do not
+# inflate it); a copy is flagged when it lies many noise scales above the line and well above
+# it in ratio. *Its neighbours*: the other copies of the same run and strategy (*copies of
+# this size*: of the same size too); "its neighbours: a share of their time" is the median
+# share of their time they spent in the timed call. *CPUs' worth*: the CPU time the process's
+# other threads ran during a copy over the copy's time, so two CPUs' worth is two threads
+# busy throughout on average. *Run-queue wait*: time a thread was ready to run but had no CPU
+# (the kernel's `schedstat`). *vCPU*: a virtual machine's CPU; the machine's host can take it
+# away for a moment, which the guest cannot see: its thread looks as if it ran on. *Stall
+# census*: a second at the end of each run in which one thread spins on the clock and counts
+# the gaps it meets. *PELT*: a change-point search that cuts a series where its level changes.
+#
+# The line is fitted per run and strategy. Where it fits poorly (`h2dlab explain` marks such a
+# fit with `!` and says to trust the measured medians), a slow copy can go unflagged and an
+# ordinary one can look slow, so read the counts of those strategies with care.
 
 # %% tags=["parameters"]
 DATA = "h200"

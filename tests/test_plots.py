@@ -276,3 +276,26 @@ def test_the_bandwidth_figure_draws_the_numbers_the_sentence_states():
     n = f.table[f.table.size_bytes == f.table.size_bytes.max()]["n"]
     assert n.nunique() == 1 and f"(GB/s of the median time, {int(n.iloc[0])} copies each)" in f.verdict
     plt.close(ax.figure)
+
+
+def test_names_without_a_house_colour_get_distinct_colours():
+    """Batch methods and benchmark ways have no PALETTE colour; they were all dark grey, so two
+    lines of one figure could not be told apart (reader, session 29: loop_to, to_device_packed)."""
+    from h2dlab.plots_style import PALETTE, palette_for
+
+    names = ["pinned_reuse", "loop_to", "to_device_packed", "cat_then_copy", "tensordict_pin"]
+    got = palette_for(names)
+    assert got["pinned_reuse"] == PALETTE["pinned_reuse"]
+    assert len(set(got.values())) == len(names)
+    assert palette_for(names) == got  # the same names, the same colours
+    many = palette_for([f"way{i}" for i in range(30)])
+    assert len(many) == 30
+
+
+def test_compare_machines_wide_and_definitions_are_the_table_and_its_metrics():
+    t = compare_machines.compare(None)
+    w = compare_machines.wide(t)
+    row = t.iloc[0]
+    assert w.loc[(row.metric, row.strategy, row.unit), row.machine] == pytest.approx(round(row.value, 2))
+    d = compare_machines.definitions()
+    assert list(d.index) == list(compare_machines.METRICS) and set(t.metric) <= set(d.index)
