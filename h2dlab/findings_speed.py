@@ -105,10 +105,12 @@ def memory_kind(df: pd.DataFrame, size_bytes: int, *, margin: float = 1.1) -> Fi
     if not holds:
         return Finding(head + f"within {margin:.1f}x ({r:.2f}x): the per-copy overhead, not the memory kind, sets the "
                        "time.", holds, {"ratio": r, "ratio_lo": lo, "ratio_hi": hi})  # fmt: skip
+    n = min(int(p.n), int(q.n))  # with few copies the quartiles are hardly more than their values
+    allow = f"the quartiles{f' of {copies(n)} each' if n < 5 else ''} allow {lo:.1f}–{hi:.1f}x"
     verdict = head + (
-        f"pinned is {r:.1f}x faster (quartiles allow {lo:.1f}–{hi:.1f}x); the memory kind matters at this size."
+        f"pinned is {r:.1f}x faster ({allow}); the memory kind matters at this size."
         if lo > 1
-        else f"pinned is {r:.1f}x faster on the medians, but the quartiles allow {lo:.1f}–{hi:.1f}x: the memory kind "
+        else f"pinned is {r:.1f}x faster on the medians, but {allow}: the memory kind "
         "matters at this size on the median, though the slower pinned copies are no faster than the faster pageable ones."
     )
     return Finding(verdict, holds, {"ratio": r, "ratio_lo": lo, "ratio_hi": hi})

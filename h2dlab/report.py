@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -29,6 +30,42 @@ KERNELSPEC = {"display_name": "h2dlab (Python)", "language": "python", "name": "
 #: ``build`` writes its wall times here, in ``outdir``: ``total_s`` (end to end, a live
 #: recording included), ``record_s``, ``notebooks`` (name -> s), ``workbook_s``.
 TIMING = "report-timing.json"
+
+
+def _execute(client, km, env: dict) -> BaseException | None:
+    """Run ``client.execute`` in a thread of its own and return what it raised (None if
+    nothing). nbclient, run in the main thread, takes SIGINT and SIGTERM for itself: it
+    swallows a Ctrl-C or fails on the kernel the signal reached, so ``h2dlab report`` ended
+    in a traceback (hostile tester, session 29). Off the main thread it leaves them alone:
+    they reach this thread, which shuts the kernel down and stops as interrupted."""
+    box: dict[str, BaseException] = {}
+
+    def work() -> None:
+        try:
+            client.execute(env=env, cleanup_kc=True)  # shut the kernel down here, not at exit
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box["exc"] = exc
+
+    worker = threading.Thread(target=work, name="h2dlab-notebook", daemon=True)
+    try:  # start() too: a signal can land while it waits for the thread to begin
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.2)
+    except KeyboardInterrupt:
+        _stop_kernel(km)
+        if worker.ident is not None:
+            worker.join(10)
+        raise
+    return box.get("exc")
+
+
+def _stop_kernel(km) -> None:
+    """Shut a notebook's kernel down at once after an interruption (best effort)."""
+    try:
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
+    except Exception:  # noqa: BLE001 - already stopping; a kernel that will not die is the OS's
+        pass
 
 
 def build(
@@ -110,18 +147,21 @@ def build(
         nb = jupytext.read(src)
         t0 = time.time()
         print(f"[{k}/{len(names)}] executing {name} ({resolved}, data: {shown}) ...", flush=True)
+        km = _kernel_manager(kernel)
+        client = NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name=kernel,
+            km=km,
+            resources={"metadata": {"path": str(ROOT / "notebooks")}},
+        )
+        exc = _execute(client, km, kernel_env)
         failed = None
-        try:
-            NotebookClient(
-                nb,
-                timeout=timeout,
-                kernel_name=kernel,
-                km=_kernel_manager(kernel),
-                resources={"metadata": {"path": str(ROOT / "notebooks")}},
-            ).execute(env=kernel_env, cleanup_kc=True)  # shut the kernel down here, not at exit
-        except CellExecutionError as exc:
+        if isinstance(exc, CellExecutionError):
             text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(exc)).strip()  # the kernel's colours
             failed = text.splitlines()[-1] if text else type(exc).__name__
+        elif exc is not None:
+            raise exc
         timing["notebooks"][name] = round(time.time() - t0, 1)
         if inplace:  # the metadata JupyterLab writes, so that opening a notebook changes nothing
             nb.metadata["jupytext"] = {  # no jupytext version in the .py: Lab would rewrite it
