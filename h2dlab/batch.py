@@ -83,6 +83,9 @@ class BatchSpec:
         bad = [m for m in methods if m not in METHODS]
         if bad:
             raise UsageError(f"unknown batch method {bad[0]!r}: choose from {', '.join(METHODS)}")
+        twice = [m for i, m in enumerate(methods) if m in methods[:i]]
+        if twice:  # the table's key would repeat: refused now, not after the whole run
+            raise UsageError(f"batch method {twice[0]!r} is named twice: each method is timed once per batch")
         object.__setattr__(self, "methods", methods)
         for name, least in (("reps", 1), ("warmup", 0), ("reps_large", 1), ("large_bytes", 1)):
             check_whole(name, getattr(self, name), least)

@@ -314,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command; return its exit code (:data:`EXIT_CODES`: 0 done, 1 failed, 2 misused, 130 stopped)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     cli_common.one_line_warnings()
+    cli_common.printable_streams()
     try:  # parsing imports pandas: a Ctrl-C (or SIGTERM) there is an interruption too, not a traceback
         with cli_common.terminate_interrupts():
             parser = build_parser()

@@ -4,6 +4,7 @@ and the option types (so that subcommands in other modules parse alike)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import re
@@ -27,6 +28,7 @@ __all__ = [
     "names",
     "number_arg",
     "one_line_warnings",
+    "printable_streams",
     "pause_arg",
     "sizes_arg",
     "terminate_interrupts",
@@ -208,6 +210,28 @@ def failure(exc: Exception) -> int:
     return code
 
 
+def printable_streams() -> None:
+    """Where stdout or stderr cannot encode what h2dlab prints (µs, –, ×: an ASCII locale,
+    ``PYTHONIOENCODING=ascii``), write those as ``u``, ``-``, ``x`` and anything else as ``?``,
+    rather than fail with a traceback halfway through a table (hostile tester, session 29)."""
+    import codecs
+
+    def ascii_ish(err: UnicodeError) -> tuple[str, int]:
+        bad = err.object[err.start : err.end]  # type: ignore[attr-defined]
+        return "".join(_ASCII.get(c, "?") for c in bad), err.end  # type: ignore[attr-defined]
+
+    codecs.register_error("h2dlab-ascii", ascii_ish)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            "µ–×".encode(stream.encoding or "ascii")
+        except (UnicodeEncodeError, LookupError):
+            with contextlib.suppress(AttributeError, ValueError):
+                stream.reconfigure(errors="h2dlab-ascii")
+
+
+_ASCII = {"µ": "u", "–": "-", "—": "-", "×": "x", "≥": ">=", "≤": "<=", "·": "."}
+
+
 def finish_measure(df, out: Path, argv: list[str], resumable: bool = True) -> int:
     """What a measuring command prints when it ends (rows kept and how to resume, or rows
     written and errors); returns its exit code: 0, or 130 when the run was stopped."""
@@ -217,10 +241,9 @@ def finish_measure(df, out: Path, argv: list[str], resumable: bool = True) -> in
     errors = int((df["error"] != "").sum()) if len(df) else 0
     if df.attrs.get("stopped"):
         if resumable:
-            cmd = shlex.join(["h2dlab", *argv])
-            if "--resume" not in argv:
-                cmd += " --resume"
-            how = f"resume with: {cmd}"
+            # --force with --resume is refused: the line must run as printed
+            again = [x for x in argv if x not in ("--resume", "--force")]
+            how = f"resume with: {shlex.join(['h2dlab', *again, '--resume'])}"
         else:
             how = "a run on several GPUs cannot be resumed: run it again"
         print(f"h2dlab: interrupted: {len(df)} of {planned} rows kept in {out}; {how}", file=sys.stderr)

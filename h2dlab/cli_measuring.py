@@ -24,8 +24,13 @@ LAYOUTS = ("equal", "mixed")
 def _counts(text: str) -> list[int]:
     from h2dlab.units import parse_int
 
+    parts = [v.strip() for v in text.split(",")]
+    if "" in parts and any(parts):  # `1,,2` or `,1`: a slip, refused as --sizes and --totals refuse it
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has an empty entry: write whole numbers separated by single commas"
+        )
     try:
-        vals = [parse_int(v) for v in text.split(",") if v.strip()]
+        vals = [parse_int(v) for v in parts if v]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a comma list of whole numbers, e.g. 1,16,64"

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from h2dlab.device import check_memory, random_source, release_memory, resolve_device
-from h2dlab.errors import UsageError
+from h2dlab.errors import Unavailable, UsageError
 from h2dlab.gc_steady import steady_gc
 from h2dlab.recorder import Recording, StopFlag, progress_bar
 from h2dlab.timing import CudaFault, Timer, error_text, is_cuda_fault, is_oom
@@ -119,7 +119,13 @@ def plan_duplex(spec: DuplexSpec) -> list[dict[str, Any]]:
 
 
 def cuda_target(device: str) -> torch.device:
-    """The CUDA device a both-ways or batch run copies to; ``UsageError`` for the CPU."""
+    """The CUDA device a both-ways run copies to; ``UsageError`` for the CPU, ``Unavailable``
+    naming the recorded both-ways data on a machine without CUDA."""
+    if str(device).partition(":")[0] == "cuda" and not torch.cuda.is_available():
+        raise Unavailable(
+            "a both-ways run copies to and from CUDA, which this machine lacks: "
+            "replay the recorded runs instead (the dataset h200_bidir)"
+        )
     dev = resolve_device(device)
     if dev.type != "cuda":
         raise UsageError(f"this run needs a CUDA device, not {device!r}: its copies cross PCIe")

@@ -18,7 +18,7 @@ import torch
 from h2dlab import datasets
 from h2dlab.device import random_source, resolve_device
 from h2dlab.env import collect_env
-from h2dlab.errors import UsageError
+from h2dlab.errors import Unavailable, UsageError
 from h2dlab.gc_steady import steady_gc
 from h2dlab.spec import OverlapSpec
 
@@ -111,6 +111,11 @@ def overlap(spec: OverlapSpec | None = None, *, argv: list[str] | None = None) -
     """
     spec = spec if spec is not None else OverlapSpec()
     size_bytes, reps = spec.size_bytes, spec.reps
+    if str(spec.device).partition(":")[0] == "cuda" and not torch.cuda.is_available():
+        raise Unavailable(
+            "overlap timelines need CUDA, which this machine lacks: replay the recorded timeline "
+            "instead (the dataset h200_overlap)"
+        )
     dev = resolve_device(spec.device)
     if dev.type != "cuda":
         raise UsageError("overlap timelines need CUDA: use a cuda device, or replay the dataset h200_overlap")

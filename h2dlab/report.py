@@ -171,7 +171,9 @@ def build(
             nb.metadata["kernelspec"] = KERNELSPEC
             nbformat.write(nb, ROOT / "notebooks" / f"{name}.ipynb")
         html = render(nb, name)
-        datasets.atomic_write(out / f"{name}.html", lambda p, html=html: Path(p).write_text(html))
+        datasets.atomic_write(
+            out / f"{name}.html", lambda p, html=html: Path(p).write_text(html, encoding="utf-8")
+        )
         if failed:
             timing["failed"] = name
             _timing(out, timing, t_all)

@@ -254,10 +254,10 @@ def read(path: str | Path) -> pd.DataFrame:
 def _whole_lines(path: Path, suf: str) -> str:
     """The CSV text up to its last newline: a row cut off mid-write is dropped."""
     if suf == ".csv.gz":
-        with gzip.open(path, "rt", newline="") as fh:
+        with gzip.open(path, "rt", newline="", encoding="utf-8") as fh:  # as written, whatever the locale
             text = fh.read()
     else:
-        with open(path, newline="") as fh:
+        with open(path, newline="", encoding="utf-8") as fh:
             text = fh.read()
     if text and not text.endswith("\n") and "\n" in text:  # one line alone is a header: kept
         cut = text[text.rfind("\n") + 1 :]

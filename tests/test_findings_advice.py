@@ -173,7 +173,9 @@ def test_memory_kind_says_when_the_quartiles_overlap():
         and "matters at this size." in g.verdict
     )
     # three copies each: the quartiles are hardly more than the values, and it says how few
-    assert "the quartiles of 3 copies each allow" in f.verdict and "the quartiles of 3 copies each" in g.verdict
+    assert (
+        "the quartiles of 3 copies each allow" in f.verdict and "the quartiles of 3 copies each" in g.verdict
+    )
     many = synthetic_sweep({"pageable": {KiB: [0.12] * 6}, "pinned_reuse": {KiB: [0.06] * 6}})
     assert "(the quartiles allow 2.0–2.0x)" in advice.memory_kind(many, KiB).verdict
 
