@@ -2,11 +2,11 @@
 explain | compare | report | duplex | batch | record (``python -m h2dlab`` runs it too).
 
 Each measuring command builds one run spec from its options and hands it on. Exit codes
-(:data:`EXIT_CODES`, also printed by ``--help``): 0 done; 1 this machine or the run
-failed (``Unavailable``: no CUDA; an ``OSError`` such as a full disk; a
-CUDA fault; a failed notebook), in one line, and every bug with its traceback; 2 the
-command line or its input is wrong (``UsageError``, a GPU index it lacks too), in one line; 130 interrupted, rows
-kept. Set H2DLAB_DEBUG=1 to see a traceback for the one-line errors too.
+(:data:`EXIT_CODES`, also printed by ``--help``): 0 done; 1 this machine or the run failed
+(``Unavailable``: no CUDA; an ``OSError`` such as a full disk; a CUDA fault; a failed
+notebook), in one line, and every bug with its traceback; 2 the command line or its input is
+wrong (``UsageError``, a GPU index it lacks too), in one line; 130 interrupted, rows kept
+(H2DLAB_DEBUG=1: a traceback for the one-line errors too).
 """
 
 from __future__ import annotations
@@ -335,17 +335,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _exit(code: int) -> None:
-    """Exit with ``code``; after an interruption (130) without the interpreter's wind-down, which
-    a Ctrl-C during start-up could end by the signal (-2); every file was written by then."""
+    """Exit with ``code``; after an interruption (130) without the interpreter's wind-down."""
     if code == EXIT_INTERRUPTED:
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
 
 
-def run() -> None:  # the `h2dlab` command and `python -m h2dlab`
+def run() -> None:  # the `h2dlab` command and `python -m h2dlab`, through h2dlab.__main__
     _exit(main())
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m h2dlab.cli (tests, and live mode's recording)
     run()

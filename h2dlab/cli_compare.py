@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from typing import Any
 
 from h2dlab.errors import UsageError
@@ -69,15 +70,22 @@ def fmt_ms(ms: float, scale_of: float | None = None) -> str:
 def load_runs(sources: list[str]):
     """``[(label, table), ...]``: one per run of each source (a dataset, a path,
     ``DATASET:RUN`` or ``RECORDING:KIND[:RUN]``: ``h2dlab.sources``), labelled ``source:run name``."""
-    from h2dlab.sources import resolve
+    from h2dlab.sources import resolve, stopped_note
 
-    out = []
+    out, seen = [], {}
     for given in sources:
         df, src, run_name = resolve(given)
+        if note := stopped_note(df, given):
+            print(note, file=sys.stderr)
         names = df.attrs.get("run_names") or {}
         for rid in dict.fromkeys(df["run_id"]):
             name = names.get(rid, rid)
             if run_name is None or name == run_name:
+                if rid in seen:  # the same run twice: every ratio 1.00x, which says nothing
+                    raise UsageError(
+                        f"{given} and {seen[rid]} hold the same run ({rid}): compare a run with another one"
+                    )
+                seen[rid] = given
                 part = df[df["run_id"] == rid]
                 part.attrs = {**df.attrs, "env": (df.attrs.get("envs") or {}).get(rid)}
                 out.append((f"{src}:{name}" if name != src else src, part))

@@ -62,11 +62,13 @@ def load_source(source: str):
     """The table named by ``source`` (a recorded dataset, a path, ``DATASET:RUN`` or
     ``RECORDING:KIND[:RUN]``: :func:`h2dlab.sources.load`); a name or file that is not a
     readable h2dlab table is the user's mistake (``UsageError``)."""
-    from h2dlab.sources import load
+    from h2dlab.sources import load, stopped_note
 
     df = load(source)
     if df.empty:
         raise UsageError(f"{source}: the table has no rows")
+    if note := stopped_note(df, source):
+        print(note, file=sys.stderr)
     return df
 
 

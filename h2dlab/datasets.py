@@ -2,11 +2,9 @@
 
 ``load(name)`` reads a bundled dataset or any table or folder of tables. The schema
 (``h2dlab.schema``) and the file functions (``h2dlab.tableio``: save, read, env.json)
-are re-exported here, so ``datasets.read``, ``datasets.COLUMNS`` ... keep working.
-
-The bundled datasets ship inside the package (a wheel maps the checkout's ``data/`` to
-``h2dlab/data``); in a source checkout they are read from ``data/`` directly.
-"""
+are re-exported here, so ``datasets.read``, ``datasets.COLUMNS`` ... keep working. The
+bundled datasets ship inside the package (a wheel maps the checkout's ``data/`` to
+``h2dlab/data``); in a source checkout they are read from ``data/`` directly."""
 
 from __future__ import annotations
 
@@ -218,10 +216,12 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
 
 
 def _read_runs(paths: list[Path], label: str) -> pd.DataFrame:
-    """The tables at ``paths`` as one, with each run's env and file name in ``attrs``."""
+    """The tables at ``paths`` as one, with each run's env and name (its file's, or its run_id
+    where one file holds several runs) in ``attrs``."""
     frames, envs, run_names, where = [], {}, {}, {}
     for p in paths:
         df = read(p)
+        several = df["run_id"].nunique() > 1
         for rid in df["run_id"].unique():
             if rid in where:  # a copy of a table, or explain's --out beside its source
                 raise SchemaError(
@@ -230,7 +230,7 @@ def _read_runs(paths: list[Path], label: str) -> pd.DataFrame:
                 )
             where[rid] = p
             envs[rid] = df.attrs.get("env")
-            run_names[rid] = p.name[: -len(suffix_of(p))]
+            run_names[rid] = str(rid) if several else p.name[: -len(suffix_of(p))]
         frames.append(df)
     out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     out.attrs["envs"] = envs

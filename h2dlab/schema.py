@@ -8,6 +8,8 @@ partial CSV written before the value was known).
 
 from __future__ import annotations
 
+import unicodedata
+
 import numpy as np
 import pandas as pd
 
@@ -120,6 +122,22 @@ def _reject(source: str, raw: pd.Series, bad, problem: str, hint: str) -> None:
     raise SchemaError(f"{source}: row {i}, column {raw.name}: {_show(raw.iloc[i])} {problem}{more}; {hint}")
 
 
+def _not_a_number(raw: pd.Series) -> str:
+    """The kind of a column that pandas would turn into numbers wrongly ("" if none): a time
+    span or a date (parquet or Excel keep them typed), or booleans."""
+    if pd.api.types.is_timedelta64_dtype(raw):
+        return "time span"
+    if pd.api.types.is_datetime64_any_dtype(raw):
+        return "date"
+    return "boolean" if pd.api.types.is_bool_dtype(raw) else ""
+
+
+def _unprintable(text: str) -> bool:
+    """Whether ``text`` holds a control character (C0, DEL, C1) or a Unicode format
+    character (category Cf: a right-to-left override turns what follows around on screen)."""
+    return any(unicodedata.category(c) in ("Cc", "Cf") for c in text)
+
+
 def _show(v: object) -> str:
     text = repr(v.item() if isinstance(v, np.generic) else v)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -153,10 +171,12 @@ def _coerce(out: pd.DataFrame, col: str, kind: str, source: str) -> None:
             _reject(
                 source,
                 raw,
-                v.str.contains(r"[\x00-\x1f\x7f]", regex=True),
-                "holds a control character",
+                v.map(_unprintable),
+                "holds a control character or an invisible format character",
                 "a name is printable text: fix or drop that row",
             )
+        if col == "strategy":  # printed as the row's name: "" or spaces would show as nothing
+            _reject(source, raw, v.str.strip() == "", "is blank", "name the strategy, or drop that row")
         out[col] = v
     elif kind == "bool":
         if raw.dtype == bool:
@@ -165,6 +185,10 @@ def _coerce(out: pd.DataFrame, col: str, kind: str, source: str) -> None:
         _reject(source, raw, v.isna(), "is not a boolean", "write True or False (or 1 or 0)")
         out[col] = v.astype(bool)
     else:
+        typed = _not_a_number(raw)  # to_numeric would read a timedelta as ns, a date as ns since 1970
+        _reject(
+            source, raw, np.full(len(raw), bool(typed)), f"is a {typed}, not a number", "store plain numbers"
+        )
         x = pd.to_numeric(raw.where(~is_blank(raw), np.nan), errors="coerce")
         _reject(source, raw, x.isna() & ~is_blank(raw), "is not a number", "fix or drop that row")
         x = x.astype("float64")

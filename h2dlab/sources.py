@@ -23,7 +23,7 @@ import pandas as pd
 from h2dlab import datasets
 from h2dlab.errors import UsageError
 
-__all__ = ["Source", "load", "resolve", "where"]
+__all__ = ["Source", "load", "resolve", "stopped_note", "where"]
 
 
 class Source(NamedTuple):
@@ -130,6 +130,27 @@ def resolve(source: str) -> Source:
 def load(source: str) -> pd.DataFrame:
     """The table a RUN argument names: ``resolve(source).table``."""
     return resolve(source).table
+
+
+def stopped_note(df: pd.DataFrame, source: str) -> str | None:
+    """A note that ``source``'s table, or some run of it, was stopped early (its env.json's
+    ``measured_rows`` below ``planned_rows``), so sizes or reps are missing; None when every
+    run is whole or does not say. ``explain`` and ``compare`` print it: their figures read
+    only what was measured (hostile tester, session 29)."""
+    envs = df.attrs.get("envs") or {}
+    if not envs and df.attrs.get("env") is not None:
+        envs = {None: df.attrs["env"]}
+    names = df.attrs.get("run_names") or {}
+    short = []
+    for rid, env in envs.items():
+        m, p = (env or {}).get("measured_rows"), (env or {}).get("planned_rows")
+        if isinstance(m, int) and isinstance(p, int) and m < p:
+            short.append((names.get(rid, rid), m, p))
+    if not short:
+        return None
+    named = len(envs) > 1  # one run: the source names it already
+    said = "; ".join(f"{f'{n}: ' if named else ''}{m} of {p} rows" for n, m, p in short)
+    return f"note: {source} holds a run stopped early ({said}): its missing rows are not shown; finish it with --resume"
 
 
 def where(source: str) -> Path | None:

@@ -89,3 +89,114 @@ def test_a_utf8_table_reads_under_an_ascii_locale(tmp_path):
     r = _h2dlab(["explain", str(out)], LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONIOENCODING="utf-8")
     assert r.returncode == 0 and "not a readable" not in r.stderr, r.stderr
     assert "pagé" in r.stdout
+
+
+def test_explain_and_compare_say_when_a_table_was_stopped_early(tmp_path, capsys):
+    """An interrupted measure keeps its rows and says so in env.json (measured < planned);
+    explain and compare showed the sizes it reached as if they were the plan."""
+    from h2dlab import sources, tableio
+
+    df = sources.load("h200:sweep:pow2")
+    env = {**df.attrs["env"], "planned_rows": len(df) + 500, "measured_rows": len(df)}
+    out = tableio.save(df, tmp_path / "z.csv", env)
+    for cmd in (["explain", str(out)], ["compare", str(out)]):
+        assert cli.main(cmd) == 0
+        err = capsys.readouterr().err
+        want = f"note: {out} holds a run stopped early ({len(df)} of {len(df) + 500} rows)"
+        assert want in err, cmd
+    whole = tableio.save(
+        df, tmp_path / "w.csv", {**df.attrs["env"], "planned_rows": len(df), "measured_rows": len(df)}
+    )
+    assert cli.main(["compare", str(whole)]) == 0 and "stopped early" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("", "is blank"),
+        ("   ", "is blank"),
+        ("pageable\u202e", "control character or an invisible format"),  # right-to-left override
+        ("page\u0085able", "control character or an invisible format"),  # a C1 control (NEL)
+    ],
+    ids=["empty", "spaces", "rlo", "c1"],
+)
+def test_a_blank_or_invisible_strategy_name_is_refused(tmp_path, capsys, name, says):
+    """explain printed '[run #208]  256 KiB' with no strategy; a U+202E name reversed the line."""
+    from h2dlab import datasets
+
+    df = datasets.read(datasets.DATA_DIR / "h200/d2h/d2h.csv.gz")
+    df["strategy"] = df["strategy"].astype(object)
+    df.loc[df.index[3], "strategy"] = name
+    path = tmp_path / "s.csv"
+    df.to_csv(path, index=False, encoding="utf-8")  # not save(): it validates, as read does
+    for cmd in (["explain", str(path)], ["compare", str(path)]):
+        assert cli.main(cmd) == 2, cmd
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "row 3, column strategy" in err[0] and says in err[0], err
+
+
+@pytest.mark.parametrize("kind", ["timedelta", "datetime", "bool"])
+def test_a_time_column_stored_as_a_time_span_date_or_boolean_is_refused(tmp_path, capsys, kind):
+    """A parquet wall_ms stored as a timedelta read as nanoseconds: '24.0 s' for a 24 µs copy."""
+    from h2dlab import datasets
+
+    df = datasets.read(datasets.DATA_DIR / "h200/d2h/d2h.csv.gz")
+    if kind == "timedelta":
+        df["wall_ms"] = pd.to_timedelta(df["wall_ms"], unit="ms")
+    elif kind == "datetime":
+        df["wall_ms"] = pd.to_datetime(df["wall_ms"], unit="ms")
+    else:
+        df["wall_ms"] = df["wall_ms"] > 1
+    path = tmp_path / "t.parquet"
+    df.to_parquet(path)
+    said = {"timedelta": "is a time span", "datetime": "is a date", "bool": "is a boolean"}[kind]
+    assert cli.main(["explain", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "column wall_ms" in err[0] and f"{said}, not a number" in err[0], err
+
+
+def test_a_ctrl_c_while_the_kit_imports_ends_in_one_line():
+    """The first ~0.4 s import the kit; a Ctrl-C there gave a 30-line traceback (exit -2).
+    The import is made to be interrupted here, deterministically."""
+    import subprocess
+    import sys
+
+    script = (
+        "import builtins\n"
+        "real = builtins.__import__\n"
+        "def imp(name, *a, **k):\n"
+        "    if name == 'h2dlab.cli':\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = imp\n"
+        "from h2dlab.__main__ import run\n"
+        "run()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 130 and r.stderr == "h2dlab: interrupted\n", (r.returncode, r.stderr)
+
+
+def test_the_command_enters_through_the_guarded_entry_point():
+    from pathlib import Path
+
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["h2dlab"] == "h2dlab.__main__:run"
+
+
+def test_a_file_of_two_runs_names_each_by_its_run_id_and_compare_refuses_a_run_twice(tmp_path, capsys):
+    """pd.concat of two runs saved as one file showed both as the file's name: explain said
+    'run(s) mix, mix' and `compare mix.csv:a` could pick neither; `compare t t` said 1.00x."""
+    from h2dlab import datasets, sources, tableio
+
+    d = sources.load("h200:sweep:pow2")
+    d = d[d.strategy.isin(["pageable", "pinned_reuse"])]
+    d = d.assign(run_id=["a" if i % 2 else "b" for i in range(len(d))])
+    mix = tableio.save(d, tmp_path / "mix.csv", d.attrs.get("env"))
+    assert set(datasets.load(str(mix)).attrs["run_names"].values()) == {"a", "b"}
+    assert cli.main(["compare", f"{mix}:a"]) == 0
+    assert f"{mix}:a" in capsys.readouterr().out
+    assert cli.main(["compare", str(mix), str(mix)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "hold the same run" in err[0]
