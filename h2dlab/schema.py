@@ -124,12 +124,11 @@ def _reject(source: str, raw: pd.Series, bad, problem: str, hint: str) -> None:
 
 def _not_a_number(raw: pd.Series) -> str:
     """The kind of a column that pandas would turn into numbers wrongly ("" if none): a time
-    span or a date (parquet or Excel keep them typed), or booleans."""
+    span or a date (parquet or Excel keep them typed). Booleans read as 1 and 0, which flag
+    columns such as ``cpu_moved`` mean."""
     if pd.api.types.is_timedelta64_dtype(raw):
         return "time span"
-    if pd.api.types.is_datetime64_any_dtype(raw):
-        return "date"
-    return "boolean" if pd.api.types.is_bool_dtype(raw) else ""
+    return "date" if pd.api.types.is_datetime64_any_dtype(raw) else ""
 
 
 def _unprintable(text: str) -> bool:
