@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="e.g. 1KiB,64MiB,1GiB or 1KiB..1GiB (powers of two) or forum "
         "[1KiB..64MiB; with --gpus 1MiB..1GiB]",
     )
-    m.add_argument("--strategies", default=None, help="comma list (default: all available on the device)")
+    m.add_argument("--strategies", default=None, help="comma list (default: the device's h2d ones)")
     m.add_argument("--reps", type=_whole(1), default=10, help="timed repetitions per size [10]")
     m.add_argument(
         "--reps-large", type=_whole(1), default=None, help="timed repetitions at >= 1 GiB [--reps]"

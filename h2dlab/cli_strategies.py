@@ -40,6 +40,8 @@ def _device(text: str | None):
         raise UsageError(f"unknown device {text!r}: use cpu, cuda or cuda:N") from None
     if dev.type not in ("cpu", "cuda"):
         raise UsageError(f"h2dlab copies to cuda (or host copies with cpu), not {dev.type}")
+    if dev.type == "cpu" and dev.index is not None:  # measure refuses it: judge only what it takes
+        raise UsageError(f"unknown device {text!r}: use cpu, cuda or cuda:N")
     return dev, torch.cuda.is_available()
 
 

@@ -198,3 +198,11 @@ def test_a_file_of_two_runs_names_each_by_its_run_id_and_compare_refuses_a_run_t
     assert cli.main(["compare", str(mix), str(mix)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "hold the same run" in err[0]
+
+
+def test_strategies_refuses_cpu_with_an_index_as_measure_does(capsys, tmp_path):
+    assert cli.main(["strategies", "--device", "cpu:1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["h2dlab: error: unknown device 'cpu:1': use cpu, cuda or cuda:N"]
+    assert cli.main(["measure", "--device", "cpu:1", "--out", str(tmp_path / "x.csv")]) == 2
+    assert "unknown device 'cpu:1'" in capsys.readouterr().err and not list(tmp_path.iterdir())
