@@ -29,6 +29,7 @@ __all__ = [
     "number_arg",
     "one_line_warnings",
     "printable_streams",
+    "abbreviates",
     "pause_arg",
     "sizes_arg",
     "terminate_interrupts",
@@ -210,6 +211,11 @@ def failure(exc: Exception) -> int:
     return code
 
 
+def abbreviates(arg: str, *flags: str) -> bool:
+    """Whether ``arg`` is one of ``flags`` or a prefix argparse takes for it (``--forc``)."""
+    return arg.startswith("--") and len(arg) > 3 and any(f.startswith(arg) for f in flags)
+
+
 def printable_streams() -> None:
     """Where stdout or stderr cannot encode what h2dlab prints (µs, –, ×: an ASCII locale,
     ``PYTHONIOENCODING=ascii``), write those as ``u``, ``-``, ``x`` and anything else as ``?``,
@@ -242,7 +248,7 @@ def finish_measure(df, out: Path, argv: list[str], resumable: bool = True) -> in
     if df.attrs.get("stopped"):
         if resumable:
             # --force with --resume is refused: the line must run as printed
-            again = [x for x in argv if x not in ("--resume", "--force")]
+            again = [x for x in argv if not abbreviates(x, "--resume", "--force")]
             how = f"resume with: {shlex.join(['h2dlab', *again, '--resume'])}"
         else:
             how = "a run on several GPUs cannot be resumed: run it again"

@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from h2dlab.cli_common import names, sizes_arg, whole_arg
+from h2dlab.cli_common import abbreviates, names, sizes_arg, whole_arg
 
 __all__ = ["COMMANDS", "LAYOUTS", "add_parser", "batch_spec", "duplex_spec", "run"]
 
@@ -130,7 +130,7 @@ def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
     df = fn(spec, out=out, progress=not a.no_progress, argv=["h2dlab", *argv], force=a.force, **more)
     errors = int((df["error"] != "").sum()) if len(df) else 0
     if df.attrs.get("stopped"):
-        again = [x for x in ["h2dlab", *argv] if x not in ("--resume", "--force")]
+        again = [x for x in ["h2dlab", *argv] if not abbreviates(x, "--resume", "--force")]
         how = "resume with: " if a.cmd == "batch" else "a duplex run starts over: measure it again with "
         flag = "--resume" if a.cmd == "batch" else "--force"
         print(

@@ -169,7 +169,10 @@ def build(
                 "notebook_metadata_filter": "-jupytext.text_representation",
             }
             nb.metadata["kernelspec"] = KERNELSPEC
-            nbformat.write(nb, ROOT / "notebooks" / f"{name}.ipynb")
+            # atomically: a stop mid-write must not leave a committed notebook empty
+            datasets.atomic_write(
+                ROOT / "notebooks" / f"{name}.ipynb", lambda p, nb=nb: nbformat.write(nb, p)
+            )
         html = render(nb, name)
         datasets.atomic_write(
             out / f"{name}.html", lambda p, html=html: Path(p).write_text(html, encoding="utf-8")

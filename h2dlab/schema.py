@@ -134,7 +134,11 @@ def _not_a_number(raw: pd.Series) -> str:
 def _unprintable(text: str) -> bool:
     """Whether ``text`` holds a control character (C0, DEL, C1) or a Unicode format
     character (category Cf: a right-to-left override turns what follows around on screen)."""
-    return any(unicodedata.category(c) in ("Cc", "Cf") for c in text)
+    return any(unicodedata.category(c) in _HIDDEN and c != "\u200d" for c in text)
+
+
+#: Control, format (but the zero-width joiner that joins emoji), line and paragraph separators.
+_HIDDEN = ("Cc", "Cf", "Zl", "Zp")
 
 
 def _show(v: object) -> str:
@@ -175,7 +179,13 @@ def _coerce(out: pd.DataFrame, col: str, kind: str, source: str) -> None:
                 "a name is printable text: fix or drop that row",
             )
         if col == "strategy":  # printed as the row's name: "" or spaces would show as nothing
-            _reject(source, raw, v.str.strip() == "", "is blank", "name the strategy, or drop that row")
+            _reject(
+                source,
+                raw,
+                v.str.strip() == "",
+                "is blank",
+                "name the strategy (NA, null, nan read as missing)",
+            )
         out[col] = v
     elif kind == "bool":
         if raw.dtype == bool:

@@ -143,6 +143,8 @@ def stopped_note(df: pd.DataFrame, source: str) -> str | None:
     names = df.attrs.get("run_names") or {}
     short = []
     for rid, env in envs.items():
+        if rid is not None and (env or {}).get("run_id") not in (None, rid):
+            continue  # a file of several runs has one env.json: it speaks for its own run only
         m, p = (env or {}).get("measured_rows"), (env or {}).get("planned_rows")
         if isinstance(m, int) and isinstance(p, int) and m < p:
             short.append((names.get(rid, rid), m, p))

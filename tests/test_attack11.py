@@ -206,3 +206,36 @@ def test_strategies_refuses_cpu_with_an_index_as_measure_does(capsys, tmp_path):
     assert err == ["h2dlab: error: unknown device 'cpu:1': use cpu, cuda or cuda:N"]
     assert cli.main(["measure", "--device", "cpu:1", "--out", str(tmp_path / "x.csv")]) == 2
     assert "unknown device 'cpu:1'" in capsys.readouterr().err and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("flag", ["--forc", "--fo", "--force"])
+def test_the_resume_line_drops_an_abbreviated_force_too(capsys, tmp_path, flag):
+    """argparse takes --forc for --force; the resume line kept it and --resume refused it."""
+    df = pd.DataFrame({"error": [""], "warmup": [False]})
+    df.attrs.update(stopped=True, planned_rows=10)
+    argv = ["measure", "--device", "cpu", flag, "--out", str(tmp_path / "r.csv"), "--resu"]
+    assert cli_common.finish_measure(df, tmp_path / "r.csv", argv) == 130
+    printed = shlex.split(capsys.readouterr().err.split("resume with: ", 1)[1])
+    assert printed == ["h2dlab", "measure", "--device", "cpu", "--out", str(tmp_path / "r.csv"), "--resume"]
+    assert not cli_common.abbreviates("--out", "--resume", "--force") and not cli_common.abbreviates(
+        "--", "--force"
+    )
+
+
+def test_the_stopped_note_speaks_only_for_the_run_its_env_names():
+    from h2dlab import sources
+
+    df = pd.DataFrame({"run_id": ["a", "b"]})
+    env = {"run_id": "a", "measured_rows": 5, "planned_rows": 9}
+    df.attrs.update(envs={"a": env, "b": env}, run_names={"a": "a", "b": "b"})
+    note = sources.stopped_note(df, "cat.csv")
+    assert note is not None and "a: 5 of 9 rows" in note and "b:" not in note
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"), [("👩\u200d💻", True), ("🏳️\u200d🌈", True), ("page\u2028able", False)]
+)
+def test_emoji_joined_by_zwj_pass_and_line_separators_do_not(name, ok):
+    from h2dlab.schema import _unprintable
+
+    assert _unprintable(name) is (not ok)
