@@ -2,8 +2,8 @@
 
 The fleet table is a measurement table (DESIGN.md: one row per timed copy, read by
 :func:`h2dlab.datasets.read` like any other) with the survey's columns added: each rank
-is a run (``run_id`` ``<survey>-rNNNNN``), ``gpu`` its local rank, ``world`` how many
-GPUs of its node copied at once (1: ``alone``). A (strategy, size) cell a rank left
+is a run (``run_id`` ``<survey>-rNNNNN``), ``world`` how many GPUs of its node copied
+at once (1: ``alone``). A (strategy, size) cell a rank left
 unmeasured still has a row, with ``status`` ``error`` (the rank caught an error, said
 in ``error``) or ``no result`` (the rank wrote nothing more by the deadline: it hung,
 died, or never started); a rank's copies are never dropped because another failed.
@@ -132,7 +132,6 @@ def assemble(
     frames = []
     for rank, info in sorted(infos.items()):
         local_world = int(info.get("local_world_size", 1)) if info else 1
-        local = int(info.get("local_rank", 0)) if info else None
         status, why = _why(rank, info, deadline_s)
         final = info is not None and info.get("status") == "ok"
         parts = []
@@ -177,7 +176,6 @@ def assemble(
         ok = df["error"].fillna("") == ""
         df["status"] = np.where(ok, "ok", "error" if status == "error" or final else status)
         info = info or {}
-        df["gpu"] = local if local is not None else -1
         for col in RANK_COLUMNS:
             if col in ("phase", "status"):
                 continue

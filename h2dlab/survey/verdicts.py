@@ -79,41 +79,43 @@ def gpu_table(fleet: pd.DataFrame) -> pd.DataFrame:
     """One row per rank of a fleet table: its facts, ``status`` (``ok`` only when every
     cell was measured), each bandwidth (GB/s of the median timed copy at the group's
     largest size; CUDA events where there are any, else the host clock), its ``_cv``
-    and ``_n`` (copies), and ``latency_us`` (median of the smallest host-to-device copy,
-    pinned where measured)."""
+    and ``_n`` (copies), and ``latency_us`` (median of the smallest host-to-device copy
+    alone, pinned where measured)."""
     df = fleet.copy()
     df["error"] = df["error"].fillna("")
-    ms = df["event_ms"].where(df["event_ms"].notna(), df["wall_ms"])
-    df["t_ms"] = ms
+    df["t_ms"] = df["event_ms"].where(df["event_ms"].notna(), df["wall_ms"])
     df["group"] = df["strategy"].map(_group_of)
+    facts = [c for c in _FACTS if c in df.columns]
+    out = df.groupby("rank", sort=True)[facts].first()
+    states = df.groupby("rank")["status"].agg(lambda s: set(s.fillna("")))
+    out["status"] = states.map(lambda s: "ok" if s == {"ok"} else ("error" if "error" in s else "no result"))
+    errs = df[df["error"] != ""].groupby("rank")["error"].first()
+    out["error"] = errs.reindex(out.index).fillna("")
     timed = df[(df["error"] == "") & ~df["warmup"].astype(bool) & df["t_ms"].notna()]
-    rows: list[dict[str, Any]] = []
-    for rank, part in df.groupby("rank", sort=True):
-        first = part.iloc[0]
-        row: dict[str, Any] = {"rank": int(rank), **{c: first.get(c) for c in _FACTS}}
-        states = set(part["status"].fillna(""))
-        row["status"] = "ok" if states == {"ok"} else ("error" if "error" in states else "no result")
-        errs = part.loc[part["error"] != "", "error"]
-        row["error"] = errs.iloc[0] if len(errs) else ""
-        mine = timed[timed["rank"] == rank]
-        for (phase, group, direction), cell in mine.groupby(["phase", "group", "direction"], sort=False):
-            top = cell[cell["size_bytes"] == cell["size_bytes"].max()]
-            t = top["t_ms"].to_numpy(float)
-            name = f"{direction}_{group}_{phase}"
-            row[f"{name}_gbps"] = float(top["size_bytes"].iloc[0] / np.median(t) / 1e6)
-            row[f"{name}_cv"] = float(np.std(t, ddof=1) / np.mean(t)) if len(t) > 1 else np.nan
-            row[f"{name}_n"] = len(t)
-        h2d = mine[(mine["direction"] == "h2d") & (mine["phase"] == "alone")]
-        if len(h2d):
-            pinned = h2d[h2d["group"] == "pinned"]
-            pick = pinned if len(pinned) else h2d
-            small = pick[pick["size_bytes"] == pick["size_bytes"].min()]
-            row["latency_us"] = float(np.median(small["t_ms"]) * 1e3)
-        rows.append(row)
-    out = pd.DataFrame(rows)
+    cell = ["rank", "phase", "group", "direction"]
+    top = timed[timed["size_bytes"] == timed.groupby(cell)["size_bytes"].transform("max")]
+    agg = top.groupby(cell).agg(
+        size=("size_bytes", "first"), med=("t_ms", "median"), mean=("t_ms", "mean"),
+        std=("t_ms", "std"), n=("t_ms", "size"),
+    )  # fmt: skip
+    agg = agg.reset_index()
+    agg["name"] = agg["direction"] + "_" + agg["group"] + "_" + agg["phase"]
+    agg["gbps"] = agg["size"] / agg["med"] / 1e6
+    agg["cv"] = agg["std"] / agg["mean"]
+    for what in ("gbps", "cv", "n"):
+        wide = agg.pivot(index="rank", columns="name", values=what)
+        wide.columns = [f"{c}_{what}" for c in wide.columns]
+        out = out.join(wide)
+    h2d = timed[(timed["direction"] == "h2d") & (timed["phase"] == "alone")]
+    pinned = h2d[h2d["group"] == "pinned"]
+    pick = pd.concat([pinned, h2d[~h2d["rank"].isin(pinned["rank"])]])
+    small = pick[pick["size_bytes"] == pick.groupby("rank")["size_bytes"].transform("min")]
+    if len(small):
+        out["latency_us"] = small.groupby("rank")["t_ms"].median() * 1e3
+    out = out.reset_index()
     metrics = sorted(c for c in out.columns if c.endswith("_gbps"))
-    rest = [c for c in out.columns if c not in metrics and not c.endswith(("_cv", "_n"))]
     extra = sorted(c for c in out.columns if c.endswith(("_cv", "_n")))
+    rest = [c for c in out.columns if c not in metrics and c not in extra]
     return out[rest + metrics + extra]
 
 
