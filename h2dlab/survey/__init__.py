@@ -4,7 +4,7 @@ the evidence (see ``command`` for the command, ``rank`` for one rank's part, ``f
 for rank 0's table, ``verdicts`` for the flags, ``show`` for the figure and the page)."""
 
 from h2dlab.survey.launch import Place, place_from_env
-from h2dlab.survey.show import plot_metric, report_html, summary_line
+from h2dlab.survey.show import plot_metric, report_html, source_line, summary_line
 from h2dlab.survey.verdicts import FLAGS, gpu_table, judge, metric_columns
 
 __all__ = [
@@ -16,5 +16,6 @@ __all__ = [
     "place_from_env",
     "plot_metric",
     "report_html",
+    "source_line",
     "summary_line",
 ]

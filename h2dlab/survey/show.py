@@ -14,7 +14,7 @@ import pandas as pd
 
 from h2dlab.survey.verdicts import metric_columns
 
-__all__ = ["plot_metric", "report_html", "summary_line"]
+__all__ = ["plot_metric", "report_html", "source_line", "summary_line"]
 
 FLAGGED, HEALTHY = "#c0392b", "#4a6fa5"
 
@@ -75,6 +75,17 @@ def plot_metric(gpus: pd.DataFrame, metric: str, ax=None, source: str = ""):
     return ax
 
 
+def source_line(env: dict[str, Any], name: str = "fleet.csv.gz") -> str:
+    """Where a survey's figures come from: ``'data: fleet.csv.gz · 4 ranks, rank 0 on
+    node-a (NVIDIA H200), 2026-12-03'``, from the fleet table's env.json."""
+    n = (env.get("survey") or {}).get("world_size", "?")
+    gpu = env.get("gpu_name") or "no GPU: host copies"
+    return (
+        f"data: {name} · {n} rank{'s' if n != 1 else ''}, rank 0 on {env.get('hostname', '?')} "
+        f"({gpu}), {str(env.get('date', ''))[:10]}"
+    )
+
+
 def summary_line(gpus: pd.DataFrame) -> str:
     """``'4 GPUs on 2 hosts: 1 flagged (wrong_numa 1)'``."""
     flags = gpus["flag"].fillna("").astype(str)
@@ -85,7 +96,9 @@ def summary_line(gpus: pd.DataFrame) -> str:
     what = ", ".join(f"{k} {v}" for k, v in counts.items())
     n, hosts = len(gpus), gpus["host"].fillna("").astype(str).replace("", "unknown").nunique()
     flagged = int((flags != "").sum())
-    return f"{n} GPU{'s' if n != 1 else ''} on {hosts} host{'s' if hosts != 1 else ''}: {flagged} flagged" + (
+    unit = "GPU" if gpus["gpu_name"].notna().any() else "rank"  # --device cpu: ranks, no GPU
+    plural = "s" if n != 1 else ""
+    return f"{n} {unit}{plural} on {hosts} host{'s' if hosts != 1 else ''}: {flagged} flagged" + (
         f" ({what})" if what else ""
     )
 
@@ -104,8 +117,7 @@ def report_html(gpus: pd.DataFrame, env: dict[str, Any]) -> str:
     figure per bandwidth and the latency. Every text from the table or env.json is
     escaped; the figures are embedded (the page needs no network)."""
     e = html.escape
-    when = f"{env.get('hostname', '')}, {env.get('gpu_name') or 'no GPU'}, {str(env.get('date', ''))[:10]}"
-    source = f"data: fleet.csv.gz · survey run from {when}"
+    source = source_line(env)
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>h2dlab fleet survey</title>",
         "<style>body{font-family:sans-serif;max-width:70em;margin:auto}td,th{border:1px solid #ccc;"
