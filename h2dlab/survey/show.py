@@ -96,7 +96,9 @@ def summary_line(gpus: pd.DataFrame) -> str:
     what = ", ".join(f"{k} {v}" for k, v in counts.items())
     n, hosts = len(gpus), gpus["host"].fillna("").astype(str).replace("", "unknown").nunique()
     flagged = int((flags != "").sum())
-    unit = "GPU" if gpus["gpu_name"].notna().any() else "rank"  # --device cpu: ranks, no GPU
+    unit = (
+        "GPU" if gpus["gpu_name"].fillna("").astype(str).str.strip().ne("").any() else "rank"
+    )  # --device cpu: ranks, no GPU
     plural = "s" if n != 1 else ""
     return f"{n} {unit}{plural} on {hosts} host{'s' if hosts != 1 else ''}: {flagged} flagged" + (
         f" ({what})" if what else ""
