@@ -78,7 +78,7 @@ def finish(
     infos: dict[int, dict[str, Any] | None],
     specs: dict,
     survey_id: str,
-    deadline_s: float,
+    deadline_s: float | None,
     *,
     baseline: pd.DataFrame | None = None,
     report: bool = False,
@@ -144,23 +144,38 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     if place.world_size == 1 and a.device != "cpu" and not torch.cuda.is_available():
         raise Unavailable("no CUDA device here: survey the host copies with --device cpu")
     folder.mkdir(parents=True, exist_ok=True)
-    timeout_s = min(120.0, max(5.0, a.deadline / 4))
+    # under torchrun's 30 s between SIGTERM and SIGKILL, so that a rank blocked in a
+    # collective when its node is stopped still gets to write what it has
+    timeout_s = min(25.0, max(5.0, a.deadline / 4))
     args = ["h2dlab", *argv]
-    info = survey_rank(
-        place,
-        folder,
-        device=a.device,
-        sizes=tuple(a.sizes) if a.sizes else None,
-        reps=a.reps,
-        timeout_s=timeout_s,
-        argv=args,
-    )
+    interrupted = False
+    try:
+        info = survey_rank(
+            place,
+            folder,
+            device=a.device,
+            sizes=tuple(a.sizes) if a.sizes else None,
+            reps=a.reps,
+            timeout_s=timeout_s,
+            argv=args,
+        )
+    except KeyboardInterrupt:  # SIGTERM: the launcher stops this node (one of its ranks died)
+        if place.rank != 0:
+            raise
+        interrupted, info = True, {"status": "error", "error": ""}
     if place.world_size == 1 and info["status"] == "error" and "no CUDA" in info["error"]:
         raise Unavailable(info["error"])
     if place.rank != 0:
         print(f"h2dlab survey: rank {place.rank} {info['status']} ({place.host})", file=sys.stderr)
         return 0
-    infos = wait_for_ranks(folder, place.world_size, t0 + a.deadline)
+    infos = None
+    if not interrupted:
+        try:
+            infos = wait_for_ranks(folder, place.world_size, t0 + a.deadline)
+        except KeyboardInterrupt:
+            interrupted = True
+    if infos is None:  # stopped: the table now, from what the ranks have written so far
+        infos = wait_for_ranks(folder, place.world_size, 0.0)
     for r, i in infos.items():  # a file left by another job in the same folder is not this one's
         if i and place.job_id and i.get("job_id") and i["job_id"] != place.job_id:
             infos[r] = None
@@ -170,12 +185,18 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
         infos,
         plan(kind, tuple(a.sizes) if a.sizes else None, a.reps),
         _survey_id(place.job_id),
-        a.deadline,
+        None if interrupted else a.deadline,
         baseline=baseline,
         report=a.report,
         argv=args,
         gpu=kind == "cuda" and torch.cuda.is_available(),
     )
+    if interrupted:
+        print(
+            f"h2dlab survey: stopped by a signal; the table holds what the ranks had written -> {folder / FLEET_NAME}",
+            file=sys.stderr,
+        )
+        raise KeyboardInterrupt
     print(f"survey: {summary_line(gpus)} -> {folder / FLEET_NAME}")
     for _, r in gpus[gpus["flag"] != ""].iterrows():
         print(f"  {r['host'] or '?'} rank {r['rank']} ({r['flag']}): {r['reason']}")

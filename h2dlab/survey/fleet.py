@@ -91,15 +91,20 @@ def _measured(folder: Path, rank: int, phase: str, group: str) -> pd.DataFrame |
     return df if df is not None and len(df) else None
 
 
-def _why(rank: int, info: dict[str, Any] | None, deadline_s: float) -> tuple[str, str]:
+def _why(rank: int, info: dict[str, Any] | None, deadline_s: float | None) -> tuple[str, str]:
     """(status, reason) for a rank's unmeasured cells."""
     if info is None:
+        within = f"within {deadline_s:g} s" if deadline_s is not None else "before rank 0 was stopped"
         return "no result", (
-            f"no result: rank {rank} wrote nothing within {deadline_s:g} s (it never started, "
-            "or cannot write the survey's folder)"
+            f"no result: rank {rank} wrote nothing {within} (it never started, or cannot write the survey's folder)"
         )
     if info.get("status") == "error":
         return "error", str(info.get("error") or "error: unknown")
+    if deadline_s is None:  # rank 0 was stopped before the deadline
+        return "no result", (
+            f"no result: rank {rank} on {info.get('host')} started at {info.get('started_at')} and had "
+            "not finished when rank 0 was stopped by a signal"
+        )
     return "no result", (
         f"no result: rank {rank} on {info.get('host')} started at {info.get('started_at')} and had "
         f"not finished {deadline_s:g} s after rank 0 began (hung, killed, or slower than the deadline)"
@@ -111,7 +116,7 @@ def assemble(
     infos: dict[int, dict[str, Any] | None],
     specs: dict[str, SweepSpec],
     survey_id: str,
-    deadline_s: float,
+    deadline_s: float | None,
 ) -> pd.DataFrame:
     """The fleet table from the ranks' files (``flag`` and ``reason`` still empty).
 
@@ -127,7 +132,7 @@ def assemble(
     survey_id
         Prefix of each rank's ``run_id``.
     deadline_s
-        The deadline, for the reason of a missing rank.
+        The deadline, for the reason of a missing rank (None: rank 0 was stopped before it).
     """
     frames = []
     for rank, info in sorted(infos.items()):
