@@ -54,8 +54,9 @@ rules = Markdown(
     "can reach, read while copies ran;\n"
     "- `wrong_numa`: the process ran on CPUs of another NUMA (non-uniform memory access) node than the GPU's;\n"
     "- `replays`: the PCIe replay counter rose during the survey;\n"
-    f"- `unsteady`: a bandwidth measured alone varied by more than {verdicts.CV_MAX:.0%} "
-    "(coefficient of variation: standard deviation over mean);\n"
+    f"- `unsteady`: a pinned bandwidth measured alone varied by more than {verdicts.CV_MAX:.0%} "
+    "(coefficient of variation: standard deviation over mean); pageable copies vary with the host, "
+    "so they count only where no pinned copy was made (`--device cpu`);\n"
     "- `error`, `no_result`: the rank failed, or gave nothing by the deadline."
 )
 display(rules)

@@ -204,3 +204,18 @@ def test_a_baseline_adds_regressions_of_the_same_gpu_beyond_5_percent():
     assert "regressed" in out.at[1, "flag"] and "regressed" in out.at[2, "flag"]
     assert out.at[0, "flag"] == "" and out.at[3, "flag"] == ""
     assert "0.94x its 58.5 GB/s in the baseline" in out.at[1, "reason"]
+
+
+def test_unsteady_pageable_copies_do_not_flag_a_gpu_whose_pinned_copies_are_steady():
+    g = _gpus(
+        [55.0, 55.0, 55.0],
+        h2d_pinned_alone_cv=[0.01, 0.01, 0.08],
+        h2d_pinned_alone_n=10,
+        h2d_pageable_alone_gbps=[8.0, 8.0, 8.0],
+        h2d_pageable_alone_cv=[0.09, 0.01, 0.01],
+        h2d_pageable_alone_n=10,
+    )
+    assert judge(g)["flag"].tolist() == ["", "", "unsteady"]
+    cpu = _gpus([float("nan")] * 3, name=None, h2d_pageable_alone_gbps=[1.0, 1.0, 1.0])
+    cpu = cpu.assign(h2d_pageable_alone_cv=[0.2, 0.01, 0.01], h2d_pageable_alone_n=3)
+    assert judge(cpu)["flag"].tolist() == ["unsteady", "", ""]  # no pinned copy: pageable counts
