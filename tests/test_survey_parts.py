@@ -19,7 +19,7 @@ from h2dlab.cli import main
 from h2dlab.errors import UsageError
 from h2dlab.survey import command, fleet, rank
 from h2dlab.survey.launch import place_from_env
-from h2dlab.survey.probe import cpu_numa_nodes, numa_node_of
+from h2dlab.survey.probe import cpu_numa_nodes, link_from_sysfs, numa_node_of
 from h2dlab.survey.show import plot_metric, report_html
 from h2dlab.survey.verdicts import gpu_table, judge
 
@@ -187,3 +187,25 @@ def test_the_env_json_beside_the_table_names_every_rank(tmp_path):
     env = json.loads((tmp_path / "s" / "fleet.csv.gz.env.json").read_text())
     assert env["survey"]["world_size"] == 1 and env["survey"]["no_result"] == []
     assert env["survey"]["ranks"]["0"]["status"] == "ok"
+
+
+def test_the_link_from_sysfs_takes_the_lower_maximum_of_the_gpu_and_its_slot(tmp_path):
+    port = tmp_path / "devices/pci0000:00/0000:00:01.0"
+    gpu = port / "0000:3b:00.0"
+    gpu.mkdir(parents=True)
+    for d, (cur, width, top, wtop) in {gpu: ("16.0 GT/s PCIe", "16", "32.0 GT/s PCIe", "16"),
+                                       port: ("16.0 GT/s PCIe", "16", "16.0 GT/s PCIe", "16")}.items():  # fmt: skip
+        (d / "current_link_speed").write_text(cur + "\n")
+        (d / "current_link_width").write_text(width + "\n")
+        (d / "max_link_speed").write_text(top + "\n")
+        (d / "max_link_width").write_text(wtop + "\n")
+    (tmp_path / "bus/pci/devices").mkdir(parents=True)
+    (tmp_path / "bus/pci/devices/0000:3b:00.0").symlink_to(gpu)
+    got = link_from_sysfs("00000000:3B:00.0", tmp_path)
+    # a Gen5 GPU behind a Gen4 port: Gen4 is its maximum here, so Gen4 is no fallback
+    assert got == {"link_gen_now": 4, "link_width_now": 16, "link_gen_max": 4, "link_width_max": 16}
+    (gpu / "current_link_width").write_text("8\n")
+    (port / "max_link_speed").write_text("32.0 GT/s PCIe\n")
+    got = link_from_sysfs("0000:3b:00.0", tmp_path)
+    assert (got["link_gen_now"], got["link_width_now"], got["link_gen_max"]) == (4, 8, 5)
+    assert link_from_sysfs("0000:5e:00.0", tmp_path)["link_gen_max"] is None

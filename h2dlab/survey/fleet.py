@@ -49,6 +49,7 @@ RANK_COLUMNS = (
     "link_gen_max",
     "link_width_max",
     "link_gen_device_max",
+    "link_source",
     "replays_before",
     "replays_after",
     "omp_num_threads",

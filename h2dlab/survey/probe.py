@@ -15,7 +15,17 @@ import torch
 
 from h2dlab.nvml import bus_id_of, nvml_for_cuda
 
-__all__ = ["cpu_numa_nodes", "gpu_facts", "link_under_load", "numa_node_of", "replay_count"]
+__all__ = [
+    "cpu_numa_nodes",
+    "gpu_facts",
+    "link_from_sysfs",
+    "link_under_load",
+    "numa_node_of",
+    "replay_count",
+]
+
+#: PCIe generation by the kernel's link speed (``current_link_speed``: ``'32.0 GT/s PCIe'``).
+GEN_BY_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 
 SYS = Path("/sys")
 
@@ -50,18 +60,66 @@ def cpu_numa_nodes(cpus: set[int] | None = None, sys_root: Path = SYS) -> list[i
     return nodes
 
 
+def _pci_dir(pci_bus_id: str, sys_root: Path) -> Path:
+    dom, _, rest = pci_bus_id.strip().lower().partition(":")
+    return sys_root / "bus/pci/devices" / f"{dom[-4:]:0>4}:{rest}"
+
+
 def numa_node_of(pci_bus_id: str | None, sys_root: Path = SYS) -> int | None:
     """The NUMA node of the PCI device ``pci_bus_id`` (NVML's ``00000000:3B:00.0`` or the
     kernel's ``0000:3b:00.0``); None where unknown or where the kernel says -1 (one node)."""
     if not pci_bus_id:
         return None
-    dom, _, rest = pci_bus_id.strip().lower().partition(":")
-    name = f"{dom[-4:]:0>4}:{rest}"
     try:
-        node = int((sys_root / "bus/pci/devices" / name / "numa_node").read_text().strip())
+        node = int((_pci_dir(pci_bus_id, sys_root) / "numa_node").read_text().strip())
     except (OSError, ValueError):
         return None
     return node if node >= 0 else None
+
+
+def _link_files(d: Path) -> tuple[int | None, int | None, int | None, int | None]:
+    """(current gen, current width, max gen, max width) of the PCI device folder ``d``."""
+
+    def gen(name: str) -> int | None:
+        try:
+            return GEN_BY_GTS.get(float((d / name).read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def width(name: str) -> int | None:
+        try:
+            return int((d / name).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    return (
+        gen("current_link_speed"),
+        width("current_link_width"),
+        gen("max_link_speed"),
+        width("max_link_width"),
+    )
+
+
+def link_from_sysfs(pci_bus_id: str | None, sys_root: Path = SYS) -> dict[str, Any]:
+    """The GPU's PCIe link from the kernel (no NVML needed): ``link_gen_now``,
+    ``link_width_now``, and ``link_gen_max``/``link_width_max``, the lower of the GPU's
+    and the port above it (a Gen5 GPU in a Gen4 slot can reach Gen4); None where unknown."""
+    out: dict[str, Any] = dict.fromkeys(("link_gen_now", "link_width_now", "link_gen_max", "link_width_max"))
+    if not pci_bus_id:
+        return out
+    d = _pci_dir(pci_bus_id, sys_root)
+    gen, width, gmax, wmax = _link_files(d)
+    try:
+        _, _, up_gmax, up_wmax = _link_files(d.resolve().parent)
+    except OSError:
+        up_gmax = up_wmax = None
+    out.update(
+        link_gen_now=gen,
+        link_width_now=width,
+        link_gen_max=min((v for v in (gmax, up_gmax) if v), default=None),
+        link_width_max=min((v for v in (wmax, up_wmax) if v), default=None),
+    )
+    return out
 
 
 def _nvml(dev: torch.device) -> tuple[Any, Any] | None:
@@ -115,18 +173,38 @@ def gpu_facts(dev: torch.device) -> dict[str, Any]:
             except Exception:  # noqa: BLE001 - older drivers lack some: unknown
                 continue
     facts["gpu_numa_node"] = numa_node_of(facts["gpu_pci_bus_id"])
+    facts["link_source"] = "nvml" if facts["link_gen_max"] is not None else None
+    if facts["link_gen_max"] is None:  # no NVML: the kernel's view of the same link
+        sysfs = link_from_sysfs(facts["gpu_pci_bus_id"])
+        if sysfs["link_gen_max"] is not None:
+            facts.update(link_gen_max=sysfs["link_gen_max"], link_width_max=sysfs["link_width_max"])
+            facts["link_source"] = "sysfs"
     return facts
 
 
 def link_under_load(dev: torch.device, size_bytes: int = 256 * 2**20, copies: int = 8) -> dict[str, Any]:
-    """The PCIe generation and width NVML reports while pinned copies to ``dev`` run
-    (a link idles at a lower generation to save power, so a reading at rest says
-    nothing); the highest seen over a few reads. None for both without NVML or CUDA."""
+    """The PCIe generation and width of ``dev``'s link while pinned copies to it run (a
+    link idles at a lower generation to save power, so a reading at rest says nothing):
+    the highest seen over a few reads, from NVML, else from the kernel's sysfs. None for
+    both on the CPU or where neither can tell."""
     out: dict[str, Any] = {"link_gen_load": None, "link_width_load": None}
-    found = _nvml(dev)
-    if found is None:
+    if dev.type != "cuda":
         return out
-    pynvml, h = found
+    found = _nvml(dev)
+    bus = bus_id_of(torch.cuda.get_device_properties(dev.index or 0))
+
+    def read() -> tuple[int | None, int | None]:
+        if found is not None:
+            try:
+                return (
+                    int(found[0].nvmlDeviceGetCurrPcieLinkGeneration(found[1])),
+                    int(found[0].nvmlDeviceGetCurrPcieLinkWidth(found[1])),
+                )
+            except Exception:  # noqa: BLE001 - NVML refusing: try the kernel
+                pass
+        now = link_from_sysfs(bus)
+        return now["link_gen_now"], now["link_width_now"]
+
     src = torch.empty(size_bytes, dtype=torch.uint8, pin_memory=True)
     dst = torch.empty(size_bytes, dtype=torch.uint8, device=dev)
     gens, widths = [], []
@@ -134,14 +212,13 @@ def link_under_load(dev: torch.device, size_bytes: int = 256 * 2**20, copies: in
         for _ in range(copies):  # queued: the link is busy for copies x ~5 ms on Gen5 x16
             dst.copy_(src, non_blocking=True)
         for _ in range(5):
-            try:
-                gens.append(int(pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h)))
-                widths.append(int(pynvml.nvmlDeviceGetCurrPcieLinkWidth(h)))
-            except Exception:  # noqa: BLE001 - NVML refusing: unknown
-                break
+            gen, width = read()
+            if gen is not None:
+                gens.append(gen)
+            if width is not None:
+                widths.append(width)
             time.sleep(0.002)
     finally:
         torch.cuda.synchronize(dev)
-    if gens:
-        out.update(link_gen_load=max(gens), link_width_load=max(widths))
+    out.update(link_gen_load=max(gens, default=None), link_width_load=max(widths, default=None))
     return out

@@ -62,6 +62,7 @@ _FACTS = (
     "link_width_load",
     "link_gen_max",
     "link_width_max",
+    "link_source",
     "replays_before",
     "replays_after",
     "omp_num_threads",
@@ -188,7 +189,8 @@ def judge(gpus: pd.DataFrame, baseline: pd.DataFrame | None = None) -> pd.DataFr
         if all(_known(v) for v in (gen, width, gmax, wmax)) and (gen < gmax or width < wmax):
             found[i]["link_degraded"] = (
                 f"its PCIe link ran at Gen{int(gen)} x{int(width)} while copies ran, below the "
-                f"Gen{int(gmax)} x{int(wmax)} that the GPU and its slot can reach (NVML)."
+                f"Gen{int(gmax)} x{int(wmax)} that the GPU and its slot can reach"
+                + (" (the kernel's sysfs)." if r.get("link_source") == "sysfs" else " (NVML).")
             )
         gpu_node, cpu_nodes = r.get("gpu_numa_node"), _nodes(r.get("cpu_numa_nodes"))
         if _known(gpu_node) and cpu_nodes and int(gpu_node) not in cpu_nodes:
