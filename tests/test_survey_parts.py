@@ -209,3 +209,18 @@ def test_the_link_from_sysfs_takes_the_lower_maximum_of_the_gpu_and_its_slot(tmp
     got = link_from_sysfs("0000:3b:00.0", tmp_path)
     assert (got["link_gen_now"], got["link_width_now"], got["link_gen_max"]) == (4, 8, 5)
     assert link_from_sysfs("0000:5e:00.0", tmp_path)["link_gen_max"] is None
+
+
+def test_a_baseline_survey_20_times_as_fast_flags_every_bandwidth_as_regressed(tmp_path, capsys):
+    assert _cpu_survey(tmp_path / "a") in (0, command.EXIT_FLAGGED)
+    before = datasets.read(tmp_path / "a" / "fleet.csv.gz")
+    faster = before.assign(wall_ms=before["wall_ms"] / 20)  # a made-up earlier survey: every copy 20x faster
+    faster.to_csv(tmp_path / "before.csv.gz", index=False)
+    capsys.readouterr()
+    assert _cpu_survey(tmp_path / "b", "--baseline", str(tmp_path / "before.csv.gz")) == command.EXIT_FLAGGED
+    now = datasets.read(tmp_path / "b" / "fleet.csv.gz").iloc[0]  # the verdict as the table stores it
+    assert "regressed" in now["flag"].split(",")
+    assert (
+        now["reason"].count("in the baseline survey") == 2
+    )  # h2d and d2h pageable, alone (1 rank: no together)
+    assert "regressed" in capsys.readouterr().out

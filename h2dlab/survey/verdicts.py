@@ -222,9 +222,10 @@ def judge(gpus: pd.DataFrame, baseline: pd.DataFrame | None = None) -> pd.DataFr
 
 
 def _key(df: pd.DataFrame) -> pd.Series:
-    uuid = df["gpu_uuid"].where(df["gpu_uuid"].map(_known), None)
-    where = df["host"].astype(str) + "/" + df["local_rank"].astype(str)
-    return uuid.fillna(where)
+    where = df["host"].astype(str) + "/" + df["local_rank"].astype("Int64").astype(str)
+    return pd.Series(
+        np.where(df["gpu_uuid"].map(_known), df["gpu_uuid"].astype(object), where), index=df.index
+    )
 
 
 def _regressions(out: pd.DataFrame, baseline: pd.DataFrame, found: dict[int, dict[str, str]]) -> None:
