@@ -224,3 +224,19 @@ def test_a_baseline_survey_20_times_as_fast_flags_every_bandwidth_as_regressed(t
         now["reason"].count("in the baseline survey") == 2
     )  # h2d and d2h pageable, alone (1 rank: no together)
     assert "regressed" in capsys.readouterr().out
+
+
+def test_against_the_recording_holds_pinned_copies_of_256_mib_and_more_to_3_percent():
+    from h2dlab.survey.against import against_recording
+
+    ref = datasets.read(Path(datasets.DATA_DIR) / "h200" / "d2h" / "d2h.csv.gz")
+    same = ref.assign(phase="alone", event_ms=ref["event_ms"] * 1.02)  # a made-up survey, 2 % slower
+    table = against_recording(same, ref)
+    assert (table["ratio"].round(6) == 1.02).all()
+    checked = table[table["checked"]]
+    assert set(checked["strategy"]) == {"pinned_reuse", "d2h_pinned_reuse"}
+    assert checked["size_bytes"].min() == 256 * 2**20
+    together = same.assign(
+        phase="together", event_ms=same["event_ms"] * 9
+    )  # other GPUs copying: not compared
+    assert (against_recording(pd.concat([same, together]), ref)["ratio"].round(6) == 1.02).all()

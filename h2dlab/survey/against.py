@@ -25,15 +25,27 @@ def _medians(df: pd.DataFrame) -> pd.Series:
     timed = df[~df["warmup"].astype(bool) & (df["error"].fillna("") == "")]
     if "phase" in timed:
         timed = timed[timed["phase"] == "alone"]
-    ms = timed["event_ms"].where(timed["event_ms"].notna(), timed["wall_ms"])
-    return ms.groupby([timed["direction"], timed["strategy"], timed["size_bytes"]]).median()
+    key = pd.DataFrame(
+        {
+            "direction": timed["direction"].astype(str).to_numpy(object),
+            "strategy": timed["strategy"].astype(str).to_numpy(object),
+            "size_bytes": timed["size_bytes"].astype("int64").to_numpy(),
+            "ms": timed["event_ms"].where(timed["event_ms"].notna(), timed["wall_ms"]).to_numpy(float),
+        }
+    )
+    return key.groupby(["direction", "strategy", "size_bytes"])["ms"].median()
 
 
 def against_recording(fleet: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     """One row per (direction, strategy, size) both tables timed: ``survey_ms``,
     ``recording_ms`` (medians), ``ratio`` (survey / recording) and ``checked`` (a pinned
     copy of at least 256 MiB, held to :data:`TOLERANCE`)."""
-    both = pd.concat({"survey_ms": _medians(fleet), "recording_ms": _medians(reference)}, axis=1).dropna()
+    both = pd.merge(
+        _medians(fleet).rename("survey_ms"),
+        _medians(reference).rename("recording_ms"),
+        left_index=True,
+        right_index=True,
+    )
     both["ratio"] = both["survey_ms"] / both["recording_ms"]
     idx = both.index.to_frame(index=False)
     both["checked"] = (
