@@ -32,6 +32,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     s = subparsers.add_parser(
         "survey",
         help="every GPU of every node (under torchrun, srun or mpirun): the fleet table, the sick GPUs and why",
+        description="Run once per GPU under your launcher, e.g. torchrun --nnodes=N --nproc-per-node=8 -m h2dlab "
+        "survey --out DIR (DIR shared by every node). Rank 0 writes DIR/fleet.csv.gz. Exit codes: 0 no GPU "
+        "flagged, 3 some GPU flagged or without a result, 1 this machine cannot survey, 2 a usage mistake.",
     )
     s.add_argument("--out", required=True, help="the survey's folder, shared by every node")
     s.add_argument("--device", default="cuda", help="cuda (each rank its local GPU), cuda:N, or cpu [cuda]")
