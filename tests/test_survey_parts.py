@@ -39,6 +39,7 @@ def test_torchrun_slurm_and_open_mpi_environments_give_each_rank_its_place():
     s = place_from_env(slurm)
     assert (s.rank, s.local_rank, s.world_size, s.local_world_size, s.node_rank) == (6, 2, 7, 3, 1)
     assert (s.launcher, s.job_id, s.rendezvous) == ("slurm", "991", False)
+    assert place_from_env({**slurm, "SLURM_STEP_ID": "2"}).job_id == "991.2"  # each srun step its own store
     mpi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",
            "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}  # fmt: skip
     m = place_from_env(mpi)

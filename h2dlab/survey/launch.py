@@ -89,7 +89,10 @@ def place_from_env(env: Mapping[str, str] | None = None) -> Place:
         local = _whole(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0
         local_world = _slurm_tasks_here(env) or 1
         node = _whole(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0
-        launcher, job = "slurm", env.get("SLURM_JOB_ID", "")
+        job = env.get("SLURM_JOB_ID", "")
+        if job and env.get("SLURM_STEP_ID"):  # several srun steps of one job: one store each
+            job = f"{job}.{env['SLURM_STEP_ID']}"
+        launcher = "slurm"
     elif "OMPI_COMM_WORLD_RANK" in env and "OMPI_COMM_WORLD_SIZE" in env:
         rank, world = _whole(env, "OMPI_COMM_WORLD_RANK"), _whole(env, "OMPI_COMM_WORLD_SIZE")
         local = _whole(env, "OMPI_COMM_WORLD_LOCAL_RANK") if "OMPI_COMM_WORLD_LOCAL_RANK" in env else 0
