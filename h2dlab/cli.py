@@ -25,6 +25,7 @@ from h2dlab.cli_common import sizes_arg as _sizes
 from h2dlab.cli_common import whole_arg as _whole
 from h2dlab.errors import Unavailable, UsageError
 from h2dlab.spec import FORUM_ORDERS, ORDERS, ForumSpec, OverlapSpec, SweepSpec
+from h2dlab.survey import command as survey_command
 
 __all__ = [
     "EXIT_CODES",
@@ -152,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--data", default=None, help="the recording to report: h200 or a folder [h200]")
     cli_measuring.add_parser(sub)  # duplex, batch
     cli_record.add_parser(sub)
+    survey_command.add_parser(sub)
     cli_compare.add_parser(sub)
     return p
 
@@ -306,6 +308,7 @@ COMMANDS = {
     "record": cli_record.run,
     "strategies": cli_strategies.run,
     "compare": cli_compare.run,
+    "survey": survey_command.run,
 }
 COMMANDS.update(dict.fromkeys(cli_measuring.COMMANDS, cli_measuring.run))
 
