@@ -9,7 +9,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 
-def make_loader(dataset: Dataset, batch_size: int, device: str | torch.device, num_workers: int = 4) -> DataLoader:
+def make_loader(
+    dataset: Dataset, batch_size: int, device: str | torch.device, num_workers: int = 4
+) -> DataLoader:
     """A loader that pins its batches when ``device`` is a GPU (nothing to pin on a CPU)."""
     return DataLoader(
         dataset,

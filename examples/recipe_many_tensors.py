@@ -85,10 +85,12 @@ def main() -> None:
     tensors = [torch.randn(3, 224, 224) for _ in range(64)] + [torch.arange(64)]
     sender = PackedSender(tensors, device)
     for got in (loop_to(tensors, device), pin_each_then_copy(tensors, device), sender.send(tensors)):
-        assert all(torch.equal(g.cpu(), t) for g, t in zip(got, tensors))
+        assert all(torch.equal(g.cpu(), t) for g, t in zip(got, tensors, strict=True))
     why = tensordict_available()
     if not why:
-        assert all(torch.equal(g.cpu(), t) for g, t in zip(tensordict_to(tensors, device), tensors))
+        assert all(
+            torch.equal(g.cpu(), t) for g, t in zip(tensordict_to(tensors, device), tensors, strict=True)
+        )
     print(f"{len(tensors)} tensors on {device} by each way" + (f"; {why}" if why else ""))
 
 
