@@ -52,32 +52,40 @@ def tensordict_to(tensors: list[torch.Tensor], device: str | torch.device) -> li
 class PackedSender:
     """One pinned buffer for a list of tensors whose shapes repeat every step; one copy each step.
 
-    ``send`` packs the tensors into the buffer (a host copy, counted), copies the buffer
+    ``send`` packs the tensors into the buffer (host copies, counted), copies the buffer
     without blocking, and returns views of the device copy with the original shapes.
     """
+
+    ALIGN = 16  # bytes: each tensor starts where any dtype may start
 
     def __init__(self, like: list[torch.Tensor], device: str | torch.device) -> None:
         self.device = torch.device(device)
         cuda = self.device.type == "cuda"
-        self.metas = [(t.dtype, t.shape, t.nbytes) for t in like]
-        total = sum(n for _, _, n in self.metas)
-        self.host = torch.empty(total, dtype=torch.uint8, pin_memory=cuda)  # pinned once
-        self.gpu = torch.empty(total, dtype=torch.uint8, device=self.device)
+        starts, end = [], 0
+        for t in like:
+            starts.append(end)
+            end += -(-t.nbytes // self.ALIGN) * self.ALIGN
+        self.host = torch.empty(end, dtype=torch.uint8, pin_memory=cuda)  # pinned once
+        self.gpu = torch.empty(end, dtype=torch.uint8, device=self.device)
         self.sent = torch.cuda.Event() if cuda else None
+
+        def views(flat):
+            return [
+                flat[s : s + t.nbytes].view(t.dtype).view(t.shape) for s, t in zip(starts, like, strict=True)
+            ]
+
+        self.host_views, self.gpu_views = views(self.host), views(self.gpu)
 
     def send(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """The tensors on the device, as views of one buffer (valid until the next ``send``)."""
         if self.sent is not None:
             self.sent.synchronize()  # the previous copy has left the buffer
-        torch.cat([t.contiguous().view(-1).view(torch.uint8) for t in tensors], out=self.host)
+        for view, t in zip(self.host_views, tensors, strict=True):
+            view.copy_(t)
         self.gpu.copy_(self.host, non_blocking=True)
         if self.sent is not None:
             self.sent.record()
-        out, start = [], 0
-        for dtype, shape, n in self.metas:
-            out.append(self.gpu[start : start + n].view(dtype).view(shape))
-            start += n
-        return out
+        return self.gpu_views
 
 
 def main() -> None:
