@@ -235,11 +235,16 @@ class _Ways:
                                              pin_memory=False, persistent_workers=self.spec.workers > 0)  # fmt: skip
         return iter(dl)
 
+    def _once(self, key: str, make: Callable[[], Any]) -> Any:
+        """``state[key]``, made by ``make()`` the first time (buffers, loaders: made once)."""
+        if key not in self.state:
+            self.state[key] = make()
+        return self.state[key]
+
     def begin(self, way: str) -> None:
         """Before a block of ``way``: a fresh prefetcher (a loader's workers are kept)."""
         if way == "loader_prefetch":
-            it = self.state.get("loader_prefetch.it") or self._loader(pin=True)
-            self.state["loader_prefetch.it"] = it
+            it = self._once("loader_prefetch.it", lambda: self._loader(pin=True))
             self.state[way] = self.r["prefetch"].Prefetcher(it, self.dev)
 
     def step(self, way: str, i: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -252,13 +257,12 @@ class _Ways:
         elif way == "pin_memory_each_step":
             x = host.pin_memory().to(dev, non_blocking=True) if self.cuda else host.to(dev)
         elif way == "pinned_buffer":
-            buf = self.state.get(way) or r["pinned_buffer"].PinnedBuffer(self.spec.shape, torch.float32, dev)
-            self.state[way] = buf
+            buf = self._once(
+                way, lambda: r["pinned_buffer"].PinnedBuffer(self.spec.shape, torch.float32, dev)
+            )
             x = buf.send(host)
         elif way in ("loader_pageable", "loader_pinned"):
-            it = self.state.get(way) or self._loader(pin=way == "loader_pinned")
-            self.state[way] = it
-            b = next(it)
+            b = next(self._once(way, lambda: self._loader(pin=way == "loader_pinned")))
             x = r["dataloader"].to_device(b, dev) if way == "loader_pinned" else b.to(dev)
             self.compute(x)
             return x, "pool"
@@ -274,18 +278,15 @@ class _Ways:
             elif way == "many_pin_each":
                 got = mt.pin_each_then_copy(ts, dev)
             else:
-                sender = self.state.get(way) or mt.PackedSender(ts, dev)
-                self.state[way] = sender
-                got = sender.send(ts)
+                got = self._once(way, lambda: mt.PackedSender(ts, dev)).send(ts)
             x = torch.stack(got)
             host = self.pool[i % len(self.split)]
         elif way == "results_cpu":
             return self.compute(self.resident).cpu(), self._result()
         elif way == "results_pinned":
-            back = self.state.get(way) or r["results_to_host"].ResultsToHost(
-                (_RESULT_ROWS, _WIDTH), torch.float32, dev
+            back = self._once(
+                way, lambda: r["results_to_host"].ResultsToHost((_RESULT_ROWS, _WIDTH), torch.float32, dev)
             )
-            self.state[way] = back
             back.start(self.compute(self.resident))
             return back.get(), self._result()
         else:  # pragma: no cover - WorkloadSpec refuses unknown ways
@@ -294,9 +295,7 @@ class _Ways:
         return x, host
 
     def _result(self) -> torch.Tensor:
-        if "result" not in self.state:
-            self.state["result"] = self.compute(self.resident).cpu()
-        return self.state["result"]
+        return self._once("result", lambda: self.compute(self.resident).cpu())
 
     def close(self) -> None:
         self.state.clear()
