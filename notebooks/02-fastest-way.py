@@ -128,7 +128,8 @@ else:
 # how many copies each figure rests on: a first-call figure at a size is one copy, so read it as
 # one measurement, not a median; where none was timed it is scaled from nearby sizes.
 # Where the recording has them, results coming back and a batch of many tensors are cases of
-# their own, each compared with its plain way (`.cpu()`; a loop of `.to()`).
+# their own, each compared with its plain way (`.cpu()`; a loop of `.to()`). A batch way marked
+# "pinned beforehand" did not time its pinning.
 
 # %% tags=["hide-input"]
 extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}
@@ -181,7 +182,9 @@ display(findings_transfer.duplex_summary(rec.table("bidir")) if rec.has("bidir")
 # *What does each extra tensor cost, and which way moves a batch fastest?* A training step moves
 # a batch: many tensors, of equal or mixed sizes. Each method moved the same bytes split into
 # more and more tensors of equal size; the figure shows the time per tensor at the smallest batch
-# total.
+# total. Two methods, `pinned_each` and `foreach_copy`, copy from tensors pinned beforehand:
+# their pinning is not timed. `tensordict` pins inside the timed call, and `pinned_flat` times
+# its packing into one pinned buffer.
 
 # %% tags=["hide-input"]
 if rec.has("batch", "equal"):
