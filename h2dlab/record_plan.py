@@ -285,6 +285,8 @@ def why_lacking(kinds: list[str], manifest: Mapping[str, Any] | None) -> str:
             why.append(
                 "the idle runs came with plan 3: a --quick recording, or one made with an older plan, has none"
             )
+        elif kind == "workload" and not m.get("quick"):
+            why.append("the workload runs came with plan 4: a recording made with an older plan has none")
         elif m.get("quick") and not any(e.in_quick() for e in PLAN if e.kind == kind):
             why.append("only the full plan makes them: this is a --quick recording")
     said = "; ".join(dict.fromkeys(why))  # in order, each once

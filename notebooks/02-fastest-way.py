@@ -32,14 +32,28 @@ DATA = "h200"
 MODE = "replay"
 
 # %%
-from IPython.display import Markdown, display
+from IPython.display import Code, Markdown, display
 
-from h2dlab import advice, compare_machines, datasets, factors, findings_speed, findings_transfer, plots, session
+from h2dlab import advice, compare_machines, datasets, factors, findings_speed, findings_transfer, findings_workload, plots, recipes, session
 
 rec = session.recording(DATA, mode=MODE)
 sweep = rec.get("sweep", "pow2-interleaved")
 cold = rec.get("allocator", "pin-emptied")
 rec.banner()
+
+# %% [markdown]
+# ## The answer: which code should you paste?
+#
+# Each recipe in `examples/` ran inside a training-like step: the batch (`64x3x224x224` float32)
+# goes to the GPU, then a fixed chain of matrix products consumes it, then the step waits for
+# the GPU as `loss.item()` would. The same step ran with the batch already on the GPU. The
+# difference is the *exposed copy time*: what the copy adds to every step. Below the table are
+# the two recipes most training loops need, as the runs executed them
+# (`examples/recipe_dataloader.py`, `examples/recipe_prefetch.py`). The rest of this notebook is
+# the evidence, one copy at a time.
+
+# %% tags=["hide-input"]
+display(findings_workload.decision(rec.table("workload")) if rec.has("workload") else rec.lacks("workload"), *(Code(recipes.source(n), language="python") for n in ("dataloader", "prefetch")))
 
 # %% [markdown]
 # ## 1 · How fast is each way, from the smallest copy to the largest?

@@ -99,3 +99,21 @@ def test_generator_refuses_in_one_line(tmp_path, capsys):
     assert fw.main([str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "no <!-- workload-table:start -->" in err[0] and "no recording" in err[1]
+
+
+def test_readme_opens_with_the_answer_and_its_block_follows_the_recording():
+    from h2dlab import session
+    from tests.conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    top = "\n".join(text.splitlines()[:40])
+    assert "pin_memory=True" in top and "non_blocking=True" in top
+    assert text.count(fw.START) == 1 and text.count(fw.END) == 1 and text.index(fw.START) < len(top)
+    for r in fw.ROWS:  # every situation, with its recipe file, on the first screen
+        assert f"| {r.situation} |" in top and f"`recipe_{r.recipe}.py`" in top
+    rec = session.recording("h200")
+    if rec.has("workload"):  # once recorded, the block is what the generator makes of it
+        block = fw.readme_block(rec.table("workload"), f"{rec.name} (workload)")
+        assert block in text, "regenerate: python -m h2dlab.findings_workload data/h200 --readme README.md"
+    else:
+        assert "no `workload` run yet" in top and "step ms" not in top
