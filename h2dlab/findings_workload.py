@@ -129,8 +129,10 @@ def decision(df: pd.DataFrame, source: str | None = None) -> Finding:
         if not have:
             why = ex.loc[r.way, "error"] if r.way in ex.index else "not in this recording"
             when = f"not measured: {why}"
+        elif base and not pays and mine["q1_ms"] > them["q3_ms"]:
+            when = f"did not pay here: its step was slower than {r.against_code}'s"
         elif base and not pays:
-            when = f"did not pay here: its step and {r.against_code}'s overlap (quartiles)"
+            when = f"did not pay here: its steps and {r.against_code}'s overlap (quartiles)"
         else:
             when = r.caveat
         recs.append({"situation": r.situation, "recipe": r.recipe, "code": r.code, "way": r.way, "against": r.against,
@@ -152,7 +154,7 @@ def decision(df: pd.DataFrame, source: str | None = None) -> Finding:
         )
     markdown = "\n".join(lines)
     footer = _footer(df, ex, source)
-    answer = _answer(ex)
+    answer = _answer(ex, "CPU (a test run)" if _spec(df).get("device") == "cpu" else "GPU")
     holds = bool(table["pays"].all())
     return Finding(
         verdict=f"{answer}\n\n{markdown}\n\n{footer}",
@@ -162,30 +164,37 @@ def decision(df: pd.DataFrame, source: str | None = None) -> Finding:
     )
 
 
-def _answer(ex: pd.DataFrame) -> str:
+def _answer(ex: pd.DataFrame, device: str = "GPU") -> str:
     """The one-sentence answer, its numbers from ``ex``."""
 
     def e(way: str) -> float:
         return float(ex.loc[way, "exposed_ms"]) if way in ex.index and ex.loc[way, "n"] > 0 else np.nan
 
-    size = fmt_bytes(int(ex.loc["pageable_to", "size_bytes"])) if "pageable_to" in ex.index else "a"
-    naive, pinned, pre = e("pageable_to"), e("loader_pinned"), e("loader_prefetch")
-    if not np.isfinite(naive):
-        return "Pin once and copy without blocking: `DataLoader(pin_memory=True)` with `.to(device, non_blocking=True)`."
+    first = "Pin once and copy without blocking: `DataLoader(pin_memory=True)` with `.to(device, non_blocking=True)`."
+    ways = ("pageable_to", "loader_pinned", "loader_prefetch")
+    if not all(np.isfinite(e(w)) for w in ways):
+        return first
+    size = fmt_bytes(int(ex.loc["pageable_to", "size_bytes"]))
+    naive, pinned, pre = (f"{_ms(e(w))} ms" if e(w) > 0 else "nothing measurable" for w in ways)
     return (
-        f"Pin once and copy without blocking: `DataLoader(pin_memory=True)` with `.to(device, non_blocking=True)`. "
-        f"Here getting a {size} batch to the GPU added {_ms(naive)} ms to each step by plain `.to()`, "
-        f"{_ms(pinned)} ms from a pinned loader and {_ms(pre)} ms with a side-stream prefetch."
+        f"{first} Here getting a {size} batch to the {device} added {naive} to each step by plain `.to()`, "
+        f"{pinned} from a pinned loader and {pre} with a side-stream prefetch."
     )
+
+
+def _spec(df: pd.DataFrame) -> dict:
+    """The run's spec from its env.json (``{}`` when the table carries none)."""
+    envs = df.attrs.get("envs") if isinstance(df.attrs.get("envs"), dict) else {}
+    env = next(iter(envs.values()), None) if envs else df.attrs.get("env")
+    spec = env.get("spec") if isinstance(env, dict) else None
+    return spec if isinstance(spec, dict) else {}
 
 
 def _footer(df: pd.DataFrame, ex: pd.DataFrame, source: str | None) -> str:
     from h2dlab.machines import describe_runs
 
     name = source or df.attrs.get("dataset") or "live run"
-    envs = df.attrs.get("envs") if isinstance(df.attrs.get("envs"), dict) else {}
-    env = next(iter(envs.values()), None) if envs else df.attrs.get("env")
-    spec = (env or {}).get("spec", {}) if isinstance(env, dict) else {}
+    spec = _spec(df)
     how = ""
     if spec.get("matmuls"):
         shape = "x".join(str(d) for d in spec.get("shape", []))
@@ -230,7 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     block = readme_block(df, f"{rec.name} (workload)")
     if a.readme is None:
-        print(block)
+        try:
+            print(block)
+        except BrokenPipeError:  # `... | head`
+            pass
         return 0
     path = Path(a.readme)
     text = path.read_text(encoding="utf-8")

@@ -56,8 +56,19 @@ def test_a_recipe_within_the_noise_is_said_not_to_pay():
     f = fw.decision(synthetic_workload(ms))
     t = f.table.set_index("way")
     assert not t.loc["results_pinned", "pays"] and not f.holds
-    assert t.loc["results_pinned", "when_not"].startswith("did not pay here")
+    assert t.loc["results_pinned", "when_not"].startswith(
+        "did not pay here: its steps and `y.cpu()`'s overlap"
+    )
     assert t.loc["loader_pinned", "when_not"] == fw.ROWS[2].caveat
+
+
+def test_a_recipe_slower_than_its_naive_way_says_so_and_no_negative_time_is_added():
+    ms = {**SYNTHETIC_MS, "pinned_buffer": 14.0, "loader_prefetch": 4.4}
+    f = fw.decision(synthetic_workload(ms))
+    t = f.table.set_index("way")
+    assert t.loc["pinned_buffer", "when_not"] == "did not pay here: its step was slower than `x.to(device)`'s"
+    assert t.loc["loader_prefetch", "exposed_ms"] == pytest.approx(-0.1)  # shown as measured in the table
+    assert "and nothing measurable with a side-stream prefetch" in f.values["answer"]
 
 
 def test_a_way_missing_or_failed_is_said_not_measured():
