@@ -200,7 +200,7 @@ def _footer(df: pd.DataFrame, ex: pd.DataFrame, source: str | None) -> str:
         shape = "x".join(str(d) for d in spec.get("shape", []))
         how = f"; batch {shape} float32, {spec['matmuls']} products of 1024 x 1024 a step"
     base = ex["step_ms"].get("resident", np.nan) if len(ex) else np.nan
-    n = int(ex["n"].min()) if len(ex) else 0
+    n = int(ex.loc[ex["n"] > 0, "n"].min()) if (ex["n"] > 0).any() else 0
     return (
         f"data: {name} · {describe_runs(df) or 'no fingerprint'}{how}; the step with the batch already on "
         f"the GPU took {_ms(base)} ms (median); medians of at least {n} steps a way. Exposed copy: a way's "
