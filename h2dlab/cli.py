@@ -16,8 +16,8 @@ import json
 import os
 import sys
 
+import h2dlab.cli_workload as cli_workload
 from h2dlab import __version__, cli_common, cli_compare, cli_measuring, cli_record, cli_strategies
-from h2dlab import cli_workload
 from h2dlab.cli_checks import check_folder, check_out, check_plan, check_target, not_the_source
 from h2dlab.cli_common import EXIT_CODES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, failure, finish_measure
 from h2dlab.cli_common import Parser as _Parser

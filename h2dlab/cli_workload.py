@@ -85,10 +85,16 @@ def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
     df = workload(s, out=out, progress=not a.no_progress, argv=["h2dlab", *(argv or [])], force=a.force)
     if df.attrs.get("stopped"):
         again = shlex.join(["h2dlab", *[x for x in argv or [] if x != "--force"], "--force"])
-        print(f"h2dlab: interrupted: {len(df)} rows kept in {out}; a workload run starts over: {again}", file=sys.stderr)
+        print(
+            f"h2dlab: interrupted: {len(df)} rows kept in {out}; a workload run starts over: {again}",
+            file=sys.stderr,
+        )
         return 130
     errors = int((df["error"] != "").sum()) if len(df) else 0
-    print(f"wrote {out} ({len(df)} rows, {errors} with an error) and {datasets.env_path(out).name}", file=sys.stderr)
+    print(
+        f"wrote {out} ({len(df)} rows, {errors} with an error) and {datasets.env_path(out).name}",
+        file=sys.stderr,
+    )
     if errors:
         print(f"note: e.g. {df.loc[df['error'] != '', 'error'].iloc[0]}", file=sys.stderr)
     return 0
