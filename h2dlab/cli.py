@@ -151,10 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--only", default=None, help="comma list of notebook names to run")
     r.add_argument("--data", default=None, help="the recording to report: h200 or a folder [h200]")
+    cli_workload.add_parser(sub)
     cli_measuring.add_parser(sub)  # duplex, batch
     cli_record.add_parser(sub)
     cli_compare.add_parser(sub)
-    cli_workload.add_parser(sub)
     return p
 
 
@@ -305,10 +305,10 @@ COMMANDS = {
     "overlap": _cmd_overlap,
     "explain": _cmd_explain,
     "report": _cmd_report,
+    "workload": cli_workload.run,
     "record": cli_record.run,
     "strategies": cli_strategies.run,
     "compare": cli_compare.run,
-    "workload": cli_workload.run,
 }
 COMMANDS.update(dict.fromkeys(cli_measuring.COMMANDS, cli_measuring.run))
 
