@@ -127,7 +127,7 @@ class LoopNonBlocking(BatchMethod):
 @_register
 class PinnedEach(BatchMethod):
     name = "pinned_each"
-    summary = "each tensor already in its own pinned buffer (prepared), copied non_blocking"
+    summary = "each tensor pinned beforehand in its own buffer (prepare, not timed), copied non_blocking"
     held = ("pinned",)
 
     def prepare(self, tensors, device):
@@ -189,7 +189,9 @@ class ToDevicePacked(_Packed):
 @_register
 class ForeachCopy(BatchMethod):
     name = "foreach_copy"
-    summary = "torch._foreach_copy_(preallocated device tensors, pinned sources, non_blocking=True)"
+    summary = (
+        "torch._foreach_copy_(preallocated device tensors, sources pinned beforehand, non_blocking=True)"
+    )
     held = ("pinned", "outs")
 
     @classmethod

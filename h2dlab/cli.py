@@ -16,6 +16,7 @@ import json
 import os
 import sys
 
+import h2dlab.cli_workload as cli_workload
 from h2dlab import __version__, cli_common, cli_compare, cli_measuring, cli_record, cli_strategies
 from h2dlab.cli_checks import check_folder, check_out, check_plan, check_target, not_the_source
 from h2dlab.cli_common import EXIT_CODES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, failure, finish_measure
@@ -151,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--only", default=None, help="comma list of notebook names to run")
     r.add_argument("--data", default=None, help="the recording to report: h200 or a folder [h200]")
+    cli_workload.add_parser(sub)
     cli_measuring.add_parser(sub)  # duplex, batch
     cli_record.add_parser(sub)
     survey_command.add_parser(sub)
@@ -305,6 +307,7 @@ COMMANDS = {
     "overlap": _cmd_overlap,
     "explain": _cmd_explain,
     "report": _cmd_report,
+    "workload": cli_workload.run,
     "record": cli_record.run,
     "strategies": cli_strategies.run,
     "compare": cli_compare.run,

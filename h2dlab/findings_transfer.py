@@ -310,5 +310,19 @@ def best_batch_method(df: pd.DataFrame, *, baseline: str = "loop_to", tie: float
             if last.runner_up_ms <= last.best_ms * (1 + tie)
             else ""
         )
+        + _beforehand_note(last)
     )
     return Finding(verdict, holds, last.to_dict(), table)
+
+
+def _beforehand_note(last: pd.Series) -> str:
+    """A sentence naming the methods in the verdict whose sources were pinned beforehand."""
+    from h2dlab.names import PINNED_BEFOREHAND
+
+    named = [m for m in dict.fromkeys((last.best, last.runner_up)) if m in PINNED_BEFOREHAND]
+    if not named:
+        return ""
+    return (
+        f" {' and '.join(named)} copied from tensors pinned beforehand: the pinning was not timed, "
+        "and a program that pins every step pays it too."
+    )

@@ -122,7 +122,9 @@ def size_pair(
     A100: the two rows (row numbers computed), their times, expected times and episodes.
     Re-runs: per run and strategy the time ratio large / small; per strategy in how many
     runs the larger tensor was faster, and the ratios' range. ``holds`` (the larger is
-    really faster) when, for some strategy, it was faster in every re-run.
+    really faster) when, for some strategy, it was faster in every re-run and the smaller
+    did not make a new pinned block in each of them (``host_allocs``; ``new_block`` names the
+    strategies where it did: the allocator's cost, not the size's).
     """
     _need(explained_a100, ("episode", "expected_ms"), "size_pair()")
     bs, bl = forum_bytes(small), forum_bytes(large)
@@ -140,7 +142,12 @@ def size_pair(
     row_s, row_l = (int(a[a.seq == s].order.min()) for s in (small, large))
     faster_a100 = [s for s in a100.index if a100.loc[s, ("ms", large)] < a100.loc[s, ("ms", small)]]
     in_ep = [s for s in a100.index if a100.loc[s, ("episode", small)] >= 0]
-    holds = bool((by.larger_faster == by.runs).any())
+    always = by.index[by.larger_faster == by.runs]
+    # A column where seq `small` made a new pinned block in every run is the allocator's, not
+    # the size's: the first request of a power-of-two block class pays cudaHostAlloc (issue 31).
+    made = r[r.size_bytes == bs].groupby(["run_id", "strategy"]).host_allocs.sum(min_count=1)
+    new_block = [s for s in always if (made.xs(s, level="strategy") > 0).sum() == by.loc[s, "runs"]]
+    holds = bool(len(set(always) - set(new_block)))
     verdict = (
         f"A100: row {row_s} (seq {small}) and row {row_l} (seq {large}); the larger was faster in "
         f"{', '.join(f'`{s}`' for s in faster_a100) or 'no column'}"
@@ -159,10 +166,15 @@ def size_pair(
         + (
             "For at least one column the larger tensor is faster in every run: a real size effect."
             if holds
+            else f"In {', '.join(f'`{s}`' for s in new_block)} seq {small} made a new pinned block in every run "
+            "(the first request of its power-of-two block class), which the larger one then reused: the "
+            "allocator, not a size effect."
+            if new_block
             else "No column has the larger tensor faster in every run: run-to-run spread, not a size effect."
         )
     )
-    values = {"rows": (row_s, row_l), "size_ratio": size_ratio, "by_strategy": by.to_dict("index")}
+    values = {"rows": (row_s, row_l), "size_ratio": size_ratio, "by_strategy": by.to_dict("index"),
+              "new_block": list(new_block)}  # fmt: skip
     return Finding(verdict, holds, values, per)
 
 

@@ -32,14 +32,28 @@ DATA = "h200"
 MODE = "replay"
 
 # %%
-from IPython.display import Markdown, display
+from IPython.display import Code, Markdown, display
 
-from h2dlab import advice, compare_machines, datasets, factors, findings_speed, findings_transfer, plots, session
+from h2dlab import advice, compare_machines, datasets, factors, findings_speed, findings_transfer, findings_workload, plots, recipes, session
 
 rec = session.recording(DATA, mode=MODE)
 sweep = rec.get("sweep", "pow2-interleaved")
 cold = rec.get("allocator", "pin-emptied")
 rec.banner()
+
+# %% [markdown]
+# ## The answer: which code should you paste?
+#
+# Each recipe in `examples/` ran inside a training-like step: the batch (`64x3x224x224` float32)
+# goes to the GPU, then a fixed chain of matrix products consumes it, then the step waits for
+# the GPU as `loss.item()` would. The same step ran with the batch already on the GPU. The
+# difference is the *exposed copy time*: what the copy adds to every step. Below the table are
+# the two recipes most training loops need, as the runs executed them
+# (`examples/recipe_dataloader.py`, `examples/recipe_prefetch.py`). The rest of this notebook is
+# the evidence, one copy at a time.
+
+# %% tags=["hide-input"]
+display(findings_workload.decision(rec.table("workload")) if rec.has("workload") else rec.lacks("workload"), *(Code(recipes.source(n), language="python") for n in ("dataloader", "prefetch")))
 
 # %% [markdown]
 # ## 1 · How fast is each way, from the smallest copy to the largest?
@@ -128,7 +142,8 @@ else:
 # how many copies each figure rests on: a first-call figure at a size is one copy, so read it as
 # one measurement, not a median; where none was timed it is scaled from nearby sizes.
 # Where the recording has them, results coming back and a batch of many tensors are cases of
-# their own, each compared with its plain way (`.cpu()`; a loop of `.to()`).
+# their own, each compared with its plain way (`.cpu()`; a loop of `.to()`). A batch way marked
+# "pinned beforehand" did not time its pinning.
 
 # %% tags=["hide-input"]
 extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}
@@ -181,7 +196,9 @@ display(findings_transfer.duplex_summary(rec.table("bidir")) if rec.has("bidir")
 # *What does each extra tensor cost, and which way moves a batch fastest?* A training step moves
 # a batch: many tensors, of equal or mixed sizes. Each method moved the same bytes split into
 # more and more tensors of equal size; the figure shows the time per tensor at the smallest batch
-# total.
+# total. Two methods, `pinned_each` and `foreach_copy`, copy from tensors pinned beforehand:
+# their pinning is not timed. `tensordict` pins inside the timed call, and `pinned_flat` times
+# its packing into one pinned buffer.
 
 # %% tags=["hide-input"]
 if rec.has("batch", "equal"):

@@ -27,7 +27,7 @@ MODE = "replay"
 # %%
 from IPython.display import Markdown, display
 
-from h2dlab import advice, factors, plots, session
+from h2dlab import advice, factors, findings_tutorial, plots, session
 
 rec = session.recording(DATA, mode=MODE)
 sweep = rec.get("sweep", "pow2-interleaved")
@@ -130,3 +130,14 @@ plots.advice_bars(adv, name=DATA) if adv is not None else display(rec.lacks("swe
 if adv is not None:
     display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict", "basis"]].round(2))
     display(advice.best_way(adv), advice.best_way(adv, copies=100))
+
+# %% [markdown]
+# ## 7 · Where does this agree with PyTorch's tutorial?
+#
+# *Do these measurements agree with PyTorch's own guide?* The tutorial "A guide on good usage of
+# `non_blocking` and `pin_memory()` in PyTorch" makes two timing claims: pinning first is usually
+# slower, and for many small tensors a loop of `non_blocking=True` copies beats blocking ones.
+# Each is checked here against this recording.
+
+# %% tags=["hide-input"]
+display(findings_tutorial.tutorial(sweep, rec.get("batch", "equal"), rec.get("workload")) if sweep is not None else rec.lacks("sweep/pow2-interleaved"))

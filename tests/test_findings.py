@@ -267,6 +267,24 @@ def test_size_pair_synthetic_larger_always_faster_flips(ea, h200):
     assert forum_claims.size_pair(ea, h).holds
 
 
+def test_size_pair_larger_faster_because_the_smaller_made_a_new_pinned_block_is_not_a_size_effect(ea, h200):
+    # issue 31: seq 966 is the first request of the 512 MiB block class in an ascending run
+    s, b = (seq * 24 * 2 * 4096 * 2 for seq in (966, 1026))
+    h = h200.copy()
+    pin = h.strategy == "pin_memory"
+    h.loc[pin & (h.size_bytes == b), "event_ms"] = (
+        h.loc[pin & (h.size_bytes == s), "event_ms"].min() / 2
+    )  # synthetic
+    h.loc[pin & (h.size_bytes == s), "host_allocs"] = 1.0  # synthetic: a new block at every seq 966
+    h.loc[pin & (h.size_bytes == b), "host_allocs"] = 0.0
+    f = forum_claims.size_pair(ea, h)
+    assert f["by_strategy"]["pin_memory"]["larger_faster"] == f["by_strategy"]["pin_memory"]["runs"]
+    assert not f.holds and f["new_block"] == ["pin_memory"]
+    assert "made a new pinned block in every run" in f.verdict and "a real size effect" not in f.verdict
+    h.loc[pin & (h.size_bytes == s) & (h.run_id == h.run_id.iloc[0]), "host_allocs"] = 0.0  # one run without
+    assert forum_claims.size_pair(ea, h).holds
+
+
 def test_link_estimate(a100, h200, forum_sizes):
     from h2dlab import model
 

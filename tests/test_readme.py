@@ -106,14 +106,22 @@ def expected():
             f"{f['of_ideal']:.0%} of the two directions alone",
         ]
     if rec.has("batch", "equal"):
+        from h2dlab.names import PINNED_BEFOREHAND
+
         f = findings_transfer.best_batch_method(rec.table("batch", "equal"))
+        note = (
+            " (from tensors pinned beforehand: the pinning not timed)"
+            if f["best"] in PINNED_BEFOREHAND
+            else ""
+        )
         rows["a batch of many small tensors"] = [
             f"{f['n_tensors']} tensors, {fmt_bytes(f['size_bytes'], compact=True)} in all",
-            f"`{f['best']}` {f['speedup']:.1f}x a loop of `.to()`",
+            f"`{f['best']}`{note} {f['speedup']:.1f}x a loop of `.to()`",
         ]
         if f["runner_up_ms"] <= f["best_ms"] * 1.02:  # a runner-up within 2 %: named beside it
             rows["a batch of many small tensors"].append(
-                f"`{f['runner_up']}` within {f['runner_up_ms'] / f['best_ms'] - 1:.1%} of it"
+                f"`{f['runner_up']}`{' (also pinned beforehand)' if f['runner_up'] in PINNED_BEFOREHAND else ''} "
+                f"within {f['runner_up_ms'] / f['best_ms'] - 1:.1%} of it"
             )
     if rec.has("idle"):
         f = factors.idle_wake(rec.table("idle"))
