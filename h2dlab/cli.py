@@ -1,5 +1,5 @@
 """The ``h2dlab`` command: env | datasets | strategies | measure | forum | overlap |
-explain | compare | report | duplex | batch | record (``python -m h2dlab`` runs it too).
+explain | compare | report | duplex | batch | record | doctor (``python -m h2dlab`` runs it too).
 
 Each measuring command builds one run spec from its options and hands it on. Exit codes
 (:data:`EXIT_CODES`, also printed by ``--help``): 0 done; 1 this machine or the run failed
@@ -17,6 +17,7 @@ import os
 import sys
 
 from h2dlab import __version__, cli_common, cli_compare, cli_measuring, cli_record, cli_strategies
+from h2dlab import cli_doctor
 from h2dlab.cli_checks import check_folder, check_out, check_plan, check_target, not_the_source
 from h2dlab.cli_common import EXIT_CODES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, failure, finish_measure
 from h2dlab.cli_common import Parser as _Parser
@@ -153,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_measuring.add_parser(sub)  # duplex, batch
     cli_record.add_parser(sub)
     cli_compare.add_parser(sub)
+    cli_doctor.add_parser(sub)
     return p
 
 
@@ -306,6 +308,7 @@ COMMANDS = {
     "record": cli_record.run,
     "strategies": cli_strategies.run,
     "compare": cli_compare.run,
+    "doctor": cli_doctor.run,
 }
 COMMANDS.update(dict.fromkeys(cli_measuring.COMMANDS, cli_measuring.run))
 
