@@ -24,7 +24,7 @@ from h2dlab.doctor.sites import Analysis, analyse
 from h2dlab.doctor.trace import read_trace
 from h2dlab.doctor.verdict import RECIPES, Machine, load_machine, verdicts
 
-__all__ = ["RECIPES", "SCHEMA", "Diagnosis", "diagnose", "profile"]
+__all__ = ["RECIPES", "SCHEMA", "Diagnosis", "Machine", "diagnose", "load_machine", "profile"]
 
 #: the ``schema`` of ``h2dlab doctor --json``
 SCHEMA = "h2dlab.doctor/1"

@@ -70,21 +70,21 @@ def _user_frame(name: str) -> bool:
 def _host_context(trace: Trace, launches: dict[int, int]) -> dict[int, dict]:
     """For each launching runtime call (by index): its enclosing host ranges; pin ops too."""
     by_thread: dict[tuple, list] = {}
-    for i, (pid, tid, ts, end, name, cat) in enumerate(trace.host):
-        by_thread.setdefault((pid, tid), []).append((ts, -end, 1, i))
+    for i, (pid, tid, ts, end, _name, _cat) in enumerate(trace.host):
+        by_thread.setdefault((pid, tid), []).append((ts, -end, 0, i))  # a host range first at a tie
     wanted = set(launches.values())
-    for j, (pid, tid, ts, end, name, corr) in enumerate(trace.runtime):
+    for j, (pid, tid, ts, end, name, _corr) in enumerate(trace.runtime):
         if j in wanted or name.startswith(SYNC_CALLS):
-            by_thread.setdefault((pid, tid), []).append((ts, -end, 0, j))
+            by_thread.setdefault((pid, tid), []).append((ts, -end, 1, j))
     ctx: dict[int, dict] = {}
     pins: dict[tuple, list] = {}
     for key, evs in by_thread.items():
         evs.sort()
         stack: list[tuple[float, int]] = []
-        for ts, neg_end, is_host, i in evs:
+        for ts, _neg_end, is_call, i in evs:
             while stack and stack[-1][0] <= ts:
                 stack.pop()
-            if is_host:
+            if not is_call:
                 _, _, _, end, name, cat = trace.host[i]
                 if (
                     cat == "cpu_op"
