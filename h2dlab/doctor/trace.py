@@ -38,6 +38,8 @@ HOST_CATS = frozenset({"cpu_op", "user_annotation", "python_function"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _CHUNK = 1 << 20
+#: a decoding error this far before the end of the window is a syntax error, not a cut element
+_SLACK = 1 << 20
 _WS = " \t\n\r"
 
 
@@ -101,9 +103,9 @@ class _Stream:
             except json.JSONDecodeError as e:
                 # An element cut by the window fails near its end: read on. An error well
                 # before the window's end is a real syntax error.
-                if not self.eof and len(self.buf) - e.pos < _CHUNK and self.fill():
+                if not self.eof and len(self.buf) - e.pos < _SLACK and self.fill():
                     continue
-                if self.eof and len(self.buf) - e.pos < 64:
+                if self.eof and (e.pos >= len(self.buf.rstrip()) or e.msg.startswith("Unterminated")):
                     raise UsageError(f"{self.name} is truncated: it ends inside a JSON value") from None
                 raise UsageError(f"{self.name} is not valid JSON ({e.msg} at character {e.pos})") from None
             if end >= len(self.buf) and not self.eof and self.fill():

@@ -19,16 +19,16 @@ import pandas as pd
 __all__ = ["RECIPES", "Machine", "load_machine", "verdicts"]
 
 #: recipe id -> what a reader does (the first words of a recommendation)
-RECIPES: dict[str, str] = {
+RECIPES: dict[str, str] = {  # simplest first: among near-equal estimates the first here wins
     "as_is": "keep it as it is",
-    "side_stream_prefetch": "keep the batch in pinned memory and copy the next one on a side stream "
-    "(non_blocking=True) while this step computes",
-    "pack_small_tensors": "pack the small tensors into one pinned buffer and copy it once (non_blocking=True)",
-    "pin_once_non_blocking": "pin the source once (outside the loop) and copy with non_blocking=True",
     "dataloader_pin_memory": "give the DataLoader pin_memory=True and copy with non_blocking=True",
+    "pin_once_non_blocking": "pin the source once (outside the loop) and copy with non_blocking=True",
     "pin_each_step": "call pin_memory() on the batch, then .to(device, non_blocking=True)",
     "pinned_d2h_non_blocking": "copy into a pinned buffer with non_blocking=True and synchronize once, "
     "where the value is needed",
+    "pack_small_tensors": "pack the small tensors into one pinned buffer and copy it once (non_blocking=True)",
+    "side_stream_prefetch": "keep the batch in pinned memory and copy the next one on a side stream "
+    "(non_blocking=True) while this step computes",
 }
 #: among estimates within this much (ms per step), the simpler recipe (earlier here) is named first
 TIE_MS = 0.05
