@@ -62,6 +62,7 @@ class Diagnosis:
                     "direction": s["direction"],
                     "source_memory": s["source_memory"],
                     "dest_memory": s["dest_memory"],
+                    "host_memory": s["host_memory"],
                     "stream": int(s["stream"]),
                     "count": int(s["count"]),
                     "bytes": int(s["bytes"]),
@@ -95,14 +96,14 @@ class Diagnosis:
             f"copies add {self.exposed_copy_ms_per_step:.2f} ms per step "
             f"(kernels {a.kernel_ms_per_step:.2f} ms per step); estimates from {self.machine.label}"
         )
-        cols = f"{'#':>2} {'site':34.34s} {'dir':4s} {'source':8s} {'n/step':>7s} {'MiB/step':>9s} "
+        cols = f"{'#':>2} {'site':34.34s} {'dir':4s} {'host mem':8s} {'n/step':>7s} {'MiB/step':>9s} "
         cols += f"{'gpu ms':>7s} {'exposed':>8s} {'idle':>6s} {'sync':>4s} {'saves ms':>8s}"
         lines = [head, "", cols]
         for i, ((_, s), v) in enumerate(zip(a.sites.iterrows(), self.verdicts, strict=True), 1):
             st = self.steps
             sync = s["synchronous_share"]
             lines.append(
-                f"{i:>2} {str(s['site']):34.34s} {s['direction']:4s} {s['source_memory']:8.8s} "
+                f"{i:>2} {str(s['site']):34.34s} {s['direction']:4s} {s['host_memory']:8.8s} "
                 f"{s['count'] / st:7.4g} {max(s['bytes'], 0) / st / 2**20:9.2f} {s['gpu_ms'] / st:7.2f} "
                 f"{s['exposed_ms'] / st:8.2f} {s['idle_wait_ms'] / st:6.2f} "
                 f"{'?' if sync != sync else 'yes' if sync >= 0.5 else 'no':>4s} {v['saving_ms_per_step']:8.2f}"

@@ -147,6 +147,7 @@ def analyse(trace: Trace) -> Analysis:
     cp["direction"] = [p[0] for p in parsed]
     cp["source_memory"] = [p[1] for p in parsed]
     cp["dest_memory"] = [p[2] for p in parsed]
+    cp["host_memory"] = [p[1] if p[0] == "h2d" else p[2] if p[0] == "d2h" else "none" for p in parsed]
     cp["gpu_ms"] = (cp["end"] - cp["ts"]) / 1e3
 
     # exposed: the part no kernel on another stream of the same GPU overlaps
@@ -297,7 +298,7 @@ def _idle_wait(cp: pd.DataFrame, gpu: pd.DataFrame, pins: dict[tuple, list]) -> 
 
 
 def _sites(cp: pd.DataFrame, n_steps: int) -> pd.DataFrame:
-    cols = ["site", "direction", "source_memory", "dest_memory", "stream"]
+    cols = ["site", "direction", "source_memory", "dest_memory", "host_memory", "stream"]
     if cp.empty:
         return pd.DataFrame(columns=[*cols, "count", "bytes"])
     g = cp.assign(sync=cp["synchronous"].map({True: 1.0, False: 0.0})).groupby(cols, sort=False, dropna=False)

@@ -97,6 +97,9 @@ def _candidates(site: pd.Series, steps: int, kernel_ms: float, m: Machine, loade
     return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
+_FROM = {"h2d": "from", "d2h": "into"}
+
+
 def _mib(b: float) -> str:
     return f"{b / 2**20:.1f} MiB" if b >= 2**20 else f"{b / 1024:.1f} KiB" if b >= 1024 else f"{b:.0f} B"
 
@@ -112,7 +115,8 @@ def verdicts(analysis: Any, m: Machine) -> list[dict[str, Any]]:
         n = s["count"] / steps
         word = "copy" if n == 1 else "copies"
         head = (
-            f"{n:g} {s['source_memory']} {s['direction']} {word} of {_mib(s['bytes_per_copy'])} per step, "
+            f"{n:g} {s['direction']} {word} of {_mib(s['bytes_per_copy'])} {_FROM.get(s['direction'], 'in')} "
+            f"{s['host_memory']} memory per step, "
             f"{current:.2f} ms exposed"
             if s["bytes"] >= 0
             else f"{n:g} {s['direction']} {word} per step, {current:.2f} ms exposed"
@@ -120,7 +124,7 @@ def verdicts(analysis: Any, m: Machine) -> list[dict[str, Any]]:
         if s["bytes"] < 0:
             out.append(_v("as_is", 0.0, f"{head}; the trace lacks their bytes: no estimate", []))
             continue
-        if s["direction"] not in ("h2d", "d2h"):
+        if s["direction"] not in _FROM:
             out.append(_v("as_is", 0.0, f"{head}; not a host copy: nothing of the kit applies", []))
             continue
         cands = _candidates(s, steps, analysis.kernel_ms_per_step, m, analysis.has_dataloader)
