@@ -282,18 +282,36 @@ def _idle_wait(cp: pd.DataFrame, gpu: pd.DataFrame, pins: dict[tuple, list]) -> 
             n = int(np.searchsorted(calls, pe, side="left"))
             if n < len(calls):
                 work[g.index[n]].append((ps, pe))
-    out = np.zeros(len(cp))
-    busy = {d: merge(g["ts"].to_numpy(), g["end"].to_numpy()) for d, g in gpu.groupby("device")}
     # a host range shared by several copies (one op, many copies) counts once, for its first copy
     seen: set = set()
+    owner, starts, ends = [], [], []
     for i, w in enumerate(work):
-        w = [x for x in w if x not in seen]
+        w = sorted(x for x in w if x not in seen)
         seen.update(w)
-        if not w:
-            continue
-        s, e = merge(np.array([x[0] for x in w]), np.array([x[1] for x in w]))
-        u = busy.get(cp["device"].iat[i], (np.empty(0), np.empty(0)))
-        out[i] = float(((e - s) - covered(u, s, e)).sum()) / 1e3
+        for a, b in _merged(w):
+            owner.append(i)
+            starts.append(a)
+            ends.append(b)
+    out = np.zeros(len(cp))
+    if not owner:
+        return out
+    owner_a, s_a, e_a = np.array(owner), np.array(starts), np.array(ends)
+    dev = cp["device"].to_numpy()[owner_a]
+    for d, g in gpu.groupby("device"):
+        m = dev == d
+        busy = merge(g["ts"].to_numpy(), g["end"].to_numpy())
+        idle = (e_a[m] - s_a[m]) - covered(busy, s_a[m], e_a[m])
+        out += np.bincount(owner_a[m], weights=idle, minlength=len(cp))
+    return out / 1e3
+
+
+def _merged(w: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in w:  # sorted by start
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
     return out
 
 
