@@ -345,3 +345,23 @@ def test_doctor_is_callable_from_the_package(tmp_path):
     import h2dlab
 
     assert callable(h2dlab.doctor) and h2dlab.doctor.diagnose is diagnose
+
+
+def test_the_lanes_figure_marks_exactly_the_exposed_parts(tmp_path):
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
+
+    from h2dlab.doctor.plot import lanes
+
+    t = SyntheticTrace()
+    t.step(2, 0, 10000)
+    t.copy(100, 1000, 1000, 4 * MiB, src="Pinned", call_dur=5)  # GPU [1000, 2000) on stream 7
+    t.kernel(1300, 300, stream=20)  # hides [1300, 1600): exposed [1000, 1300) and [1600, 2000)
+    dx = _dx(t, tmp_path)
+    fig, ax = plt.subplots()
+    assert lanes(dx, ax=ax) is ax
+    hatched = [c for c in ax.collections if isinstance(c, PolyCollection) and c.get_hatch()]
+    (h,) = hatched
+    widths = sorted(round(float(p.vertices[:, 0].max() - p.vertices[:, 0].min()), 6) for p in h.get_paths())
+    assert widths == [0.3, 0.4]  # ms
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["GPU 0 stream 7", "GPU 0 stream 20"]

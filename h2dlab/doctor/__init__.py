@@ -17,14 +17,26 @@ import os
 import sys
 import types
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from h2dlab.doctor.profiling import profile
 from h2dlab.doctor.sites import Analysis, analyse
 from h2dlab.doctor.trace import read_trace
 from h2dlab.doctor.verdict import RECIPES, Machine, load_machine, verdicts
+from h2dlab.errors import UsageError
 
-__all__ = ["RECIPES", "SCHEMA", "Diagnosis", "Machine", "diagnose", "load_machine", "profile"]
+__all__ = [
+    "RECIPES",
+    "SCHEMA",
+    "TRACES",
+    "Diagnosis",
+    "Machine",
+    "diagnose",
+    "load_machine",
+    "profile",
+    "trace_path",
+]
 
 #: the ``schema`` of ``h2dlab doctor --json``
 SCHEMA = "h2dlab.doctor/1"
@@ -113,11 +125,49 @@ class Diagnosis:
         lines += [f"note: {n}" for n in a.notes]
         return "\n".join(lines)
 
+    def summary(self) -> str:
+        """One paragraph in words, computed from the diagnosis: what the copies add to a step
+        and the first site's verdict (Markdown)."""
+        a = self.analysis
+        name = os.path.basename(a.path)
+        text = (
+            f"In `{name}` ({self.steps} traced step{'s' if self.steps != 1 else ''}), copies add "
+            f"{self.exposed_copy_ms_per_step:.2f} ms to each step, beside {a.kernel_ms_per_step:.2f} ms of kernels."
+        )
+        if self.verdicts:
+            v = self.verdicts[0]
+            text += f" The costliest site (`{a.sites['site'].iat[0]}`): {v['recommendation']}."
+        return text + "".join(f" Note: {n}." for n in a.notes)
+
     def __str__(self) -> str:
         return self.table()
 
     def _repr_markdown_(self) -> str:
         return "```\n" + self.table() + "\n```"
+
+
+#: where the bundled traces live (``data/traces/record_traces.py`` writes them)
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
+
+
+def trace_path(trace: str | os.PathLike[str] = "", example: str = "batch_pageable") -> Path:
+    """``trace`` when given, else the bundled trace named ``example`` (``data/traces``).
+
+    Raises
+    ------
+    h2dlab.errors.UsageError
+        The bundled trace is not there (it is recorded on a GPU by ``record_traces.py``).
+    """
+    if os.fspath(trace):
+        return Path(trace).expanduser()
+    p = TRACES / f"{example}.json.gz"
+    if not p.is_file():
+        have = sorted(q.name.removesuffix(".json.gz") for q in TRACES.glob("*.json.gz"))
+        raise UsageError(
+            f"no bundled trace {example!r} in {TRACES} (it has: {', '.join(have) or 'none yet'}): give your "
+            "own TRACE, or record them on a GPU with python data/traces/record_traces.py --out data/traces"
+        )
+    return p
 
 
 def diagnose(
