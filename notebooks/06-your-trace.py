@@ -57,5 +57,5 @@ dx
 # from, and hatched where no kernel on another stream runs beside them. The step drawn is
 # the one with the most exposed copy time.
 
-# %%
-lanes(dx)
+# %% tags=["hide-input"]
+lanes(dx);
