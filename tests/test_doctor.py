@@ -365,3 +365,13 @@ def test_the_lanes_figure_marks_exactly_the_exposed_parts(tmp_path):
     widths = sorted(round(float(p.vertices[:, 0].max() - p.vertices[:, 0].min()), 6) for p in h.get_paths())
     assert widths == [0.3, 0.4]  # ms
     assert [t.get_text() for t in ax.get_yticklabels()] == ["GPU 0 stream 7", "GPU 0 stream 20"]
+
+
+def test_copies_within_the_gpu_are_sites_but_not_part_of_the_exposed_copy_time(tmp_path):
+    t = SyntheticTrace()
+    t.step(2, 0, 10000)
+    t.copy(100, 120, 1000, MiB)  # h2d: 1 ms + 20 µs idle + 10 µs padding
+    t.copy(2000, 2010, 500, MiB, kind="DtoD", src="Device", dst="Device", call_dur=4, op="aten::cat")
+    dx = _dx(t, tmp_path)
+    assert {s["direction"] for s in dx.to_dict()["sites"]} == {"h2d", "d2d"}
+    assert dx.exposed_copy_ms_per_step == pytest.approx(1.0 + 0.02 + 0.01)

@@ -56,10 +56,12 @@ class Diagnosis:
 
     @property
     def exposed_copy_ms_per_step(self) -> float:
-        """What the copies add to a step: exposed GPU copy time plus the GPU idle time that
-        waits on the host while it issues a copy or pins its source, per step."""
+        """What the copies between host and GPU add to a step: their exposed GPU time plus
+        the GPU idle time that waits on the host while it issues them or pins their source,
+        per step. Copies within the GPU (``d2d``, e.g. inside ``torch.cat``) are sites of
+        their own but not counted here: they are the program's compute, not its data feed."""
         c = self.analysis.copies
-        c = c[c["step"] >= 0]
+        c = c[(c["step"] >= 0) & c["direction"].isin(("h2d", "d2h"))]
         return float((c["exposed_ms"].sum() + c["idle_wait_ms"].sum()) / self.steps)
 
     def to_dict(self) -> dict[str, Any]:
