@@ -1,9 +1,13 @@
 """What to change at each copy site, and what it would save per step on a recorded machine.
 
-The estimates come from a recording's fitted line ``latency = overhead + bytes / bandwidth``
-per strategy (:func:`h2dlab.model.fit` on its ``sweep`` and ``d2h`` tables): the doctor
-predicts the copy time of each recipe at the site's copy size and count per step, and ranks
-the recipes by the time they would leave in the step. The recipes are the kit's
+The estimates come from a recording's ``sweep`` and ``d2h`` tables: the median time per copy
+of each strategy at the site's copy size, interpolated in log-log between the recorded sizes
+(:func:`h2dlab.model.interpolate_ms`, as ``advise()`` reads them), and the fitted line
+``latency = overhead + bytes / bandwidth`` (:func:`h2dlab.model.fit`) for a strategy the
+tables have no medians of. The medians come first because ``pageable``'s time is not a
+straight line in size (13-15 GB/s at 16-64 MiB, 7 GB/s at 1 GiB on the H200): its line
+would misjudge a 64 MiB batch by half. The doctor predicts each recipe's copy time per step
+and ranks the recipes by the time they would leave in the step. The recipes are the kit's
 (``RECIPES``): their code lives in ``examples/`` (issue #31); the workloads that recorded
 the bundled traces implement each one (``data/traces/workloads.py``).
 """
@@ -39,15 +43,23 @@ MIN_SAVING_MS, MIN_SAVING_SHARE = 0.05, 0.05
 
 @dataclass
 class Machine:
-    """A recording's fitted lines: strategy -> (overhead_ms, bytes per ms)."""
+    """A recording's copy times: fitted lines, strategy -> (overhead_ms, bytes per ms), and
+    the medians per strategy and size (``model.medians``; None: lines only)."""
 
     name: str
     label: str
     lines: dict[str, tuple[float, float]] = field(default_factory=dict)
+    medians: pd.DataFrame | None = None
 
     def ms(self, strategy: str, size_bytes: float) -> float:
         """Predicted time of one copy of ``size_bytes`` by ``strategy`` (NaN if not recorded)."""
-        if strategy not in self.lines or not (size_bytes > 0):
+        if not (size_bytes > 0):
+            return float("nan")
+        if self.medians is not None and (self.medians["strategy"] == strategy).any():
+            from h2dlab.model import interpolate_ms
+
+            return interpolate_ms(self.medians, strategy, size_bytes)
+        if strategy not in self.lines:
             return float("nan")
         a, per_ms = self.lines[strategy]
         return a + size_bytes / per_ms
@@ -69,15 +81,17 @@ def load_machine(recording: Any = "h200") -> Machine:
         if t is not None:
             tables.append(t)
     lines: dict[str, tuple[float, float]] = {}
+    med = None
     if tables:
         df = pd.concat(tables, ignore_index=True)
         f = model.fit(df, by=("strategy",), n_boot=0)
         for r in f.itertuples():
             lines[str(r.strategy)] = (float(r.overhead_us) / 1e3, float(r.gbps) * 1e6)
+        med = model.medians(df)
     m = rec.machine()
     gpu = m.get("gpu_name") or "GPU unknown"
     label = f"{rec.name} ({gpu}, {rec.date()})" if hasattr(rec, "date") else f"{rec.name} ({gpu})"
-    return Machine(name=rec.name, label=label, lines=lines)
+    return Machine(name=rec.name, label=label, lines=lines, medians=med)
 
 
 def _candidates(site: pd.Series, steps: int, kernel_ms: float, m: Machine, loader: bool) -> dict[str, float]:
