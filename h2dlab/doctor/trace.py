@@ -22,10 +22,12 @@ Kineto's events, as the doctor reads them (``ph: "X"``, ``ts``/``dur`` in µs):
 
 from __future__ import annotations
 
+import gc
 import gzip
 import io
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,7 +133,7 @@ def _keep(ev: Any, t: Trace) -> None:
         end = ts + float(ev.get("dur", 0.0))
     except (KeyError, TypeError, ValueError):
         return
-    name = str(ev.get("name", ""))
+    name = sys.intern(str(ev.get("name", "")))  # a few hundred names repeat millions of times
     if cat in GPU_CATS:
         a = ev.get("args") or {}
         t.gpu.append(
@@ -174,6 +176,8 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
             f"no trace at {os.fspath(path)!r}: give the .json or .json.gz that torch.profiler wrote"
         )
     t = Trace(path=str(p))
+    collecting = gc.isenabled()
+    gc.disable()  # millions of small tuples, no cycles: the cyclic collector would rescan them over and over
     try:
         with _open_text(p) as f:
             s = _Stream(f, p.name)
@@ -192,6 +196,9 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         if isinstance(e, FileNotFoundError):
             raise
         raise UsageError(f"{p.name} is truncated or not a gzip file ({e})") from None
+    finally:
+        if collecting:
+            gc.enable()
     if "traceEvents" not in t.meta and first == "{":
         raise UsageError(f"{p.name} is JSON but not a Chrome trace: it has no traceEvents")
     return t
