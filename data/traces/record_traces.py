@@ -7,7 +7,11 @@ no stacks, gzip) written to ``DIR/<workload>.json.gz``, and, without the profile
 step time beside the same step with the batch resident on the GPU, in alternating rounds
 (``ground_truth.csv``: one row per workload; ``exposed_ms = step_ms - resident_ms``, the
 medians over rounds, with every round's figures kept). ``env.json`` is the kit's
-``collect_env()`` with this command. A workload that fails gets a row with its ``error``
+``collect_env()`` with this command. At the end the doctor reads every trace it wrote:
+``doctor.json`` (each workload's ``h2dlab doctor --json`` object, judged against the bundled
+``h200`` recording) and ``doctor_check.csv`` (its exposed time beside the ground truth, the
+classification, the first recipe beside the fastest measured; the checks of
+``tests/test_doctor_traces.py``). A workload that fails gets a row with its ``error``
 and the others still run; the table is rewritten after every workload, so a run that is
 stopped keeps every row it measured.
 """
@@ -161,7 +165,64 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     print(f"record_traces: {len(rows)} workloads in {time.perf_counter() - t_all:.1f} s -> {out}", flush=True)
+    try:
+        check(rows, out)
+    except Exception:  # the traces and the table are written: a check that fails must not lose them
+        traceback.print_exc()
     return 0 if rows and not any(r["error"] for r in rows) else 1
+
+
+def check(rows: list[dict], out: Path) -> None:
+    """The doctor on every trace just written, beside its ground truth (``doctor_check.csv``;
+    each workload's ``h2dlab doctor --json`` object in ``doctor.json``). The same checks as
+    tests/test_doctor_traces.py, printed here so the run shows them at once."""
+    import pandas as pd
+
+    from h2dlab.doctor import diagnose, load_machine
+
+    machine = load_machine("h200")
+    ok = [r for r in rows if not r["error"]]
+    fams: dict[str, dict[str, float]] = {}
+    for r in ok:
+        fams.setdefault(r["family"], {})[r["recipe"]] = r["exposed_ms"]
+    objs, table = {}, []
+    for r in ok:
+        dx = diagnose(out / r["trace"], machine=machine)
+        d = dx.to_dict()
+        objs[r["workload"]] = d
+        c = dx.analysis.copies
+        h2d = c[(c["direction"] == "h2d") & (c["step"] >= 0)]
+        site = max(
+            (s for s in d["sites"] if s["direction"] == "h2d"),
+            key=lambda s: s["exposed_ms_per_step"],
+            default=None,
+        )
+        measured = fams[r["family"]]
+        ranked = [
+            r["recipe"] if a["recipe"] == "as_is" else a["recipe"]
+            for a in (site or {}).get("alternatives", [])
+        ]
+        first = next((x for x in ranked if x in measured), r["recipe"])
+        got, truth = dx.exposed_copy_ms_per_step, r["exposed_ms"]
+        table.append(
+            {
+                "workload": r["workload"],
+                "doctor_exposed_ms": round(got, 4),
+                "truth_exposed_ms": round(truth, 4),
+                "within": abs(got - truth) <= max(0.5, 0.25 * abs(truth)),
+                "h2d_copies": len(h2d),
+                "classified": len(h2d) >= 3 and set(h2d["source_memory"]) == {r["h2d_source"]},
+                "first_recipe": first,
+                "fastest_measured": min(measured, key=measured.get),
+                "first_is_fastest": measured[first] <= min(measured.values()) + 0.5,
+                "recommendation": (site or {}).get("recommendation", ""),
+            }
+        )
+    (out / "doctor.json").write_text(json.dumps(objs, indent=1, ensure_ascii=False))
+    t = pd.DataFrame(table)
+    t.to_csv(out / "doctor_check.csv", index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(t.drop(columns="recommendation").to_string(index=False), flush=True)
 
 
 if __name__ == "__main__":
