@@ -375,3 +375,19 @@ def test_copies_within_the_gpu_are_sites_but_not_part_of_the_exposed_copy_time(t
     dx = _dx(t, tmp_path)
     assert {s["direction"] for s in dx.to_dict()["sites"]} == {"h2d", "d2d"}
     assert dx.exposed_copy_ms_per_step == pytest.approx(1.0 + 0.02 + 0.01)
+
+
+def test_the_table_and_summary_say_the_answer_first(tmp_path):
+    dx = _dx(_batch_trace(), tmp_path)
+    first = dx.table().splitlines()[0]
+    assert first.startswith("synthetic.json.gz: 3 steps; copies add 1.03 ms per step")
+    assert dx.summary().startswith("In `synthetic.json.gz` (3 traced steps), copies add 1.03 ms to each step")
+
+
+def test_a_missing_bundled_trace_is_named_with_how_to_make_it(tmp_path, monkeypatch):
+    from h2dlab import doctor
+
+    monkeypatch.setattr(doctor, "TRACES", tmp_path)
+    with pytest.raises(UsageError, match="record_traces.py"):
+        doctor.trace_path("", "batch_pageable")
+    assert doctor.trace_path("mine.json.gz") == type(tmp_path)("mine.json.gz")
