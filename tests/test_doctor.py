@@ -187,6 +187,7 @@ def test_steps_are_the_profiler_step_ranges_and_copies_outside_them_are_left_out
     assert s["count"] == 4 and s["bytes"] == 4 * 64 * MiB
     # per step: 1 ms exposed copy + 20 µs GPU idle from call to copy + 2 x 5 µs op padding
     assert d["exposed_copy_ms_per_step"] == pytest.approx(1.0 + 0.02 + 0.01)
+    assert s["exposed_ms_by_step"] == pytest.approx([1.03] * 4)
 
 
 def test_a_trace_without_steps_counts_as_one_step_and_says_so(tmp_path):

@@ -67,7 +67,13 @@ class Diagnosis:
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` object: ``schema``, ``steps``, ``exposed_copy_ms_per_step``, ``sites``."""
         sites = []
+        c = self.analysis.copies
+        c = c[c["step"] >= 0].assign(cost=lambda d: d["exposed_ms"] + d["idle_wait_ms"])
+        keys = ["site", "direction", "source_memory", "dest_memory", "host_memory", "stream"]
+        by_step = c.groupby([*keys, "step"], dropna=False)["cost"].sum()
         for (_, s), v in zip(self.analysis.sites.iterrows(), self.verdicts, strict=True):
+            per = by_step.get(tuple(s[k] for k in keys), None)
+            steps = [round(float(per.get(i, 0.0)), 4) if per is not None else 0.0 for i in range(self.steps)]
             sync = s["synchronous_share"]
             sites.append(
                 {
@@ -85,6 +91,7 @@ class Diagnosis:
                     "exposed_ms": round(float(s["exposed_ms"]), 4),
                     "idle_wait_ms": round(float(s["idle_wait_ms"]), 4),
                     "exposed_ms_per_step": round(float(s["cost_ms_per_step"]), 4),
+                    "exposed_ms_by_step": steps,
                     "synchronous": None if sync != sync else bool(sync >= 0.5),
                     "synchronous_share": None if sync != sync else round(float(sync), 3),
                     **v,
