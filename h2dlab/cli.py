@@ -16,8 +16,7 @@ import json
 import os
 import sys
 
-from h2dlab import __version__, cli_common, cli_compare, cli_measuring, cli_record, cli_strategies
-from h2dlab import cli_doctor
+from h2dlab import __version__, cli_common, cli_compare, cli_doctor, cli_measuring, cli_record, cli_strategies
 from h2dlab.cli_checks import check_folder, check_out, check_plan, check_target, not_the_source
 from h2dlab.cli_common import EXIT_CODES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, failure, finish_measure
 from h2dlab.cli_common import Parser as _Parser
@@ -152,9 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--only", default=None, help="comma list of notebook names to run")
     r.add_argument("--data", default=None, help="the recording to report: h200 or a folder [h200]")
     cli_measuring.add_parser(sub)  # duplex, batch
-    cli_record.add_parser(sub)
-    cli_compare.add_parser(sub)
-    cli_doctor.add_parser(sub)
+    for mod in (cli_record, cli_compare, cli_doctor):  # doctor: h2dlab/cli_doctor.py
+        mod.add_parser(sub)
     return p
 
 
@@ -308,9 +306,8 @@ COMMANDS = {
     "record": cli_record.run,
     "strategies": cli_strategies.run,
     "compare": cli_compare.run,
-    "doctor": cli_doctor.run,
 }
-COMMANDS.update(dict.fromkeys(cli_measuring.COMMANDS, cli_measuring.run))
+COMMANDS.update(dict.fromkeys(cli_measuring.COMMANDS, cli_measuring.run), doctor=cli_doctor.run)
 
 
 def main(argv: list[str] | None = None) -> int:
