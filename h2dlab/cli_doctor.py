@@ -16,7 +16,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="read a torch.profiler trace: what its copies cost per step and what to change",
         description="TRACE is the .json or .json.gz Chrome trace that torch.profiler (or h2dlab.profile()) "
         "wrote. Each copy site gets its exposed time per step and the kit's recipe that saves most, "
-        "estimated from a recording's fitted lines.",
+        "estimated from a recording's copy times (its medians per size, else its fitted line).",
     )
     d.add_argument("trace", metavar="TRACE", help="a torch.profiler trace (.json or .json.gz)")
     d.add_argument(
@@ -26,7 +26,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--recording",
         default="h200",
         metavar="NAME_OR_FOLDER",
-        help="whose fitted lines estimate the savings: h200 (bundled) or a folder `h2dlab record` wrote [h200]",
+        help="whose copy times estimate the savings: h200 (bundled) or a folder `h2dlab record` wrote [h200]",
     )
     return d
 
