@@ -7,7 +7,7 @@
     h2dlab.doctor("trace.json.gz")               # sites, exposed time, the recipe to use
 
 Reading the trace is :mod:`~h2dlab.doctor.trace`; the copies and their exposed time
-:mod:`~h2dlab.doctor.sites`; the verdicts, from a recording's fitted lines,
+:mod:`~h2dlab.doctor.sites`; the verdicts, from a recording's copy times,
 :mod:`~h2dlab.doctor.verdict`; the figure :mod:`~h2dlab.doctor.plot`.
 """
 
