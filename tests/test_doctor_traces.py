@@ -19,7 +19,7 @@ import pytest
 
 from h2dlab.doctor import diagnose, load_machine
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 FOLDER = Path(os.environ.get("H2DLAB_TRACES") or ROOT / "data" / "traces")
 TABLE = FOLDER / "ground_truth.csv"
 TIE_MS = 0.5
