@@ -392,3 +392,11 @@ def test_a_missing_bundled_trace_is_named_with_how_to_make_it(tmp_path, monkeypa
     with pytest.raises(UsageError, match="record_traces.py"):
         doctor.trace_path("", "batch_pageable")
     assert doctor.trace_path("mine.json.gz") == type(tmp_path)("mine.json.gz")
+
+
+def test_cuda_calls_without_gpu_events_are_refused_as_no_gpu_activity(tmp_path, capsys):
+    t = SyntheticTrace()
+    t.step(2, 0, 1000)
+    t.sync(100, 50)
+    assert cli.main(["doctor", str(t.write(tmp_path / "calls.json"))]) == 2
+    assert "CUDA calls but no GPU events" in capsys.readouterr().err

@@ -124,9 +124,10 @@ def analyse(trace: Trace) -> Analysis:
         The trace holds no GPU activity (a CPU-only run), or GPU activity but no copy.
     """
     name = trace.path.rsplit("/", 1)[-1]
-    if not trace.gpu and not trace.runtime:
+    if not trace.gpu:
+        what = "CUDA calls but no GPU events" if trace.runtime else "no GPU activity"
         raise UsageError(
-            f"{name} holds no GPU activity (a CPU-only run, or torch.profiler without "
+            f"{name} holds {what} (a CPU-only run, or torch.profiler without "
             "ProfilerActivity.CUDA): record it on a CUDA machine with activities=[CPU, CUDA]"
         )
     gpu = pd.DataFrame(
