@@ -6,7 +6,10 @@ plotly, and the doctor needs only six event categories of Kineto's documented fo
 (``libkineto/src/output_json.cpp``). The reader decodes one event at a time from a 1 MiB
 window (``json.JSONDecoder.raw_decode``), keeps the few fields it needs as tuples and drops
 the rest, so a 500 MB trace is read once and never held as a list of dicts
-(``benchmarks/bench_doctor.py`` times it).
+(``benchmarks/bench_doctor.py`` times it: on 2026-12-03, on a shared 2-core VM, a synthetic
+500 MB trace of 2.6 million events took 27 s of CPU, 83 s of wall time and 1.0 GiB at peak
+to read and analyse, where ``json.load`` alone took 26 s of CPU and 2.3 GiB; host figures,
+they move with the machine).
 
 Kineto's events, as the doctor reads them (``ph: "X"``, ``ts``/``dur`` in µs):
 
