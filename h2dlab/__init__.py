@@ -17,3 +17,12 @@ __version__ = "0.1.0"
 # 4: others_cpu_ms, others_window_ms, busiest_cpu_ms, busiest_thread, n_threads (other threads, own CPU clocks)
 # 5: others_wait_ms, longest_wait_ms (the other threads' run-queue wait during the copy)
 SCHEMA_VERSION = 5
+
+
+def __getattr__(name: str):  # h2dlab.doctor(path) and h2dlab.profile(): imported on first use
+    if name in ("doctor", "profile"):
+        import importlib
+
+        mod = importlib.import_module("h2dlab.doctor")
+        return mod if name == "doctor" else mod.profile
+    raise AttributeError(f"module 'h2dlab' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """The ``h2dlab`` command: env | datasets | strategies | measure | forum | overlap |
-explain | compare | report | duplex | batch | record (``python -m h2dlab`` runs it too).
+explain | compare | report | duplex | batch | record | doctor (``python -m h2dlab`` runs it too).
 
 Each measuring command builds one run spec from its options and hands it on. Exit codes
 (:data:`EXIT_CODES`, also printed by ``--help``): 0 done; 1 this machine or the run failed
@@ -17,7 +17,7 @@ import os
 import sys
 
 import h2dlab.cli_workload as cli_workload
-from h2dlab import __version__, cli_common, cli_compare, cli_measuring, cli_record, cli_strategies
+from h2dlab import __version__, cli_common, cli_compare, cli_doctor, cli_measuring, cli_record, cli_strategies
 from h2dlab.cli_checks import check_folder, check_out, check_plan, check_target, not_the_source
 from h2dlab.cli_common import EXIT_CODES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, failure, finish_measure
 from h2dlab.cli_common import Parser as _Parser
@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_record.add_parser(sub)
     survey_command.add_parser(sub)
     cli_compare.add_parser(sub)
+    cli_doctor.add_parser(sub)
     return p
 
 
@@ -313,7 +314,7 @@ COMMANDS = {
     "compare": cli_compare.run,
     "survey": survey_command.run,
 }
-COMMANDS.update(dict.fromkeys(cli_measuring.COMMANDS, cli_measuring.run))
+COMMANDS.update(dict.fromkeys(cli_measuring.COMMANDS, cli_measuring.run), doctor=cli_doctor.run)
 
 
 def main(argv: list[str] | None = None) -> int:

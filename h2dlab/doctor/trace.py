@@ -1,0 +1,236 @@
+"""Read a Chrome trace that ``torch.profiler`` (Kineto) exported: ``.json`` or ``.json.gz``.
+
+Plain JSON, read once as a stream, rather than Holistic Trace Analysis (HTA): HTA loads the
+whole trace into pandas frames per rank, is not installed here and pulls in jupyterlab and
+plotly, and the doctor needs only six event categories of Kineto's documented format
+(``libkineto/src/output_json.cpp``). The reader decodes one event at a time from a 1 MiB
+window (``json.JSONDecoder.raw_decode``), keeps the few fields it needs as tuples and drops
+the rest, so a 500 MB trace is read once and never held as a list of dicts
+(``benchmarks/bench_doctor.py`` times it: on 2026-12-03, on a shared 2-core VM, a synthetic
+500 MB trace of 2.6 million events took 27 s of CPU, 83 s of wall time and 1.0 GiB at peak
+to read and analyse, where ``json.load`` alone took 26 s of CPU and 2.3 GiB; host figures,
+they move with the machine).
+
+Kineto's events, as the doctor reads them (``ph: "X"``, ``ts``/``dur`` in µs):
+
+- ``cpu_op`` / ``user_annotation`` / ``python_function``: host ranges on a ``pid``/``tid``;
+  ``ProfilerStep#N`` is a ``user_annotation``.
+- ``cuda_runtime`` / ``cuda_driver``: API calls (``cudaMemcpyAsync``,
+  ``cudaStreamSynchronize``) with ``args.correlation``.
+- ``gpu_memcpy``: ``Memcpy HtoD (Pageable -> Device)`` and the like, with ``args.bytes``,
+  ``args.stream``, ``args.device`` and the launching call's ``args.correlation``
+  (the ``ac2g`` flow events carry the same id; the reader uses the ``correlation`` arg).
+- ``kernel`` / ``gpu_memset``: other GPU work, with ``args.stream``.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import io
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from h2dlab.errors import UsageError
+
+__all__ = ["Trace", "read_trace"]
+
+HOST_CATS = frozenset({"cpu_op", "user_annotation", "python_function"})
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+_CHUNK = 1 << 20
+#: a decoding error this far before the end of the window is a syntax error, not a cut element
+_SLACK = 1 << 20
+_WS = " \t\n\r"
+
+
+@dataclass
+class Trace:
+    """The events of one trace the doctor reads (times in µs, the trace's own clock).
+
+    ``host``: ``(pid, tid, ts, end, name, cat)``; ``runtime``: ``(pid, tid, ts, end, name,
+    correlation)``; ``gpu``: ``(cat, ts, end, device, stream, correlation, name, bytes)``
+    (``bytes`` is -1 where the event has none)."""
+
+    path: str
+    host: list[tuple] = field(default_factory=list)
+    runtime: list[tuple] = field(default_factory=list)
+    gpu: list[tuple] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    n_events: int = 0
+
+
+class _Stream:
+    """Decodes JSON values one at a time from a text stream through a sliding window."""
+
+    def __init__(self, f: io.TextIOBase, name: str) -> None:
+        self.f, self.name = f, name
+        self.buf, self.pos, self.eof = "", 0, False
+        self.dec = json.JSONDecoder()
+
+    def fill(self) -> bool:
+        chunk = self.f.read(_CHUNK)
+        if not chunk:
+            self.eof = True
+            return False
+        self.buf = self.buf[self.pos :] + chunk
+        self.pos = 0
+        return True
+
+    def peek(self) -> str:
+        while True:
+            n = len(self.buf)
+            while self.pos < n and self.buf[self.pos] in _WS:
+                self.pos += 1
+            if self.pos < n or not self.fill():
+                return self.buf[self.pos] if self.pos < len(self.buf) else ""
+
+    def expect(self, chars: str) -> str:
+        c = self.peek()
+        if c == "":
+            raise UsageError(f"{self.name} is truncated: it ends before its JSON does")
+        if c not in chars:
+            raise UsageError(
+                f"{self.name} is not a Chrome trace: expected {chars[0]!r} in its JSON, found {c!r}"
+            )
+        self.pos += 1
+        return c
+
+    def value(self) -> Any:
+        self.peek()
+        while True:
+            try:
+                v, end = self.dec.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as e:
+                # An element cut by the window fails near its end: read on. An error well
+                # before the window's end is a real syntax error.
+                if not self.eof and len(self.buf) - e.pos < _SLACK and self.fill():
+                    continue
+                if self.eof and (e.pos >= len(self.buf.rstrip()) or e.msg.startswith("Unterminated")):
+                    raise UsageError(f"{self.name} is truncated: it ends inside a JSON value") from None
+                raise UsageError(f"{self.name} is not valid JSON ({e.msg} at character {e.pos})") from None
+            if end >= len(self.buf) and not self.eof and self.fill():
+                continue  # a number at the window's end may go on in the next chunk
+            self.pos = end
+            return v
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    with open(path, "rb") as raw:
+        magic = raw.read(2)
+    if magic == b"\x1f\x8b":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")
+
+
+def _keep(ev: Any, t: Trace) -> None:
+    if not isinstance(ev, dict) or ev.get("ph") != "X":
+        return
+    cat = ev.get("cat")
+    try:
+        ts = float(ev["ts"])
+        end = ts + float(ev.get("dur", 0.0))
+    except (KeyError, TypeError, ValueError):
+        return
+    name = sys.intern(str(ev.get("name", "")))  # a few hundred names repeat millions of times
+    if cat in GPU_CATS:
+        a = ev.get("args") or {}
+        t.gpu.append(
+            (
+                cat,
+                ts,
+                end,
+                _int(a.get("device", ev.get("pid"))),
+                _int(a.get("stream", ev.get("tid"))),
+                _int(a.get("correlation")),
+                name,
+                _int(a.get("bytes")),
+            )
+        )
+    elif cat in RUNTIME_CATS:
+        a = ev.get("args") or {}
+        t.runtime.append((ev.get("pid"), ev.get("tid"), ts, end, name, _int(a.get("correlation"))))
+    elif cat in HOST_CATS:
+        t.host.append((ev.get("pid"), ev.get("tid"), ts, end, name, cat))
+
+
+def _int(v: Any) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return -1
+
+
+def read_trace(path: str | os.PathLike[str]) -> Trace:
+    """Read ``path`` once, as a stream, keeping what the doctor needs.
+
+    Raises
+    ------
+    UsageError
+        The file is missing, not JSON, truncated, or JSON without ``traceEvents``.
+    """
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UsageError(
+            f"no trace at {os.fspath(path)!r}: give the .json or .json.gz that torch.profiler wrote"
+        )
+    t = Trace(path=str(p))
+    collecting = gc.isenabled()
+    gc.disable()  # millions of small tuples, no cycles: the cyclic collector would rescan them over and over
+    try:
+        with _open_text(p) as f:
+            s = _Stream(f, p.name)
+            first = s.peek()
+            if first == "[":  # the JSON Array Format of Chrome traces: events only
+                s.pos += 1
+                _events(s, t)
+            elif first == "{":
+                s.pos += 1
+                _object(s, t)
+            elif first == "":
+                raise UsageError(f"{p.name} is empty: not a trace")
+            else:
+                raise UsageError(f"{p.name} is not a Chrome trace (it does not start with {{ or [)")
+    except (EOFError, gzip.BadGzipFile, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise UsageError(f"{p.name} is truncated or not a gzip file ({e})") from None
+    finally:
+        if collecting:
+            gc.enable()
+    if "traceEvents" not in t.meta and first == "{":
+        raise UsageError(f"{p.name} is JSON but not a Chrome trace: it has no traceEvents")
+    return t
+
+
+def _events(s: _Stream, t: Trace) -> None:
+    if s.peek() == "]":
+        s.pos += 1
+        return
+    while True:
+        ev = s.value()
+        t.n_events += 1
+        _keep(ev, t)
+        if s.expect(",]") == "]":
+            return
+
+
+def _object(s: _Stream, t: Trace) -> None:
+    if s.peek() == "}":
+        s.pos += 1
+        return
+    while True:
+        key = s.value()
+        s.expect(":")
+        if key == "traceEvents" and s.peek() == "[":
+            s.pos += 1
+            _events(s, t)
+            t.meta["traceEvents"] = t.n_events
+        else:
+            t.meta[str(key)] = s.value()
+        if s.expect(",}") == "}":
+            return

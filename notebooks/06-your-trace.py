@@ -1,0 +1,61 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: -jupytext.text_representation
+#   kernelspec:
+#     display_name: h2dlab (Python)
+#     language: python
+#     name: h2dlab
+# ---
+
+# %% [markdown]
+# # 06 · Do the copies slow down *your* training step?
+#
+# Give this page a trace of a few steps of your own loop, written by `torch.profiler` or in
+# two lines by the kit:
+#
+# ```python
+# with h2dlab.profile("my-trace.json.gz") as p:
+#     for batch in loader: train_step(batch); p.step()
+# ```
+#
+# The doctor finds every copy between host and GPU in it, the part of each copy that no
+# kernel on another stream hides (its *exposed* time), and the GPU idle time spent waiting
+# while the host issues a copy or pins its batch. It then estimates, from a recorded
+# machine's fitted copy times, what each of the kit's recipes would leave of that time.
+# Without a trace of yours, it reads a bundled one, recorded on the H200 with its ground
+# truth (`data/traces`).
+
+# %% tags=["parameters"]
+DATA = "h200"
+MODE = "replay"
+
+# %%
+from IPython.display import Markdown, display
+
+from h2dlab import doctor, session
+from h2dlab.doctor.plot import lanes
+
+TRACE = ""  # the path of your trace; empty: the bundled trace named by EXAMPLE
+EXAMPLE = "batch_pageable"
+rec = session.recording(DATA, mode=MODE)
+dx = doctor.diagnose(doctor.trace_path(TRACE, EXAMPLE), recording=rec)
+display(rec.banner())
+
+# %% [markdown]
+# ## 1 · How much do the copies add to a step, and what would change it?
+
+# %% tags=["hide-input"]
+display(Markdown(dx.summary()))
+dx
+
+# %% [markdown]
+# ## 2 · Where in the step are the copies exposed?
+#
+# One lane per GPU stream: kernels in grey, copies coloured by the host memory they come
+# from, and hatched where no kernel on another stream runs beside them. The step drawn is
+# the one with the most exposed copy time.
+
+# %% tags=["hide-input"]
+lanes(dx);
