@@ -210,6 +210,21 @@ def _stager(dev: torch.device, threads: int, chunk: int, fp: dict[str, Any]) -> 
         return st
 
 
+def _other_device(device: Any) -> torch.device | None:
+    """``device`` as a ``torch.device`` when it names a real device that is not CUDA (``"cpu"``,
+    ``"mps"``, ``"xpu:0"``), else None (CUDA devices and bad names go to ``cuda_device``)."""
+    if isinstance(device, torch.device):
+        dev = device
+    elif isinstance(device, str):
+        try:
+            dev = torch.device(device)
+        except RuntimeError:
+            return None
+    else:
+        return None
+    return None if dev.type in ("cuda", "meta") else dev
+
+
 def free_ring() -> int:
     """Release every ring :func:`to_device` keeps (threads stopped, memory unregistered and
     freed). Returns the bytes freed."""
@@ -236,7 +251,8 @@ def to_device(
     chunk_bytes: int | None = None,
     min_bytes: int | None = None,
 ) -> torch.Tensor:
-    """Copy a CPU tensor to a CUDA device, fast from pageable memory.
+    """Copy a CPU tensor to a CUDA device, fast from pageable memory; any other device is
+    ``tensor.to(device)``, so device-agnostic code can call it in place of ``.to()``.
 
     Returns a tensor equal to ``tensor.to(device)``, of the same shape and dtype. Tensors of
     fewer than ``min_bytes`` bytes take ``tensor.to(device, non_blocking=...)`` at once. So do
@@ -250,7 +266,8 @@ def to_device(
     tensor
         The tensor to copy.
     device
-        A CUDA device: ``"cuda"``, ``"cuda:1"``, a ``torch.device`` or an index.
+        A CUDA device: ``"cuda"``, ``"cuda:1"``, a ``torch.device`` or an index. Another
+        device (``"cpu"``, ``"mps"``, ``torch.device("cpu")``) takes ``tensor.to(device)`` untouched.
     non_blocking
         If False (default) the call returns when the data is on the device. If True, a staged
         copy returns once every chunk is staged and its DMA queued on the workers' streams,
@@ -271,7 +288,7 @@ def to_device(
         If ``tensor`` is not a tensor, ``device`` not a device, ``non_blocking`` not a bool or
         an option not an integer.
     ValueError
-        If ``device`` is not a CUDA device, an option is out of range, or ``tensor`` is a meta
+        If ``device`` names no device (or ``"meta"``), an option is out of range, or ``tensor`` is a meta
         tensor (no data).
     RuntimeError
         If a staged copy is needed and CUDA is not available.
@@ -280,13 +297,15 @@ def to_device(
     try:
         dev = _DEVICES[device]
     except (KeyError, TypeError):
-        dev = cuda_device(device)
+        dev = _other_device(device) or cuda_device(device)
         if isinstance(device, (str, torch.device)) and len(_DEVICES) < 64:
             _DEVICES[device] = dev
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"to_device expects a torch.Tensor, got {type(tensor).__name__}")
     if non_blocking is not False and non_blocking is not True:
         raise TypeError(f"non_blocking must be True or False, got {non_blocking!r}")
+    if dev.type != "cuda":  # device-agnostic code: any other target is plain .to(), untouched
+        return tensor.to(dev, non_blocking=True) if non_blocking else tensor.to(dev)
     fp = _SETTINGS
     if min_bytes is None and num_threads is None and chunk_bytes is None:
         floor = fp["min_bytes"]

@@ -34,7 +34,6 @@ def to_calls(monkeypatch):
 
 
 BAD_DEVICES = [
-    ("cpu", ValueError, "CUDA device"),
     ("meta", ValueError, "CUDA device"),
     ("cuda:x", ValueError, "not a device name"),
     ("gpu", ValueError, "not a device name"),
@@ -42,12 +41,28 @@ BAD_DEVICES = [
     (" cuda", ValueError, "not a device name"),
     ("cuda:-1", ValueError, "not a device name"),
     (-1, ValueError, ">= 0"),
-    (torch.device("cpu"), ValueError, "CUDA device"),
     (1.5, TypeError, "device must be"),
     (None, TypeError, "device must be"),
     (True, TypeError, "device must be"),
     (["cuda"], TypeError, "device must be"),
 ]
+
+
+@pytest.mark.parametrize("device", ["cpu", torch.device("cpu"), "cpu:0"])
+@pytest.mark.parametrize("nbytes", [16, 2 * GiB])
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_a_non_cuda_target_is_plain_to_at_any_size(to_calls, device, nbytes, non_blocking):
+    """Device-agnostic code calls to_device(x, device) where it called x.to(device): a CPU target
+    is that call, untouched, however large (no ring, no CUDA), and the Stager still refuses it."""
+    x = torch.zeros(1).expand(nbytes // 4) if nbytes > MiB else torch.zeros(nbytes // 4)
+    out = transfer.to_device(x, device, non_blocking=non_blocking)
+    assert out is x
+    assert len(to_calls) == 1
+    _, args, kwargs = to_calls[0]
+    assert args == (torch.device(device),)
+    assert kwargs == ({"non_blocking": True} if non_blocking else {})
+    with pytest.raises(ValueError, match="CUDA device"):
+        stager.Stager(device)
 
 
 @pytest.mark.parametrize(("device", "exc", "msg"), BAD_DEVICES)
