@@ -8,6 +8,11 @@ PCIe transfers of earlier ones. A slot is refilled only once the event recorded 
 DMA has completed: that is the only wait in the loop, and no thread waits for another.
 
 How a copy is cut into chunks is :mod:`h2dlab.stager_plan` (its names are re-exported here).
+One ring runs many plans: a call may pass its own (fewer threads, smaller slots, another engine,
+other cuts; see :meth:`Stager.to_device`), so the fast path keeps one ring and picks a plan per
+copy size. Each plan lays its slots over the same pinned bytes; when a call's layout differs
+from the last one's and that call left DMAs in flight (``non_blocking``), the streams are
+drained first, so no slot is refilled under a DMA still reading it.
 
 Two engines do the host side. ``"numpy"``: each staging thread copies its chunks with NumPy;
 the threads take the GIL back after every chunk to queue its DMA, and on the 16-core H200 host
@@ -25,6 +30,7 @@ import threading
 import time
 import weakref
 from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,17 +46,20 @@ from h2dlab.stager_plan import (
     MIN_CHUNK_BYTES,
     MIN_STEP_BYTES,
     SLOTS_PER_THREAD,
+    PLAN_KEYS,
     SPLITS,
     TAIL_SPLIT,
     WAVES,
     check_split,
+    check_waves,
     chunk_plan,
     default_threads,
+    fits,
 )
 
 __all__ = [  # the plan's names are re-exported: they imported from here before the split
     "DEFAULT_CHUNK_BYTES", "ENGINES", "MAX_CHUNK_BYTES", "MAX_SLOTS", "MAX_THREADS", "MIN_CHUNK_BYTES",
-    "MIN_STEP_BYTES", "SLOTS_PER_THREAD", "SPLITS", "TAIL_SPLIT", "WAVES", "Stager", "check_split",
+    "MIN_STEP_BYTES", "PLAN_KEYS", "SLOTS_PER_THREAD", "SPLITS", "TAIL_SPLIT", "WAVES", "Stager", "check_split",
     "chunk_plan", "default_threads",
 ]  # fmt: skip
 
@@ -114,6 +123,10 @@ class Stager:
     head_split, tail_split
         Pieces a copy's first chunk and last wave are cut into (:func:`chunk_plan`): 1, 2 or 4
         (default 4).
+    waves
+        Chunks per thread a copy is cut into (:func:`chunk_plan`), 1 to 64 (default 4).
+
+    These are the ring's default plan; a call may pass another that fits the ring.
 
     Raises
     ------
@@ -140,6 +153,7 @@ class Stager:
         min_step_bytes: int = MIN_STEP_BYTES,
         head_split: int = TAIL_SPLIT,
         tail_split: int = TAIL_SPLIT,
+        waves: int = WAVES,
     ) -> None:
         threads = default_threads() if threads is None else check_count("threads", threads, 1, MAX_THREADS)
         chunk = DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
@@ -149,6 +163,7 @@ class Stager:
         slots = check_count("slots", slots, 2, MAX_SLOTS)
         min_step = check_count("min_step_bytes", min_step_bytes, MIN_CHUNK_BYTES, MAX_CHUNK_BYTES)
         splits = check_split("head_split", head_split), check_split("tail_split", tail_split)
+        waves = check_waves(waves)
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         dev = cuda_device(device)
@@ -162,6 +177,7 @@ class Stager:
             )
         self.device, self.threads, self.chunk_bytes = dev, threads, chunk
         self.slots, self.min_step_bytes, (self.head_split, self.tail_split) = slots, min_step, splits
+        self.waves = waves
         #: Set to a list to record one dict per copy with per-chunk host times and DMA events.
         self.timeline: list | None = None
         k = slots
@@ -175,12 +191,15 @@ class Stager:
             buf = torch.empty(threads * k * chunk, dtype=torch.uint8)
         host_register(buf.data_ptr(), buf.numel())
         self.nbytes = buf.numel()
-        slot = [buf[i * chunk : (i + 1) * chunk] for i in range(threads * k)]
-        self._slots = [slot[w * k : (w + 1) * k] for w in range(threads)]
-        self._slots_np = [[s.numpy() for s in ws] for ws in self._slots]
-        self._events = [[torch.cuda.Event() for _ in range(k)] for _ in range(threads)]
+        self._buf = buf
+        self._layouts: dict[tuple[int, int], tuple] = {}  # (threads, slot bytes) -> slots, events, next
+        self._layout: tuple[int, int] = (threads, chunk)  # the layout the last call used
+        self._in_flight = False  # whether the last call may have left DMAs reading the ring
+        self._plans: dict[tuple, tuple] = {}  # a call's plan, checked once
+        self._bounds: dict[tuple, list[int]] = {}  # chunk plans already cut, by (bytes, plan)
+        self._default = (threads, chunk, engine, min_step, *splits, waves)
+        self._slots_of(self._layout)  # the default layout, made now
         self._streams = [torch.cuda.Stream(device=dev) for _ in range(threads)]
-        self._next = [0] * threads  # each thread's next slot, kept across calls
         self._lock = threading.Lock()
         self._done: queue.SimpleQueue = queue.SimpleQueue()
         self._inboxes = [queue.SimpleQueue() for _ in range(threads - 1)]
@@ -213,51 +232,136 @@ class Stager:
         state = "closed" if self.closed else f"{self.nbytes / MiB:.0f} MiB pinned"
         return (
             f"Stager({str(self.device)!r}, threads={self.threads}, chunk_bytes={self.chunk_bytes}, "
-            f"engine={self.engine!r}, slots={self.slots}, splits={self.head_split}/{self.tail_split}, {state})"
+            f"engine={self.engine!r}, slots={self.slots}, splits={self.head_split}/{self.tail_split}, "
+            f"waves={self.waves}, {state})"
         )
 
-    def to_device(self, tensor: torch.Tensor, *, non_blocking: bool = False) -> torch.Tensor:
+    def _slots_of(self, layout: tuple[int, int]) -> tuple:
+        # The ring's bytes as `threads` x `slots` slots of `chunk` bytes, with an event per slot
+        # and each thread's next slot; made once per layout and kept.
+        got = self._layouts.get(layout)
+        if got is None:
+            (threads, chunk), k = layout, self.slots
+            flat = [self._buf[i * chunk : (i + 1) * chunk] for i in range(threads * k)]
+            slots = [flat[w * k : (w + 1) * k] for w in range(threads)]
+            got = self._layouts[layout] = (
+                slots,
+                [[s.numpy() for s in ws] for ws in slots],
+                [[torch.cuda.Event() for _ in range(k)] for _ in range(threads)],
+                [0] * threads,  # each thread's next slot, kept across calls
+            )
+        return got
+
+    def plan(self, plan: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The plan a call with ``plan`` runs: the ring's own, with ``plan``'s keys
+        (:data:`PLAN_KEYS`) in place of its own, checked against the ring.
+
+        Raises
+        ------
+        TypeError, ValueError
+            If a key is unknown or a value is out of range, or the plan does not fit the ring
+            (more threads than it has, or ``threads x chunk_bytes`` above ``threads x chunk_bytes``
+            of the ring).
+        """
+        return dict(zip(PLAN_KEYS, self._checked(plan), strict=True))
+
+    def _checked(self, plan: dict[str, Any] | None) -> tuple:
+        if plan is None:
+            return self._default
+        key = tuple(plan.get(k) for k in PLAN_KEYS)
+        got = self._plans.get(key)
+        if got is not None and len(plan) <= len(PLAN_KEYS):
+            return got
+        if not isinstance(plan, dict) or set(plan) - set(PLAN_KEYS):
+            extra = sorted(set(plan) - set(PLAN_KEYS)) if isinstance(plan, dict) else plan
+            raise TypeError(f"a plan is a dict of {', '.join(PLAN_KEYS)}; got {extra!r}")
+        p = {**dict(zip(PLAN_KEYS, self._default, strict=True)), **{k: v for k, v in plan.items() if v is not None}}
+        got = (
+            check_count("threads", p["threads"], 1, self.threads),
+            check_count("chunk_bytes", p["chunk_bytes"], MIN_CHUNK_BYTES, MAX_CHUNK_BYTES),
+            p["engine"],
+            check_count("min_step_bytes", p["min_step_bytes"], MIN_CHUNK_BYTES, MAX_CHUNK_BYTES),
+            check_split("head_split", p["head_split"]),
+            check_split("tail_split", p["tail_split"]),
+            check_waves(p["waves"]),
+        )
+        if got[2] not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {got[2]!r}")
+        if not fits(p, self.threads, self.slots, self.chunk_bytes):
+            raise ValueError(
+                f"a plan of {got[0]} thread(s) x {got[1]} bytes does not fit this ring of "
+                f"{self.threads} x {self.chunk_bytes} bytes per slot"
+            )
+        if len(self._plans) < 256:
+            self._plans[key] = got
+        return got
+
+    def to_device(
+        self, tensor: torch.Tensor, *, non_blocking: bool = False, plan: dict[str, Any] | None = None
+    ) -> torch.Tensor:
         """Copy ``tensor`` to this stager's device; equal to ``tensor.to(device)``.
 
         Plain dense CPU tensors are staged (non-contiguous ones are made contiguous on the
         host first, so the result is contiguous); others take ``tensor.to()``
         (see :func:`h2dlab.copyargs.takes_plain_to`). With ``non_blocking=True`` the call returns once every
         byte has left ``tensor`` (it may be modified) and the DMAs are queued; work queued on
-        the current stream sees the data.
+        the current stream sees the data. ``plan``: this call's plan (see :meth:`plan`), by
+        default the ring's own.
         """
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
         if type(non_blocking) is not bool:
             raise TypeError(f"non_blocking must be True or False, got {non_blocking!r}")
+        p = self._checked(plan)
         if self.closed:
             raise RuntimeError("this Stager is closed")
         if takes_plain_to(tensor):
             return tensor.to(self.device, non_blocking=non_blocking)
         src = tensor.resolve_conj().resolve_neg().contiguous()
         out = torch.empty(src.shape, dtype=src.dtype, device=self.device)
-        self._run(src.reshape(-1).view(torch.uint8).numpy(), out.reshape(-1).view(torch.uint8), non_blocking)
+        self._run(src.reshape(-1).view(torch.uint8), out.reshape(-1).view(torch.uint8), non_blocking, p)
         return out
 
     __call__ = to_device
 
-    def host_copy(self, tensor: torch.Tensor) -> None:
+    def host_copy(self, tensor: torch.Tensor, *, plan: dict[str, Any] | None = None) -> None:
         """Only the host side of :meth:`to_device`: ``tensor``'s bytes copied through the ring
         by the same threads and chunks, no DMA. For measuring what bounds a staged copy."""
         if not isinstance(tensor, torch.Tensor) or not tensor.is_cpu or tensor.layout != torch.strided:
             raise TypeError("host_copy expects a dense CPU tensor")
+        p = self._checked(plan)
         src = tensor.detach().resolve_conj().resolve_neg().contiguous()
         if src.numel():
-            self._run(src.reshape(-1).view(torch.uint8).numpy(), None, False)
+            self._run(src.reshape(-1).view(torch.uint8), None, False, p)
 
-    def _run(self, src_np: np.ndarray, dst: torch.Tensor | None, non_blocking: bool) -> None:
-        nbytes = src_np.size
-        bounds = chunk_plan(nbytes, self.threads, self.chunk_bytes, self.min_step_bytes,
-                            head_split=self.head_split, tail_split=self.tail_split)  # fmt: skip
+    def _cut(self, nbytes: int, p: tuple) -> list[int]:
+        key = (nbytes, p)
+        bounds = self._bounds.get(key)
+        if bounds is None:
+            threads, chunk, _, min_step, head, tail, waves = p
+            bounds = chunk_plan(nbytes, threads, chunk, min_step, head_split=head, tail_split=tail, waves=waves)
+            if len(self._bounds) >= 64:  # a loop has a few sizes; a sweep must not grow this
+                self._bounds.clear()
+            self._bounds[key] = bounds
+        return bounds
+
+    def _run(self, src: torch.Tensor, dst: torch.Tensor | None, non_blocking: bool, p: tuple) -> None:
+        nbytes = src.numel()
+        bounds = self._cut(nbytes, p)
         n_chunks = len(bounds) - 1
-        users = min(self.threads, n_chunks)
+        threads, chunk, engine = p[0], p[1], p[2]
+        users = min(threads, n_chunks)
         with self._lock:
             if self.closed:
                 raise RuntimeError("this Stager is closed")
+            layout = (threads, chunk)
+            if layout != self._layout:  # other slots over the same bytes: none may still be read
+                if self._in_flight:
+                    for s in self._streams:
+                        s.synchronize()
+                    self._in_flight = False
+                self._layout = layout
+            slots = self._slots_of(layout)
             current = torch.cuda.current_stream(self.device)
             streams = self._streams[:users]
             trace = None
@@ -269,17 +373,19 @@ class Stager:
                     "ref": ref,
                     "nbytes": nbytes,
                     "n_chunks": n_chunks,
+                    "plan": dict(zip(PLAN_KEYS, p, strict=True)),
                     "chunks": [],
                 }
                 self.timeline.append(trace)
             if dst is not None:
+                self._in_flight = True  # until a blocking call's end says otherwise
                 for s in streams:
                     s.wait_stream(current)  # `dst` may reuse memory still in use there
             counter = itertools.count()  # next() is atomic under the GIL
             failed = threading.Event()
-            src = torch.from_numpy(src_np) if self.engine == "torch" else src_np  # no copy
-            work = partial(self._work, src=src, dst=dst, counter=counter, bounds=bounds)
-            work = partial(work, failed=failed, trace=trace)
+            src = src if engine == "torch" else src.numpy()  # no copy
+            work = partial(self._work, src=src, dst=dst, counter=counter, bounds=bounds, slots=slots)
+            work = partial(work, failed=failed, trace=trace, engine=engine)
             for w in range(1, users):
                 self._inboxes[w - 1].put(partial(work, w))
             errors = []
@@ -305,13 +411,15 @@ class Stager:
                 raise errors[0]
             if dst is not None and not non_blocking:
                 current.synchronize()
+                self._in_flight = False
 
-    def _work(self, w, *, src, dst, counter, bounds, failed, trace) -> None:
+    def _work(self, w, *, src, dst, counter, bounds, slots, failed, trace, engine) -> None:
         # One thread's share: whole chunks into its own slots, each DMA queued on its own stream.
-        slots, events, stream = self._slots[w], self._events[w], self._streams[w]
-        slots_host = slots if self.engine == "torch" else self._slots_np[w]
-        copy = torch.Tensor.copy_ if self.engine == "torch" else np.copyto
-        n_chunks, k, n_slots = len(bounds) - 1, self._next[w], len(slots)
+        ring, ring_np, ring_events, ring_next = slots
+        slots, events, stream = ring[w], ring_events[w], self._streams[w]
+        slots_host = slots if engine == "torch" else ring_np[w]
+        copy = torch.Tensor.copy_ if engine == "torch" else np.copyto
+        n_chunks, k, n_slots = len(bounds) - 1, ring_next[w], len(slots)
         clock = time.perf_counter
         try:
             with torch.cuda.stream(stream):
@@ -346,4 +454,4 @@ class Stager:
             failed.set()
             raise
         finally:
-            self._next[w] = k % n_slots
+            ring_next[w] = k % n_slots
