@@ -45,8 +45,8 @@ from h2dlab.stager_plan import (
     MAX_THREADS,
     MIN_CHUNK_BYTES,
     MIN_STEP_BYTES,
-    SLOTS_PER_THREAD,
     PLAN_KEYS,
+    SLOTS_PER_THREAD,
     SPLITS,
     TAIL_SPLIT,
     WAVES,
@@ -275,7 +275,10 @@ class Stager:
         if not isinstance(plan, dict) or set(plan) - set(PLAN_KEYS):
             extra = sorted(set(plan) - set(PLAN_KEYS)) if isinstance(plan, dict) else plan
             raise TypeError(f"a plan is a dict of {', '.join(PLAN_KEYS)}; got {extra!r}")
-        p = {**dict(zip(PLAN_KEYS, self._default, strict=True)), **{k: v for k, v in plan.items() if v is not None}}
+        p = {
+            **dict(zip(PLAN_KEYS, self._default, strict=True)),
+            **{k: v for k, v in plan.items() if v is not None},
+        }
         got = (
             check_count("threads", p["threads"], 1, self.threads),
             check_count("chunk_bytes", p["chunk_bytes"], MIN_CHUNK_BYTES, MAX_CHUNK_BYTES),
@@ -339,7 +342,9 @@ class Stager:
         bounds = self._bounds.get(key)
         if bounds is None:
             threads, chunk, _, min_step, head, tail, waves = p
-            bounds = chunk_plan(nbytes, threads, chunk, min_step, head_split=head, tail_split=tail, waves=waves)
+            bounds = chunk_plan(
+                nbytes, threads, chunk, min_step, head_split=head, tail_split=tail, waves=waves
+            )
             if len(self._bounds) >= 64:  # a loop has a few sizes; a sweep must not grow this
                 self._bounds.clear()
             self._bounds[key] = bounds

@@ -17,8 +17,16 @@ read once, here (:func:`fastpath`). Without it: 32 MiB, :func:`default_threads`,
      "min_step_bytes": int (optional, smallest chunk, default 1 MiB; see h2dlab.stager_plan),
      "head_split", "tail_split": 1 | 2 | 4 (optional, pieces of the first chunk and of the last
        wave, default 4; see h2dlab.stager_plan.chunk_plan),
+     "waves": int (optional, chunks per thread, default 4),
+     "schedule": [{"below_bytes": int, "threads": ..., "chunk_bytes": ..., "engine": ...,
+       "min_step_bytes": ..., "head_split": ..., "tail_split": ..., "waves": ...}, ...]
+       (optional: plans per copy size, below_bytes increasing; a copy of n bytes runs the first
+       band with n < below_bytes, else the top-level plan; a band's missing keys are the
+       top-level ones. Older readers ignore it and run the top-level plan at every size),
      "measured_on": {"gpu_name": ..., "cpu_affinity": ..., "date": ..., "command": ...},
      "evidence": {...}}
+
+One ring per device runs every plan of the schedule (h2dlab.stager_plan.ring_shape sizes it).
 """
 
 from __future__ import annotations
@@ -43,10 +51,14 @@ from h2dlab.stager_plan import (
     MAX_THREADS,
     MIN_CHUNK_BYTES,
     MIN_STEP_BYTES,
+    PLAN_KEYS,
     SLOTS_PER_THREAD,
     TAIL_SPLIT,
+    WAVES,
     check_split,
+    check_waves,
     default_threads,
+    ring_shape,
 )
 
 __all__ = [
@@ -60,6 +72,7 @@ __all__ = [
     "host_register",
     "host_unregister",
     "pinned",
+    "plan_for",
     "read_fastpath",
     "ring_bytes",
     "to_device",
@@ -82,9 +95,11 @@ def read_fastpath(source: str | Path | dict[str, Any]) -> dict[str, Any]:
     """Fast-path settings from a ``fastpath.json`` file (or its parsed dict), checked.
 
     Returns ``{"min_bytes", "threads", "chunk_bytes", "huge_pages", "engine", "slots",
-    "min_step_bytes", "head_split", "tail_split", "source", "measured_on"}``, threads capped at
-    this machine's usable cores (``huge_pages`` may be absent: False; ``engine`` may be absent:
-    ``"numpy"``; ``slots``: 2; ``min_step_bytes``: 1 MiB; ``head_split``, ``tail_split``: 4).
+    "min_step_bytes", "head_split", "tail_split", "waves", "schedule", "source", "measured_on"}``,
+    threads capped at this machine's usable cores (``huge_pages`` may be absent: False;
+    ``engine`` may be absent: ``"numpy"``; ``slots``: 2; ``min_step_bytes``: 1 MiB;
+    ``head_split``, ``tail_split``: 4; ``waves``: 4; ``schedule``: ``[]``). Each band of
+    ``schedule`` comes back whole: ``below_bytes`` and every key of a plan.
 
     Raises
     ------
@@ -99,7 +114,7 @@ def read_fastpath(source: str | Path | dict[str, Any]) -> dict[str, Any]:
     if not isinstance(d, dict) or d.get("format") != FASTPATH_FORMAT:
         raise ValueError(f"{where} is not a fastpath.json of format {FASTPATH_FORMAT}")
     try:
-        return {
+        out = {
             "min_bytes": check_count("min_bytes", d["min_bytes"], 0, MAX_MIN_BYTES),
             "threads": min(check_count("threads", d["threads"], 1, MAX_THREADS), _cores()),
             "chunk_bytes": check_count("chunk_bytes", d["chunk_bytes"], MIN_CHUNK_BYTES, MAX_CHUNK_BYTES),
@@ -111,13 +126,51 @@ def read_fastpath(source: str | Path | dict[str, Any]) -> dict[str, Any]:
             ),
             "head_split": check_split("head_split", d.get("head_split", TAIL_SPLIT)),
             "tail_split": check_split("tail_split", d.get("tail_split", TAIL_SPLIT)),
+            "waves": check_waves(d.get("waves", WAVES)),
             "source": where,
             "measured_on": d.get("measured_on", {}),
         }
+        out["schedule"] = _schedule(d.get("schedule", []), out)
+        return out
     except KeyError as exc:
         raise ValueError(f"{where} has no {exc.args[0]!r}") from None
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from None
+
+
+def _schedule(bands: Any, top: dict[str, Any]) -> list[dict[str, Any]]:
+    """A fastpath.json's ``schedule`` checked: whole bands, ``below_bytes`` increasing."""
+    if not isinstance(bands, list):
+        raise TypeError(f"schedule must be a list of bands, got {type(bands).__name__}")
+    out, last = [], 0
+    for i, b in enumerate(bands):
+        if not isinstance(b, dict):
+            raise TypeError(f"schedule[{i}] must be an object, got {type(b).__name__}")
+        extra = set(b) - {"below_bytes", *PLAN_KEYS}
+        if extra:
+            raise ValueError(f"schedule[{i}] has unknown keys {sorted(extra)}")
+        if "below_bytes" not in b:
+            raise ValueError(f"schedule[{i}] has no 'below_bytes'")
+        below = check_count(f"schedule[{i}].below_bytes", b["below_bytes"], 1, MAX_MIN_BYTES)
+        if below <= last:
+            raise ValueError(
+                f"schedule[{i}].below_bytes must be above the band before it ({last}), got {below}"
+            )
+        last = below
+        p = {**{k: top[k] for k in PLAN_KEYS}, **{k: b[k] for k in PLAN_KEYS if k in b}}
+        out.append({
+            "below_bytes": below,
+            "threads": min(check_count(f"schedule[{i}].threads", p["threads"], 1, MAX_THREADS), _cores()),
+            "chunk_bytes": check_count(f"schedule[{i}].chunk_bytes", p["chunk_bytes"], MIN_CHUNK_BYTES, MAX_CHUNK_BYTES),
+            "engine": _engine(p["engine"]),
+            "min_step_bytes": check_count(
+                f"schedule[{i}].min_step_bytes", p["min_step_bytes"], MIN_CHUNK_BYTES, MAX_CHUNK_BYTES
+            ),
+            "head_split": check_split(f"schedule[{i}].head_split", p["head_split"]),
+            "tail_split": check_split(f"schedule[{i}].tail_split", p["tail_split"]),
+            "waves": check_waves(p["waves"]),
+        })  # fmt: skip
+    return out
 
 
 def _flag(value: Any) -> bool:
@@ -143,6 +196,8 @@ def _defaults() -> dict[str, Any]:
         "min_step_bytes": MIN_STEP_BYTES,
         "head_split": TAIL_SPLIT,
         "tail_split": TAIL_SPLIT,
+        "waves": WAVES,
+        "schedule": [],
         "source": "defaults (no fastpath.json)",
         "measured_on": {},
     }
@@ -158,7 +213,24 @@ def _shipped() -> dict[str, Any]:
         return _defaults()
 
 
+def _routes(fp: dict[str, Any]) -> tuple:
+    """What to_device reads per call, made once per settings: the top-level plan, the bands
+    as ``(below_bytes, plan)``, and the ring's ``(threads, chunk_bytes)`` that runs them all."""
+    top = {k: fp[k] for k in PLAN_KEYS}
+    bands = tuple((b["below_bytes"], {k: b[k] for k in PLAN_KEYS}) for b in fp["schedule"])
+    return top, bands, ring_shape([top, *(p for _, p in bands)])
+
+
 _SETTINGS: dict[str, Any] = _shipped()  # the one place to_device reads its settings from
+_ROUTES = _routes(_SETTINGS)
+
+
+def plan_for(nbytes: int) -> dict[str, Any]:
+    """The plan (threads, slot bytes, engine, cuts; :data:`h2dlab.stager_plan.PLAN_KEYS`) a
+    staged copy of ``nbytes`` runs with the settings in use: its band of the schedule, else the
+    top-level plan."""
+    top, bands, _ = _ROUTES
+    return dict(next((p for below, p in bands if nbytes < below), top))
 
 
 def fastpath() -> dict[str, Any]:
@@ -170,7 +242,7 @@ def use_fastpath(source: str | Path | dict[str, Any] | None = None) -> dict[str,
     """Make :func:`to_device` use other settings in this process: a ``fastpath.json`` path or
     dict (see :func:`read_fastpath`), or None for the shipped file. Returns the previous
     settings (pass them back to restore)."""
-    global _SETTINGS
+    global _SETTINGS, _ROUTES
     prev = dict(_SETTINGS)
     if source is None:
         new = _shipped()
@@ -179,6 +251,7 @@ def use_fastpath(source: str | Path | dict[str, Any] | None = None) -> dict[str,
         new["source"] = source["source"]
     else:
         new = read_fastpath(source)
+    _ROUTES = _routes(new)
     _SETTINGS = new
     return prev
 
@@ -191,7 +264,7 @@ _STAGERS_LOCK = threading.Lock()
 def _stager(dev: torch.device, threads: int, chunk: int, fp: dict[str, Any]) -> Stager:
     with _STAGERS_LOCK:
         st = _STAGERS.get(dev.index)
-        keys = ("huge_pages", "engine", "slots", "min_step_bytes", "head_split", "tail_split")
+        keys = ("huge_pages", "engine", "slots", "min_step_bytes", "head_split", "tail_split", "waves")
         want = (threads, chunk, *(fp[k] for k in keys))
         if st is None or st.closed or (st.threads, st.chunk_bytes, *(getattr(st, k) for k in keys)) != want:
             if st is not None:  # one ring per device at a time keeps the pinned memory bounded
@@ -206,6 +279,7 @@ def _stager(dev: torch.device, threads: int, chunk: int, fp: dict[str, Any]) -> 
                 min_step_bytes=fp["min_step_bytes"],
                 head_split=fp["head_split"],
                 tail_split=fp["tail_split"],
+                waves=fp["waves"],
             )
         return st
 
@@ -332,7 +406,12 @@ def to_device(
         return tensor.to(dev, non_blocking=non_blocking)
     if dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
-    threads = fp["threads"] if num_threads is None else num_threads
-    chunk = fp["chunk_bytes"] if chunk_bytes is None else chunk_bytes
+    top, bands, (threads, chunk) = _ROUTES
+    if num_threads is None and chunk_bytes is None:  # the plan measured for this size
+        plan = next((p for below, p in bands if nbytes < below), top)
+    else:  # the caller's threads and slots, one plan at every size, a ring of its own
+        threads = fp["threads"] if num_threads is None else num_threads
+        chunk = fp["chunk_bytes"] if chunk_bytes is None else chunk_bytes
+        plan = {**top, "threads": threads, "chunk_bytes": chunk}
     st = _stager(dev, threads, chunk, fp)
-    return st.to_device(tensor, non_blocking=non_blocking)
+    return st.to_device(tensor, non_blocking=non_blocking, plan=plan)
