@@ -43,6 +43,7 @@ from h2dlab.stager_plan import (
     MAX_CHUNK_BYTES,
     MAX_SLOTS,
     MAX_THREADS,
+    MAX_WAVES,
     MIN_CHUNK_BYTES,
     MIN_STEP_BYTES,
     PLAN_KEYS,
@@ -55,12 +56,13 @@ from h2dlab.stager_plan import (
     chunk_plan,
     default_threads,
     fits,
+    ring_shape,
 )
 
 __all__ = [  # the plan's names are re-exported: they imported from here before the split
     "DEFAULT_CHUNK_BYTES", "ENGINES", "MAX_CHUNK_BYTES", "MAX_SLOTS", "MAX_THREADS", "MIN_CHUNK_BYTES",
     "MIN_STEP_BYTES", "PLAN_KEYS", "SLOTS_PER_THREAD", "SPLITS", "TAIL_SPLIT", "WAVES", "Stager", "check_split",
-    "chunk_plan", "default_threads",
+    "chunk_plan", "default_threads", "MAX_WAVES", "check_waves", "fits", "ring_shape",
 ]  # fmt: skip
 
 MiB = 1024**2
