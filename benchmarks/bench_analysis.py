@@ -272,7 +272,7 @@ def targets(res: dict) -> list[dict]:
             }
         )
     pr = {r["size_bytes"]: r["gbps_median"] for r in res["rows"] if r["method"] == "pinned_reuse"}
-    gb = {r["size_bytes"]: r["gbps_median"] for r in res["rows"] if r["method"] == "to_device"}
+    gb = {r["size_bytes"]: r["gbps_median"] for r in res["rows"] if r["method"] == "to_device" and pr}
     for lo, hi, want in PINNED_SHARE:  # issue 34: mid-size copies near the pinned rate
         shares = [gb[n] / pr[n] for n in sorted(pr) if lo <= n <= hi and n in gb]
         if shares:
