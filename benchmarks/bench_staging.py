@@ -318,8 +318,8 @@ def timeline(size: int, cfg: dict, plan: dict | None = None) -> dict:
     bench_analysis.plan_candidates; default ``cfg``'s own), per chunk: host wait/copy/queue
     times and the DMA's start and end (CUDA events), from the call's start; with a summary."""
     x = src(size)
-    if plan is not None:  # a ring that fits the plan, with cfg's slots and pages
-        cfg = {**cfg_of(cfg), "threads": plan["threads"], "chunk_bytes": plan["chunk_bytes"]}
+    if plan is not None:  # a ring whose own plan is `plan`, with cfg's slots and pages
+        cfg = {**cfg_of(cfg), **plan}
     with make(cfg) as st:
         for _ in range(2):
             st(x, plan=plan)

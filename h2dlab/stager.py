@@ -66,6 +66,7 @@ __all__ = [  # the plan's names are re-exported: they imported from here before 
 ]  # fmt: skip
 
 MiB = 1024**2
+_PLAN_SET = frozenset(PLAN_KEYS)
 
 
 def _serve(inbox: queue.SimpleQueue, done: queue.SimpleQueue) -> None:
@@ -270,13 +271,13 @@ class Stager:
     def _checked(self, plan: dict[str, Any] | None) -> tuple:
         if plan is None:
             return self._default
+        if not isinstance(plan, dict) or not plan.keys() <= _PLAN_SET:
+            extra = sorted(map(str, set(plan) - _PLAN_SET)) if isinstance(plan, dict) else plan
+            raise TypeError(f"a plan is a dict of {', '.join(PLAN_KEYS)}; got {extra!r}")
         key = tuple(plan.get(k) for k in PLAN_KEYS)
         got = self._plans.get(key)
-        if got is not None and len(plan) <= len(PLAN_KEYS):
+        if got is not None:
             return got
-        if not isinstance(plan, dict) or set(plan) - set(PLAN_KEYS):
-            extra = sorted(set(plan) - set(PLAN_KEYS)) if isinstance(plan, dict) else plan
-            raise TypeError(f"a plan is a dict of {', '.join(PLAN_KEYS)}; got {extra!r}")
         p = {
             **dict(zip(PLAN_KEYS, self._default, strict=True)),
             **{k: v for k, v in plan.items() if v is not None},
