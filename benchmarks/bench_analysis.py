@@ -325,7 +325,7 @@ def report(res: dict) -> None:
         print(f"schedule: copies below {b['below_bytes'] / MiB:g} MiB run {plan_name(b)}")
     for t in res.get("timeline_mid") or []:
         print(f"timeline {t['size_bytes'] // MiB} MiB, {plan_name(t['plan'])}: {t['n_chunks']} chunks, wall "
-              f"{t['wall_ms']:.3f} ms, first DMA at {t['first_dma_start_ms']:.3f} ms, host copy {t['host_copy_ms']:.3f} ms, "
+              f"{t['wall_ms']:.3f} ms, first chunk's work at {t.get('setup_ms', float('nan')):.3f} ms, first DMA at {t['first_dma_start_ms']:.3f} ms, host copy {t['host_copy_ms']:.3f} ms, "
               f"issue {t['issue_ms']:.3f} ms, DMA idle {t['dma_idle_ms']:.3f} ms, tail {t['tail_ms']:.3f} ms")  # fmt: skip
     s = res["settings"]
     for r in rows:

@@ -342,6 +342,9 @@ def timeline(size: int, cfg: dict, plan: dict | None = None) -> dict:
     last_copy = max(c["copy_end_ms"] for c in chunks)
     return {"size_bytes": size, **cfg_of(cfg), "plan": t["plan"], "n_chunks": t["n_chunks"], "wall_ms": wall_ms,
             "first_dma_start_ms": min(c["dma_start_ms"] for c in chunks), "last_dma_end_ms": end,
+            "setup_ms": min(c["wait_start_ms"] for c in chunks),  # call start to the first chunk's work
+            "thread_start_ms": {str(w): min(c["wait_start_ms"] for c in chunks if c["thread"] == w)
+                                for w in sorted({c["thread"] for c in chunks})},  # a worker's wake-up
             "last_host_copy_end_ms": last_copy, "tail_ms": end - last_copy, "dma_idle_ms": gaps,
             "slot_wait_ms": sum(c["copy_start_ms"] - c["wait_start_ms"] for c in chunks),
             "host_copy_ms": sum(c["copy_end_ms"] - c["copy_start_ms"] for c in chunks),

@@ -349,10 +349,12 @@ def to_device(
         data, and the source may be modified at once (every byte has left it). Synchronise
         before reading the result from another stream or the host.
     num_threads
-        Staging threads, 1 to 256 (default from :func:`fastpath`).
+        Staging threads, 1 to 256 (default: the plan :func:`plan_for` gives this size, from
+        :func:`fastpath`'s schedule, measured per size by the benchmark).
     chunk_bytes
-        Staging slot size, 4 KiB to 1 GiB (default from :func:`fastpath`): the ring holds
-        ``slots * num_threads`` slots (``slots`` from :func:`fastpath`, default 2).
+        Staging slot size, 4 KiB to 1 GiB (default as ``num_threads``): the ring holds
+        ``slots * num_threads`` slots (``slots`` from :func:`fastpath`, default 2). Giving
+        either runs one plan at every size (the schedule is not used).
     min_bytes
         The crossover, >= 0 (default from :func:`fastpath`: measured by the benchmark).
 
