@@ -203,6 +203,8 @@ class Stager:
         self._default = (threads, chunk, engine, min_step, *splits, waves)
         self._slots_of(self._layout)  # the default layout, made now
         self._streams = [torch.cuda.Stream(device=dev) for _ in range(threads)]
+        self._start = torch.cuda.Event()  # recorded on the caller's stream; the streams wait on it
+        self._ends = [torch.cuda.Event() for _ in range(threads)]  # each stream's last DMA (non_blocking)
         self._lock = threading.Lock()
         self._done: queue.SimpleQueue = queue.SimpleQueue()
         self._inboxes = [queue.SimpleQueue() for _ in range(threads - 1)]
@@ -385,10 +387,12 @@ class Stager:
                     "chunks": [],
                 }
                 self.timeline.append(trace)
+            earlier = self._in_flight  # an earlier non_blocking call's DMAs may still run
             if dst is not None:
                 self._in_flight = True  # until a blocking call's end says otherwise
+                self._start.record(current)  # one event, reused: no new event per stream per call
                 for s in streams:
-                    s.wait_stream(current)  # `dst` may reuse memory still in use there
+                    s.wait_event(self._start)  # `dst` may reuse memory still in use there
             counter = itertools.count()  # next() is atomic under the GIL
             failed: list = []  # a thread that fails appends to it; the others stop (a list: cheaper than an Event)
             src = src if engine == "torch" else src.numpy()  # no copy
@@ -411,14 +415,19 @@ class Stager:
                 if err is not None:
                     errors.append(err)
                     failed.append(True)
-            if dst is not None:
-                for s in streams:
-                    current.wait_stream(s)
+            if dst is not None and (non_blocking or errors):  # the caller's stream waits for the DMAs
+                for s, end in zip(streams, self._ends, strict=False):
+                    end.record(s)
+                    current.wait_event(end)
                     dst.record_stream(s)
             if errors:
                 raise errors[0]
             if dst is not None and not non_blocking:
-                current.synchronize()
+                # Blocking: the host waits for the DMA streams, which waited for the caller's
+                # stream at the start, so every byte has landed and nothing else is pending
+                # (all of them if an earlier non_blocking call may have left DMAs on others).
+                for s in self._streams if earlier else streams:
+                    s.synchronize()
                 self._in_flight = False
 
     def _work(self, w, *, src, dst, counter, bounds, slots, failed, trace, engine) -> None:
