@@ -7,12 +7,11 @@ that slot's DMA on their own CUDA stream at once, so the host copies of later ch
 PCIe transfers of earlier ones. A slot is refilled only once the event recorded behind its last
 DMA has completed: that is the only wait in the loop, and no thread waits for another.
 
-How a copy is cut into chunks is :mod:`h2dlab.stager_plan` (its names are re-exported here).
-One ring runs many plans: a call may pass its own (fewer threads, smaller slots, another engine,
-other cuts; see :meth:`Stager.to_device`), so the fast path keeps one ring and picks a plan per
-copy size. Each plan lays its slots over the same pinned bytes; when a call's layout differs
-from the last one's and that call left DMAs in flight (``non_blocking``), the streams are
-drained first, so no slot is refilled under a DMA still reading it.
+How a copy is cut into chunks is :mod:`h2dlab.stager_plan` (its names are re-exported here);
+what the threads run is :mod:`h2dlab.stager_work`. One ring runs many plans (a call may pass
+its own: fewer threads, smaller slots, another engine, other cuts), so the fast path keeps one
+ring and picks a plan per copy size. Each plan lays its slots over the same pinned bytes; when
+the layout changes after a ``non_blocking`` call, the streams are drained first.
 
 Two engines do the host side. ``"numpy"``: each staging thread copies its chunks with NumPy;
 the threads take the GIL back after every chunk to queue its DMA, and on the 16-core H200 host
@@ -32,11 +31,10 @@ import weakref
 from functools import partial
 from typing import Any
 
-import numpy as np
 import torch
 
 from h2dlab.copyargs import check_count, cuda_device, takes_plain_to
-from h2dlab.pinning import host_register, host_unregister
+from h2dlab.pinning import host_register
 from h2dlab.stager_plan import (
     DEFAULT_CHUNK_BYTES,
     ENGINES,
@@ -58,6 +56,7 @@ from h2dlab.stager_plan import (
     fits,
     ring_shape,
 )
+from h2dlab.stager_work import check_plan, cut, layout_slots, release, serve, stage_chunks
 
 __all__ = [  # the plan's names are re-exported: they imported from here before the split
     "DEFAULT_CHUNK_BYTES", "ENGINES", "MAX_CHUNK_BYTES", "MAX_SLOTS", "MAX_THREADS", "MIN_CHUNK_BYTES",
@@ -66,34 +65,6 @@ __all__ = [  # the plan's names are re-exported: they imported from here before 
 ]  # fmt: skip
 
 MiB = 1024**2
-_PLAN_SET = frozenset(PLAN_KEYS)
-
-
-def _serve(inbox: queue.SimpleQueue, done: queue.SimpleQueue) -> None:
-    # A worker holds no reference to its Stager between jobs, so an unused one can be collected.
-    while True:
-        job = inbox.get()
-        if job is None:
-            return
-        try:
-            job()
-            err = None
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            err = exc
-        del job  # before saying done: the caller may drop the Stager at once
-        done.put(err)
-        del err
-
-
-def _release(inboxes: list, workers: list, streams: list, buf: torch.Tensor) -> None:
-    for box in inboxes:
-        box.put(None)
-    for t in workers:
-        if t is not threading.current_thread():  # collected in a worker: it ends by itself
-            t.join()
-    for s in streams:  # no DMA may still read the ring
-        s.synchronize()
-    host_unregister(buf.data_ptr())
 
 
 class Stager:
@@ -201,7 +172,7 @@ class Stager:
         self._plans: dict[tuple, tuple] = {}  # a call's plan, checked once
         self._bounds: dict[tuple, list[int]] = {}  # chunk plans already cut, by (bytes, plan)
         self._default = (threads, chunk, engine, min_step, *splits, waves)
-        self._slots_of(self._layout)  # the default layout, made now
+        layout_slots(buf, self._layout, k, self._layouts)  # the default layout, made now
         self._streams = [torch.cuda.Stream(device=dev) for _ in range(threads)]
         self._start = torch.cuda.Event()  # recorded on the caller's stream; the streams wait on it
         self._ends = [torch.cuda.Event() for _ in range(threads)]  # each stream's last DMA (non_blocking)
@@ -209,12 +180,12 @@ class Stager:
         self._done: queue.SimpleQueue = queue.SimpleQueue()
         self._inboxes = [queue.SimpleQueue() for _ in range(threads - 1)]
         self._workers = [
-            threading.Thread(target=_serve, args=(box, self._done), name=f"h2dlab-stage-{i + 1}", daemon=True)
+            threading.Thread(target=serve, args=(box, self._done), name=f"h2dlab-stage-{i + 1}", daemon=True)
             for i, box in enumerate(self._inboxes)
         ]
         for t in self._workers:
             t.start()
-        self._finalizer = weakref.finalize(self, _release, self._inboxes, self._workers, self._streams, buf)
+        self._finalizer = weakref.finalize(self, release, self._inboxes, self._workers, self._streams, buf)
         self._finalizer.atexit = False  # at exit the process's memory goes anyway
 
     @property
@@ -241,22 +212,6 @@ class Stager:
             f"waves={self.waves}, {state})"
         )
 
-    def _slots_of(self, layout: tuple[int, int]) -> tuple:
-        # The ring's bytes as `threads` x `slots` slots of `chunk` bytes, with an event per slot
-        # and each thread's next slot; made once per layout and kept.
-        got = self._layouts.get(layout)
-        if got is None:
-            (threads, chunk), k = layout, self.slots
-            flat = [self._buf[i * chunk : (i + 1) * chunk] for i in range(threads * k)]
-            slots = [flat[w * k : (w + 1) * k] for w in range(threads)]
-            got = self._layouts[layout] = (
-                slots,
-                [[s.numpy() for s in ws] for ws in slots],
-                [[torch.cuda.Event() for _ in range(k)] for _ in range(threads)],
-                [0] * threads,  # each thread's next slot, kept across calls
-            )
-        return got
-
     def plan(self, plan: dict[str, Any] | None = None) -> dict[str, Any]:
         """The plan a call with ``plan`` runs: the ring's own, with ``plan``'s keys
         (:data:`PLAN_KEYS`) in place of its own, checked against the ring.
@@ -268,41 +223,10 @@ class Stager:
             (more threads than it has, or ``threads x chunk_bytes`` above ``threads x chunk_bytes``
             of the ring).
         """
-        return dict(zip(PLAN_KEYS, self._checked(plan), strict=True))
+        return dict(zip(PLAN_KEYS, self._check(plan), strict=True))
 
-    def _checked(self, plan: dict[str, Any] | None) -> tuple:
-        if plan is None:
-            return self._default
-        if not isinstance(plan, dict) or not plan.keys() <= _PLAN_SET:
-            extra = sorted(map(str, set(plan) - _PLAN_SET)) if isinstance(plan, dict) else plan
-            raise TypeError(f"a plan is a dict of {', '.join(PLAN_KEYS)}; got {extra!r}")
-        key = tuple(map(plan.get, PLAN_KEYS))
-        got = self._plans.get(key)
-        if got is not None:
-            return got
-        p = {
-            **dict(zip(PLAN_KEYS, self._default, strict=True)),
-            **{k: v for k, v in plan.items() if v is not None},
-        }
-        got = (
-            check_count("threads", p["threads"], 1, self.threads),
-            check_count("chunk_bytes", p["chunk_bytes"], MIN_CHUNK_BYTES, MAX_CHUNK_BYTES),
-            p["engine"],
-            check_count("min_step_bytes", p["min_step_bytes"], MIN_CHUNK_BYTES, MAX_CHUNK_BYTES),
-            check_split("head_split", p["head_split"]),
-            check_split("tail_split", p["tail_split"]),
-            check_waves(p["waves"]),
-        )
-        if got[2] not in ENGINES:
-            raise ValueError(f"engine must be one of {ENGINES}, got {got[2]!r}")
-        if not fits(p, self.threads, self.slots, self.chunk_bytes):
-            raise ValueError(
-                f"a plan of {got[0]} thread(s) x {got[1]} bytes does not fit this ring of "
-                f"{self.threads} x {self.chunk_bytes} bytes per slot"
-            )
-        if len(self._plans) < 256:
-            self._plans[key] = got
-        return got
+    def _check(self, plan: dict[str, Any] | None) -> tuple:
+        return check_plan(plan, self._default, self.threads, self.chunk_bytes, self._plans)
 
     def to_device(
         self, tensor: torch.Tensor, *, non_blocking: bool = False, plan: dict[str, Any] | None = None
@@ -320,7 +244,7 @@ class Stager:
             raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
         if type(non_blocking) is not bool:
             raise TypeError(f"non_blocking must be True or False, got {non_blocking!r}")
-        p = self._checked(plan)
+        p = self._check(plan)
         if self.closed:
             raise RuntimeError("this Stager is closed")
         if takes_plain_to(tensor):
@@ -337,27 +261,14 @@ class Stager:
         by the same threads and chunks, no DMA. For measuring what bounds a staged copy."""
         if not isinstance(tensor, torch.Tensor) or not tensor.is_cpu or tensor.layout != torch.strided:
             raise TypeError("host_copy expects a dense CPU tensor")
-        p = self._checked(plan)
+        p = self._check(plan)
         src = tensor.detach().resolve_conj().resolve_neg().contiguous()
         if src.numel():
             self._run(src.reshape(-1).view(torch.uint8), None, False, p)
 
-    def _cut(self, nbytes: int, p: tuple) -> list[int]:
-        key = (nbytes, p)
-        bounds = self._bounds.get(key)
-        if bounds is None:
-            threads, chunk, _, min_step, head, tail, waves = p
-            bounds = chunk_plan(
-                nbytes, threads, chunk, min_step, head_split=head, tail_split=tail, waves=waves
-            )
-            if len(self._bounds) >= 64:  # a loop has a few sizes; a sweep must not grow this
-                self._bounds.clear()
-            self._bounds[key] = bounds
-        return bounds
-
     def _run(self, src: torch.Tensor, dst: torch.Tensor | None, non_blocking: bool, p: tuple) -> None:
         nbytes = src.numel()
-        bounds = self._cut(nbytes, p)
+        bounds = cut(nbytes, p, self._bounds)
         n_chunks = len(bounds) - 1
         threads, chunk, engine = p[0], p[1], p[2]
         users = min(threads, n_chunks)
@@ -371,7 +282,7 @@ class Stager:
                         s.synchronize()
                     self._in_flight = False
                 self._layout = layout
-            slots = self._slots_of(layout)
+            slots = layout_slots(self._buf, layout, self.slots, self._layouts)
             current = torch.cuda.current_stream(self.device)
             streams = self._streams[:users]
             trace = None
@@ -396,7 +307,15 @@ class Stager:
             counter = itertools.count()  # next() is atomic under the GIL
             failed: list = []  # a thread that fails appends to it; the others stop (a list: cheaper than an Event)
             src = src if engine == "torch" else src.numpy()  # no copy
-            work = partial(self._work, src=src, dst=dst, counter=counter, bounds=bounds, slots=slots)
+            work = partial(
+                stage_chunks,
+                streams=self._streams,
+                src=src,
+                dst=dst,
+                counter=counter,
+                bounds=bounds,
+                slots=slots,
+            )
             work = partial(work, failed=failed, trace=trace, engine=engine)
             for w in range(1, users):
                 self._inboxes[w - 1].put(partial(work, w))
@@ -429,46 +348,3 @@ class Stager:
                 for s in self._streams if earlier else streams:
                     s.synchronize()
                 self._in_flight = False
-
-    def _work(self, w, *, src, dst, counter, bounds, slots, failed, trace, engine) -> None:
-        # One thread's share: whole chunks into its own slots, each DMA queued on its own stream.
-        ring, ring_np, ring_events, ring_next = slots
-        slots, events, stream = ring[w], ring_events[w], self._streams[w]
-        slots_host = slots if engine == "torch" else ring_np[w]
-        copy = torch.Tensor.copy_ if engine == "torch" else np.copyto
-        n_chunks, k, n_slots = len(bounds) - 1, ring_next[w], len(slots)
-        clock = time.perf_counter
-        try:
-            with torch.cuda.stream(stream):
-                while not failed:
-                    i = next(counter)
-                    if i >= n_chunks:
-                        break
-                    off = bounds[i]
-                    n = bounds[i + 1] - off
-                    j = k % n_slots
-                    k += 1
-                    t_wait = clock() if trace else 0.0
-                    if not events[j].query():  # query first: no GIL round trip when done
-                        events[j].synchronize()  # this slot's previous DMA has finished
-                    t_copy = clock() if trace else 0.0
-                    copy(slots_host[j][:n], src[off : off + n])
-                    t_copied = clock() if trace else 0.0
-                    if dst is None:
-                        continue
-                    if trace:
-                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        e0.record(stream)
-                    dst[off : off + n].copy_(slots[j][:n], non_blocking=True)
-                    events[j].record(stream)
-                    if trace:
-                        e1.record(stream)
-                        trace["chunks"].append(
-                            {"thread": w, "chunk": i, "offset": off, "bytes": n, "slot": j, "wait": t_wait,
-                             "copy": t_copy, "copied": t_copied, "queued": clock(), "dma": (e0, e1)}
-                        )  # fmt: skip
-        except BaseException:
-            failed.append(True)
-            raise
-        finally:
-            ring_next[w] = k % n_slots

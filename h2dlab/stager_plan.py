@@ -82,9 +82,10 @@ def check_waves(value: Any) -> int:
     return value
 
 
-def fits(plan: dict[str, Any], threads: int, slots: int, chunk_bytes: int) -> bool:
-    """Whether ``plan`` (its ``threads`` and ``chunk_bytes``) runs in a ring of ``threads`` x
-    ``slots`` x ``chunk_bytes``: no more threads, and its slots laid end to end fit the ring."""
+def fits(plan: dict[str, Any], threads: int, chunk_bytes: int) -> bool:
+    """Whether ``plan`` (its ``threads`` and ``chunk_bytes``) runs in a ring of ``threads``
+    threads with slots of ``chunk_bytes`` (as many slots per thread as the plan has): no more
+    threads, and its slots laid end to end fit the ring."""
     return plan["threads"] <= threads and plan["threads"] * plan["chunk_bytes"] <= threads * chunk_bytes
 
 

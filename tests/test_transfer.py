@@ -444,7 +444,7 @@ def test_staging_loop_spreads_chunks_over_threads(fake_cuda, monkeypatch):
         time.sleep(0.002)
         real(dst, src)
 
-    monkeypatch.setattr(stager.np, "copyto", slow_copy)
+    monkeypatch.setattr(np, "copyto", slow_copy)
     s = _cpu_stager(threads=3, chunk_bytes=4 * KiB)
     s.timeline = []
     x = torch.arange(30 * 1024, dtype=torch.int32)  # 30 chunks
@@ -467,12 +467,12 @@ def test_staging_loop_error_reaches_the_caller_and_the_ring_survives(fake_cuda, 
             raise OSError("disk on fire")
         real(dst, src)
 
-    monkeypatch.setattr(stager.np, "copyto", flaky)
+    monkeypatch.setattr(np, "copyto", flaky)
     with pytest.raises(OSError, match="disk on fire"):
         s(x)
     n_failed = len(calls)
     assert n_failed < len(stager.chunk_plan(x.numel() * 4, 4, 8 * KiB)) - 1  # the others stopped early
-    monkeypatch.setattr(stager.np, "copyto", real)
+    monkeypatch.setattr(np, "copyto", real)
     assert torch.equal(s(x), x)
     s.host_copy(x)  # the host side alone runs too
     s.close()
@@ -536,7 +536,7 @@ def test_torch_engine_copies_with_tensor_copy_not_numpy(fake_cuda, monkeypatch, 
     def no_numpy(dst, src):
         raise AssertionError("the torch engine must not copy with NumPy")
 
-    monkeypatch.setattr(stager.np, "copyto", no_numpy)
+    monkeypatch.setattr(np, "copyto", no_numpy)
     x = torch.arange(3 * MiB // 8 + 13, dtype=torch.float64)
     with _cpu_stager(threads=threads, chunk_bytes=64 * KiB, engine="torch") as s:
         s.timeline = []

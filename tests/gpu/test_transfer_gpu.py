@@ -5,6 +5,7 @@ non-blocking semantics; the per-chunk timeline."""
 import gc
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -255,7 +256,7 @@ def test_error_reaches_the_caller_and_the_ring_survives(monkeypatch):
 
     prev = transfer.use_fastpath({**transfer.fastpath(), "engine": "numpy"})  # the engine that uses np.copyto
     try:
-        monkeypatch.setattr(stager.np, "copyto", boom)
+        monkeypatch.setattr(np, "copyto", boom)
         with pytest.raises(OSError, match="disk on fire"):
             transfer.to_device(x, min_bytes=0)
         monkeypatch.undo()
