@@ -60,7 +60,7 @@ CFG_KEYS = (
 PLAN_MARGIN = 1.02
 #: Sizes the per-size tuning times each candidate plan at (bench_staging.tune_sizes); from the
 #: largest up, the large-copy plan (tune) runs.
-PLAN_SIZES = tuple(2**k * MiB for k in range(1, 10))  # 2 MiB .. 512 MiB
+PLAN_SIZES = tuple(2**k * MiB for k in range(1, 11))  # 2 MiB .. 1 GiB
 
 
 def cfg_of(row: dict) -> dict:

@@ -17,7 +17,7 @@ compared they alternate, and each timed call comes right after an untimed call o
    first chunk and last wave (TUNE_SPLITS: head_split/tail_split), then the best with 8 MiB
    smallest chunks and on huge pages; the best equal-bytes rate over the sizes is used from here on.
 1b. per-size tuning: bench_analysis.plan_candidates (the tuned plan, one thread with fewer or
-   more chunks, threaded plans) at every size of PLAN_SIZES on one ring, alternating; the
+   more chunks, threaded plans) at every size of PLAN_SIZES (2 MiB-1 GiB) on one ring, alternating; the
    fastest at each size (if 2 % faster than the tuned plan) becomes fastpath.json's schedule
    (bench_analysis.choose_schedule). Everything below runs to_device with that schedule.
 2. crossover: x.to("cuda") and the staged copy (forced) at every size of the grid, alternating;
