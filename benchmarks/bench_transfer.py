@@ -3,8 +3,8 @@ all measured in one run and one process (except the cudaHostRegister-pinning var
 
     python3 benchmarks/bench_transfer.py --out $OUT/h200.json --fastpath $OUT/fastpath.json
 
-(~1.5 minutes on the 32-core H200 host, ~2 on the 16-core one; benchmarks/README.md says where
-the outputs go.)
+(~2 minutes on the 32-core H200 host, ~2.5 on the 16-core one with the per-size tuning;
+benchmarks/README.md says where the outputs go.)
 
 Every timing is the synchronised host clock around one call (bench_staging.WallTimer, the
 timed region of h2dlab's Timer without its evidence reads), median of
