@@ -191,6 +191,12 @@ def tune_sizes(timer: WallTimer, cores: int, top: dict, sizes: tuple[int, ...], 
     with stg.Stager(
         DEV, threads=threads, chunk_bytes=chunk, slots=c["slots"], huge_pages=c["huge_pages"]
     ) as st:
+        for p in list(cands):  # a plan the ring refuses is said and left out, not fatal
+            try:
+                st.plan(p)
+            except (TypeError, ValueError) as exc:
+                log(f"per-size tuning leaves out {plan_name(p)}: {exc}")
+                cands.remove(p)
         for n in sizes:
             x = src(n)
             fns = {i: (lambda x=x, p=p: st.to_device(x, plan=p)) for i, p in enumerate(cands)}
