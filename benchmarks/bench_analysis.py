@@ -23,9 +23,12 @@ __all__ = [
     "cfg_name",
     "cfg_of",
     "choose_min_bytes",
+    "choose_schedule",
     "identical_calls",
     "paired_ratio",
     "pick",
+    "plan_candidates",
+    "plan_name",
     "repeated_verdict",
     "report",
     "settle",
@@ -35,6 +38,10 @@ __all__ = [
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 MARGIN = 1.05  # staged must beat .to() by this much to take over: room for run-to-run noise
 NEVER_SLOWER = 0.97
+#: Issue 34: to_device's share of a reused pinned buffer's GB/s, (from, to, at least), judged
+#: at every grid size in [from, to].
+PINNED_SHARE = ((16 * MiB, 16 * MiB, 0.60), (64 * MiB, 64 * MiB, 0.80), (256 * MiB, 256 * MiB, 0.90),
+                (GiB, 2**62, 0.95))  # fmt: skip
 NEVER_STAGE = 2**62  # min_bytes meaning 'never stage' (h2dlab.NEVER_STAGE)
 #: What a tuning row and to_device's settings share: Stager's keyword arguments.
 CFG_KEYS = (
@@ -46,7 +53,14 @@ CFG_KEYS = (
     "min_step_bytes",
     "head_split",
     "tail_split",
+    "waves",
 )
+#: A plan at a mid size replaces the large-copy plan only where it is this much faster there
+#: (median time): below it the two are within run-to-run noise, and one plan is simpler.
+PLAN_MARGIN = 1.02
+#: Sizes the per-size tuning times each candidate plan at (bench_staging.tune_sizes); from the
+#: largest up, the large-copy plan (tune) runs.
+PLAN_SIZES = tuple(2**k * MiB for k in range(1, 11))  # 2 MiB .. 1 GiB
 
 
 def cfg_of(row: dict) -> dict:
@@ -58,6 +72,7 @@ def cfg_of(row: dict) -> dict:
         "min_step_bytes": stg.MIN_STEP_BYTES,
         "head_split": stg.TAIL_SPLIT,
         "tail_split": stg.TAIL_SPLIT,
+        "waves": stg.WAVES,
     }
     d.update({k: row[k] for k in CFG_KEYS if k in row})
     return d
@@ -68,6 +83,82 @@ def cfg_name(c: dict) -> str:
     return (f"{c['engine']:5s} {c['threads']:2d} thr x {c['chunk_bytes'] // MiB:2d} MiB x {c['slots']} slots, "
             f"min step {c['min_step_bytes'] // MiB} MiB, split {c['head_split']}/{c['tail_split']}"
             f"{', huge pages' if c['huge_pages'] else ''}")  # fmt: skip
+
+
+def plan_name(p: dict) -> str:
+    """A plan in a few words: engine, threads, slot, smallest chunk, splits, waves."""
+    return (f"{p['engine']} {p['threads']} thr x {p['chunk_bytes'] / MiB:g} MiB, min step "
+            f"{p['min_step_bytes'] / MiB:g} MiB, split {p['head_split']}/{p['tail_split']}, {p['waves']} waves")  # fmt: skip
+
+
+def plan_candidates(top: dict, cores: int) -> list[dict]:
+    """The plans the per-size tuning times at every size of PLAN_SIZES, the large-copy plan
+    ``top`` first.
+
+    Why these: the 2026-11-30 256 MiB timeline (16-core host, ``top`` = torch, 1 thread,
+    16 MiB slots) spent 46 us per chunk queueing its DMA (1.02 ms over 22 chunks) against
+    ~76 us copying a 4 MiB chunk, one chunk after another on one thread; the shipped plan cut
+    16 MiB into 10 chunks. So: ``top``'s engine on one thread with 1, 2, 3, 4 or 8 chunks per
+    thread (waves), whole chunks or a first chunk cut in 4 (the first DMA starts sooner); two
+    torch threads (one queues while the other copies); NumPy on 4, 8 and up to 16 threads
+    (memcpy per thread, no intra-op pool). Threaded plans keep ``top``'s ring bytes: their
+    slots shrink as the threads grow, so the ring is no larger than ``top``'s."""
+    t = cfg_of(top)
+    base = {k: t[k] for k in stg.PLAN_KEYS}
+    ring = t["threads"] * t["chunk_bytes"]
+    out = [base]
+    for waves in (1, 2, 3, 4, 8):
+        for head in (1, 4):
+            out.append(
+                {
+                    **base,
+                    "threads": 1,
+                    "chunk_bytes": ring,
+                    "head_split": head,
+                    "tail_split": 1,
+                    "waves": waves,
+                }
+            )
+    for engine, threads in (("torch", 2), ("numpy", 4), ("numpy", 8), ("numpy", 16)):
+        if threads <= cores:
+            chunk = max(stg.MIN_STEP_BYTES, ring // threads // 4096 * 4096)
+            out.append({**base, "engine": engine, "threads": threads, "chunk_bytes": chunk, "head_split": 1,
+                        "tail_split": 1, "waves": 2})  # fmt: skip
+    seen, uniq = set(), []
+    for p in out:
+        key = tuple(p[k] for k in stg.PLAN_KEYS)
+        if key not in seen:
+            seen.add(key)
+            uniq.append(p)
+    return uniq
+
+
+def choose_schedule(rows: list[dict], top: dict, margin: float = PLAN_MARGIN) -> list[dict]:
+    """fastpath.json's ``schedule`` from the per-size tuning's rows (``size_bytes``, ``plan``,
+    ``ms_median``): at each size the fastest plan, where it beats ``top`` there by ``margin``
+    (else ``top``), for copies from that size to the next one timed (the smallest size's band
+    also takes every smaller copy); neighbouring sizes with one plan merge, and bands that run
+    ``top`` at the end are left out (``top`` runs there anyway)."""
+    keys = stg.PLAN_KEYS
+    t = cfg_of(top)
+    top_key = tuple(t[k] for k in keys)
+    sizes = sorted({r["size_bytes"] for r in rows})
+    bands: list[dict] = []
+    for i, n in enumerate(sizes):
+        at = [r for r in rows if r["size_bytes"] == n]
+        best = min(at, key=lambda r: r["ms_median"])
+        top_row = next((r for r in at if tuple(r["plan"][k] for k in keys) == top_key), None)
+        if top_row is not None and top_row["ms_median"] <= margin * best["ms_median"]:
+            best = top_row
+        below = sizes[i + 1] if i + 1 < len(sizes) else 2 * n
+        plan = {k: best["plan"][k] for k in keys}
+        if bands and all(bands[-1][k] == plan[k] for k in keys):
+            bands[-1]["below_bytes"] = below
+        else:
+            bands.append({"below_bytes": below, **plan})
+    while bands and tuple(bands[-1][k] for k in keys) == top_key:
+        bands.pop()
+    return bands
 
 
 def bound_figures(g: dict[str, float]) -> dict:
@@ -180,6 +271,13 @@ def targets(res: dict) -> list[dict]:
                 "target": 4.5,
             }
         )
+    pr = {r["size_bytes"]: r["gbps_median"] for r in res["rows"] if r["method"] == "pinned_reuse"}
+    gb = {r["size_bytes"]: r["gbps_median"] for r in res["rows"] if r["method"] == "to_device" and pr}
+    for lo, hi, want in PINNED_SHARE:  # issue 34: mid-size copies near the pinned rate
+        shares = [gb[n] / pr[n] for n in sorted(pr) if lo <= n <= hi and n in gb]
+        if shares:
+            out.append({"what": f"to_device / pinned_reuse GB/s, {_size(lo)}{'-' + _size(hi) if hi > lo else ''} (min)",
+                        "value": min(shares), "op": ">=", "target": want})  # fmt: skip
     out.append(
         {
             "what": "to_device / .to() speed, whole grid (min)",
@@ -201,6 +299,10 @@ def targets(res: dict) -> list[dict]:
     return out
 
 
+def _size(n: int) -> str:
+    return f"{n // GiB} GiB" if n >= GiB else f"{n // MiB} MiB"
+
+
 def report(res: dict) -> None:
     for t in sorted(res.get("tuning", []), key=lambda t: -t["gbps_median"]):
         sizes = ", ".join(f"{r['size_bytes'] // MiB} MiB {r['gbps_median']:.1f}" for r in t["by_size"])
@@ -214,6 +316,17 @@ def report(res: dict) -> None:
             r = next((r for r in rows if r["method"] == m and r["size_bytes"] == n), None)
             cells.append(f"{r['gbps_median']:7.2f} ({r['ratio_vs_to']:5.2f}x)" if r else "")
         print(f"{n / MiB:10.4f}M " + " ".join(f"{c:>17s}" for c in cells))
+    tbs = res.get("tuning_by_size") or {}
+    for n in sorted({r["size_bytes"] for r in tbs.get("rows", [])}):
+        at = sorted((r for r in tbs["rows"] if r["size_bytes"] == n), key=lambda r: r["ms_median"])
+        print(f"per-size tuning {n / MiB:7.1f} MiB: best {at[0]['name']} {at[0]['gbps_median']:.1f} GB/s; "
+              f"tuned plan {next(r['gbps_median'] for r in tbs['rows'] if r['size_bytes'] == n):.1f}")  # fmt: skip
+    for b in tbs.get("schedule", []):
+        print(f"schedule: copies below {b['below_bytes'] / MiB:g} MiB run {plan_name(b)}")
+    for t in res.get("timeline_mid") or []:
+        print(f"timeline {t['size_bytes'] // MiB} MiB, {plan_name(t['plan'])}: {t['n_chunks']} chunks, wall "
+              f"{t['wall_ms']:.3f} ms, first chunk's work at {t.get('setup_ms', float('nan')):.3f} ms, first DMA at {t['first_dma_start_ms']:.3f} ms, host copy {t['host_copy_ms']:.3f} ms, "
+              f"issue {t['issue_ms']:.3f} ms, DMA idle {t['dma_idle_ms']:.3f} ms, tail {t['tail_ms']:.3f} ms")  # fmt: skip
     s = res["settings"]
     for r in rows:
         if r["method"] == "to_device" and not r["staged"]:

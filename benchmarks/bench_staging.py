@@ -15,7 +15,7 @@ import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
-from bench_analysis import bound_figures, cfg_name, cfg_of, pick  # noqa: E402  (benchmarks/ is on sys.path)
+from bench_analysis import bound_figures, cfg_name, cfg_of, pick, plan_candidates, plan_name  # noqa: E402  (benchmarks/ is on sys.path)
 
 from h2dlab import stager as stg  # noqa: E402
 from h2dlab import transfer  # noqa: E402
@@ -34,6 +34,7 @@ __all__ = [
     "timed",
     "timeline",
     "tune",
+    "tune_sizes",
 ]
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
@@ -178,6 +179,40 @@ def tune(timer: WallTimer, cores: int, sizes: tuple[int, ...]) -> list[dict]:
     return rows
 
 
+def tune_sizes(timer: WallTimer, cores: int, top: dict, sizes: tuple[int, ...], reps: int = 7) -> dict:
+    """Every plan of bench_analysis.plan_candidates(top) at each of ``sizes``, on one ring that
+    runs them all (top's slots and pages), the plans alternating within a size, each timed call
+    right after an untimed call of itself (:func:`timed`), medians of ``reps``. Returns
+    ``{"candidates", "ring", "rows"}``; a row is ``size_bytes``, ``plan``, ``name`` and the stats."""
+    cands = plan_candidates(top, cores)
+    threads, chunk = stg.ring_shape(cands)
+    c = cfg_of(top)
+    rows = []
+    with stg.Stager(
+        DEV, threads=threads, chunk_bytes=chunk, slots=c["slots"], huge_pages=c["huge_pages"]
+    ) as st:
+        for p in list(cands):  # a plan the ring refuses is said and left out, not fatal
+            try:
+                st.plan(p)
+            except (TypeError, ValueError) as exc:
+                log(f"per-size tuning leaves out {plan_name(p)}: {exc}")
+                cands.remove(p)
+        for n in sizes:
+            x = src(n)
+            fns = {i: (lambda x=x, p=p: st.to_device(x, plan=p)) for i, p in enumerate(cands)}
+            ms = timed(fns, reps, 1, timer, prime=True)
+            at = [
+                {"size_bytes": n, "plan": cands[i], "name": plan_name(cands[i]), **stats(v, n)}
+                for i, v in ms.items()
+            ]
+            rows += at
+            best = min(at, key=lambda r: r["ms_median"])
+            log(f"tune {n / MiB:7.1f} MiB: best {best['name']} {best['gbps_median']:.1f} GB/s, "
+                f"top {at[0]['gbps_median']:.1f}")  # fmt: skip
+    return {"candidates": cands, "ring": {"threads": threads, "chunk_bytes": chunk, "slots": c["slots"]},
+            "reps": reps, "rows": rows}  # fmt: skip
+
+
 def bounds(size: int, timer, cfg: dict, reps: int = 7) -> dict:
     """The bounds of a staged copy of ``size`` bytes with ``cfg``'s threads, slots and chunks,
     measured in one rotation with to_device itself (each call primed, see :func:`timed`),
@@ -284,16 +319,19 @@ def repeated(size: int, steps: int, timer, cfg: dict) -> list[dict]:
     return rows
 
 
-def timeline(size: int, cfg: dict) -> dict:
-    """One copy of ``size`` bytes with ``cfg``, per chunk: host wait/copy/queue times and
-    the DMA's start and end (CUDA events), from the call's start; with a summary."""
+def timeline(size: int, cfg: dict, plan: dict | None = None) -> dict:
+    """One copy of ``size`` bytes with ``cfg`` (run with ``plan``: a plan of
+    bench_analysis.plan_candidates; default ``cfg``'s own), per chunk: host wait/copy/queue
+    times and the DMA's start and end (CUDA events), from the call's start; with a summary."""
     x = src(size)
+    if plan is not None:  # a ring whose own plan is `plan`, with cfg's slots and pages
+        cfg = {**cfg_of(cfg), **plan}
     with make(cfg) as st:
         for _ in range(2):
-            st(x)
+            st(x, plan=plan)
         st.timeline = []
         t0 = time.perf_counter()
-        st(x)
+        st(x, plan=plan)
         wall_ms = (time.perf_counter() - t0) * 1e3
         (t,) = st.timeline
     ms = lambda h: (h - t["t0"]) * 1e3  # noqa: E731
@@ -308,8 +346,11 @@ def timeline(size: int, cfg: dict) -> dict:
         end = b if end is None else max(end, b)
     med = lambda k0, k1: float(np.median([c["bytes"] / max(c[k1] - c[k0], 1e-6) / 1e6 for c in chunks]))  # noqa: E731
     last_copy = max(c["copy_end_ms"] for c in chunks)
-    return {"size_bytes": size, **cfg_of(cfg), "n_chunks": t["n_chunks"], "wall_ms": wall_ms,
+    return {"size_bytes": size, **cfg_of(cfg), "plan": t["plan"], "n_chunks": t["n_chunks"], "wall_ms": wall_ms,
             "first_dma_start_ms": min(c["dma_start_ms"] for c in chunks), "last_dma_end_ms": end,
+            "setup_ms": min(c["wait_start_ms"] for c in chunks),  # call start to the first chunk's work
+            "thread_start_ms": {str(w): min(c["wait_start_ms"] for c in chunks if c["thread"] == w)
+                                for w in sorted({c["thread"] for c in chunks})},  # a worker's wake-up
             "last_host_copy_end_ms": last_copy, "tail_ms": end - last_copy, "dma_idle_ms": gaps,
             "slot_wait_ms": sum(c["copy_start_ms"] - c["wait_start_ms"] for c in chunks),
             "host_copy_ms": sum(c["copy_end_ms"] - c["copy_start_ms"] for c in chunks),

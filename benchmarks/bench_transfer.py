@@ -3,8 +3,8 @@ all measured in one run and one process (except the cudaHostRegister-pinning var
 
     python3 benchmarks/bench_transfer.py --out $OUT/h200.json --fastpath $OUT/fastpath.json
 
-(~1.5 minutes on the 32-core H200 host, ~2 on the 16-core one; benchmarks/README.md says where
-the outputs go.)
+(~2 minutes on the 32-core H200 host, ~2.5 on the 16-core one with the per-size tuning;
+benchmarks/README.md says where the outputs go.)
 
 Every timing is the synchronised host clock around one call (bench_staging.WallTimer, the
 timed region of h2dlab's Timer without its evidence reads), median of
@@ -16,6 +16,10 @@ compared they alternate, and each timed call comes right after an untimed call o
    TUNE_GRID), each at 64 MiB, 256 MiB, 1 GiB and 4 GiB, then the best with other cuts of its
    first chunk and last wave (TUNE_SPLITS: head_split/tail_split), then the best with 8 MiB
    smallest chunks and on huge pages; the best equal-bytes rate over the sizes is used from here on.
+1b. per-size tuning: bench_analysis.plan_candidates (the tuned plan, one thread with fewer or
+   more chunks, threaded plans) at every size of PLAN_SIZES (2 MiB-1 GiB) on one ring, alternating; the
+   fastest at each size (if 2 % faster than the tuned plan) becomes fastpath.json's schedule
+   (bench_analysis.choose_schedule). Everything below runs to_device with that schedule.
 2. crossover: x.to("cuda") and the staged copy (forced) at every size of the grid, alternating;
    min_bytes = the smallest grid size from which the staged copy beats .to() by MARGIN at
    every larger size too. Written with the tuned settings to --fastpath (the file
@@ -33,7 +37,8 @@ compared they alternate, and each timed call comes right after an untimed call o
    in the same rotation.
 6. repeated copies: a new pageable batch every step, 64 MiB and 1 GiB: Stager, to_device,
    pin_memory().to(), TensorDict(non_blocking_pin=True) (or 'absent' said), .to(); verdicts.
-7. timeline: one 256 MiB copy, per chunk host wait/copy times and DMA start/end (events).
+7. timeline: one 256 MiB copy, per chunk host wait/copy times and DMA start/end (events), with
+   the plan to_device runs there; and at 16 and 64 MiB with the tuned plan and the schedule's.
 8. PyTorch's other ways over the grid: pin_then_to, tensordict, pinned_reuse (the PCIe
    peak), and pin_then_to_reg (PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host_register, own
    subprocess).
@@ -57,17 +62,21 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from bench_analysis import (  # noqa: E402
     MARGIN,
+    PLAN_SIZES,
     cfg_name,
     cfg_of,
     choose_min_bytes,
+    choose_schedule,
     identical_calls,
     paired_ratio,
     pick,
+    plan_name,
     repeated_verdict,
     report,
     targets,
 )
 from bench_staging import DEV, T0, WallTimer, bounds, log, repeated, src, stats, timed, timeline, tune  # noqa: E402
+from bench_staging import tune_sizes as tune_by_size  # noqa: E402
 
 from h2dlab import stager as stg  # noqa: E402
 from h2dlab import transfer  # noqa: E402
@@ -80,6 +89,7 @@ TUNE_SIZES, TIMELINE_BYTES = (64 * MiB, 256 * MiB, GiB, 4 * GiB), 256 * MiB
 BOUND_SIZES = (256 * MiB, GiB, 4 * GiB)
 PRIMED_NO_WARMUP = 64 * MiB  # from here a primed comparison has no warm-up round: the prime is one
 REPEATED = ((64 * MiB, 20), (GiB, 6))  # (bytes per step, steps)
+MID_TIMELINES = (16 * MiB, 64 * MiB)  # where the issue-34 copies lost most to pinned_reuse
 
 
 def reps_for(n: int, a) -> tuple[int, int]:
@@ -248,18 +258,29 @@ def main(argv=None) -> int:
     cfg = cfg_of(best)
     transfer.free_ring()
     log(f"tuned: {cfg_name(cfg)}")
+    res["tuning_by_size"] = tune_by_size(timer, cores, cfg, tuple(n for n in PLAN_SIZES if lo <= n <= hi))
+    schedule = res["tuning_by_size"]["schedule"] = choose_schedule(res["tuning_by_size"]["rows"], cfg)
+    for b in schedule:
+        log(f"schedule: below {b['below_bytes'] / MiB:g} MiB: {plan_name(b)}")
 
-    fp = {"format": transfer.FASTPATH_FORMAT, "min_bytes": transfer.MAX_MIN_BYTES, **cfg}
+    fp = {
+        "format": transfer.FASTPATH_FORMAT,
+        "min_bytes": transfer.MAX_MIN_BYTES,
+        **cfg,
+        "schedule": schedule,
+    }
     transfer.use_fastpath(fp)  # the staged copy measured below is the one to_device will run
     rows, min_bytes = crossover(sizes, timer, a)
     res["crossover"] = {"margin": MARGIN, **cfg, "min_bytes": min_bytes, "rows": rows}
     env = res["env"]
-    fp = {"format": transfer.FASTPATH_FORMAT, "min_bytes": min_bytes, **cfg,
+    fp = {"format": transfer.FASTPATH_FORMAT, "min_bytes": min_bytes, **cfg, "schedule": schedule,
           "measured_on": {k: env.get(k) for k in ("gpu_name", "cpu_model", "cpu_affinity", "hostname", "torch",
                                                    "cuda_runtime", "driver_version", "date", "command")},
           "evidence": {"results": Path(a.out).name, "margin": MARGIN,
                        "staged_vs_to_by_size": {str(r["size_bytes"]): round(r["ratio"], 3) for r in rows},
-                       "tuning_best_gbps": best.get("gbps_median"), "tuning_sizes": list(TUNE_SIZES)}}  # fmt: skip
+                       "tuning_best_gbps": best.get("gbps_median"), "tuning_sizes": list(TUNE_SIZES),
+                       "schedule_best_gbps_by_size": {str(n): round(max(r["gbps_median"] for r in res["tuning_by_size"]["rows"] if r["size_bytes"] == n), 2)
+                                                      for n in sorted({r["size_bytes"] for r in res["tuning_by_size"]["rows"]})}}}  # fmt: skip
     transfer.use_fastpath(fp)
     res["settings"] = {**transfer.fastpath(), "waves": stg.WAVES, "torch_num_threads": torch.get_num_threads(),
                        "timing": "alternating, each timed call right after an untimed call of itself"}  # fmt: skip
@@ -282,7 +303,12 @@ def main(argv=None) -> int:
     res["tensordict"] = tensordict_version()
     res["repeated"] = [r for n, steps in REPEATED if lo <= n <= hi for r in repeated(n, steps, timer, cfg)]
     res["repeated_verdict"] = repeated_verdict(res["repeated"], cfg, res["tensordict"])
-    res["timeline_256MiB"] = timeline(TIMELINE_BYTES, cfg) if hi >= TIMELINE_BYTES else None
+    res["timeline_256MiB"] = (
+        timeline(TIMELINE_BYTES, cfg, transfer.plan_for(TIMELINE_BYTES)) if hi >= TIMELINE_BYTES else None
+    )
+    top = {k: cfg[k] for k in stg.PLAN_KEYS}
+    res["timeline_mid"] = [timeline(n, cfg, p) for n in MID_TIMELINES if lo <= n <= hi
+                           for p in ([top] if transfer.plan_for(n) == top else [top, transfer.plan_for(n)])]  # fmt: skip
     transfer.free_ring()
     names = [m for m in a.others.split(",") if m]
     res["rows"] += others(sizes, names, timer, a)

@@ -96,6 +96,8 @@ def test_dry_run_writes_every_section(bench, fake_cuda, monkeypatch, tmp_path): 
         "TIMELINE_BYTES": 256 * KiB,
         "BOUND_SIZES": (256 * KiB, MiB),
         "REPEATED": ((64 * KiB, 3), (MiB, 2)),
+        "PLAN_SIZES": (128 * KiB, 256 * KiB, 512 * KiB),
+        "MID_TIMELINES": (256 * KiB,),
     }.items():
         monkeypatch.setattr(bench, name, value)
     out, fp = tmp_path / "r" / "fake.json", tmp_path / "fastpath.json"
@@ -149,7 +151,20 @@ def test_dry_run_writes_every_section(bench, fake_cuda, monkeypatch, tmp_path): 
         "tail_split",
     )
     assert {k: settings[k] for k in keys} in [{k: t[k] for k in keys} for t in tuned]
-    assert {k: res["timeline_256MiB"][k] for k in keys} == {k: settings[k] for k in keys}
+    # The per-size tuning: every candidate plan at every size; fastpath.json's schedule is the
+    # one chosen from those rows, and the 256 KiB timeline ran the plan to_device runs there.
+    tbs = res["tuning_by_size"]
+    assert sorted({r["size_bytes"] for r in tbs["rows"]}) == [128 * KiB, 256 * KiB, 512 * KiB]
+    assert len(tbs["rows"]) == 3 * len(tbs["candidates"]) and tbs["candidates"][0]["threads"] == settings["threads"]
+    assert settings["schedule"] == tbs["schedule"] == bench.choose_schedule(tbs["rows"], settings)
+    band = next((b for b in settings["schedule"] if 256 * KiB < b["below_bytes"]), settings)
+    assert res["timeline_256MiB"]["plan"] == {k: band[k] for k in stager.PLAN_KEYS}
+    assert {k: res["timeline_256MiB"][k] for k in ("slots", "huge_pages")} == {
+        k: settings[k] for k in ("slots", "huge_pages")
+    }
+    top = {k: settings[k] for k in stager.PLAN_KEYS}
+    assert [t["plan"] for t in res["timeline_mid"]][0] == top
+    assert len(res["timeline_mid"]) == (1 if band is settings else 2)
     assert {k: res["bounds"][0][k] for k in keys} == {k: settings[k] for k in keys}
     assert res["bounds"][0]["reps"] >= 5
     assert res["identical_calls"]["sizes"] == sum(
@@ -189,7 +204,7 @@ def test_cfg_of_fills_the_defaults_and_keeps_only_stager_arguments(ana):
     )
     assert c == {"threads": 2, "chunk_bytes": 32 * MiB, "engine": "torch", "huge_pages": False,
                  "slots": stager.SLOTS_PER_THREAD, "min_step_bytes": stager.MIN_STEP_BYTES,
-                 "head_split": 4, "tail_split": 4}  # fmt: skip
+                 "head_split": 4, "tail_split": 4, "waves": stager.WAVES}  # fmt: skip
     assert (
         "32 MiB x 2 slots" in ana.cfg_name(c)
         and "torch" in ana.cfg_name(c)

@@ -34,7 +34,6 @@ def to_calls(monkeypatch):
 
 
 BAD_DEVICES = [
-    ("cpu", ValueError, "CUDA device"),
     ("meta", ValueError, "CUDA device"),
     ("cuda:x", ValueError, "not a device name"),
     ("gpu", ValueError, "not a device name"),
@@ -42,12 +41,28 @@ BAD_DEVICES = [
     (" cuda", ValueError, "not a device name"),
     ("cuda:-1", ValueError, "not a device name"),
     (-1, ValueError, ">= 0"),
-    (torch.device("cpu"), ValueError, "CUDA device"),
     (1.5, TypeError, "device must be"),
     (None, TypeError, "device must be"),
     (True, TypeError, "device must be"),
     (["cuda"], TypeError, "device must be"),
 ]
+
+
+@pytest.mark.parametrize("device", ["cpu", torch.device("cpu"), "cpu:0"])
+@pytest.mark.parametrize("nbytes", [16, 2 * GiB])
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_a_non_cuda_target_is_plain_to_at_any_size(to_calls, device, nbytes, non_blocking):
+    """Device-agnostic code calls to_device(x, device) where it called x.to(device): a CPU target
+    is that call, untouched, however large (no ring, no CUDA), and the Stager still refuses it."""
+    x = torch.zeros(1).expand(nbytes // 4) if nbytes > MiB else torch.zeros(nbytes // 4)
+    out = transfer.to_device(x, device, non_blocking=non_blocking)
+    assert out is x
+    assert len(to_calls) == 1
+    _, args, kwargs = to_calls[0]
+    assert args == (torch.device(device),)
+    assert kwargs == ({"non_blocking": True} if non_blocking else {})
+    with pytest.raises(ValueError, match="CUDA device"):
+        stager.Stager(device)
 
 
 @pytest.mark.parametrize(("device", "exc", "msg"), BAD_DEVICES)
@@ -429,7 +444,7 @@ def test_staging_loop_spreads_chunks_over_threads(fake_cuda, monkeypatch):
         time.sleep(0.002)
         real(dst, src)
 
-    monkeypatch.setattr(stager.np, "copyto", slow_copy)
+    monkeypatch.setattr(np, "copyto", slow_copy)
     s = _cpu_stager(threads=3, chunk_bytes=4 * KiB)
     s.timeline = []
     x = torch.arange(30 * 1024, dtype=torch.int32)  # 30 chunks
@@ -452,12 +467,12 @@ def test_staging_loop_error_reaches_the_caller_and_the_ring_survives(fake_cuda, 
             raise OSError("disk on fire")
         real(dst, src)
 
-    monkeypatch.setattr(stager.np, "copyto", flaky)
+    monkeypatch.setattr(np, "copyto", flaky)
     with pytest.raises(OSError, match="disk on fire"):
         s(x)
     n_failed = len(calls)
     assert n_failed < len(stager.chunk_plan(x.numel() * 4, 4, 8 * KiB)) - 1  # the others stopped early
-    monkeypatch.setattr(stager.np, "copyto", real)
+    monkeypatch.setattr(np, "copyto", real)
     assert torch.equal(s(x), x)
     s.host_copy(x)  # the host side alone runs too
     s.close()
@@ -521,7 +536,7 @@ def test_torch_engine_copies_with_tensor_copy_not_numpy(fake_cuda, monkeypatch, 
     def no_numpy(dst, src):
         raise AssertionError("the torch engine must not copy with NumPy")
 
-    monkeypatch.setattr(stager.np, "copyto", no_numpy)
+    monkeypatch.setattr(np, "copyto", no_numpy)
     x = torch.arange(3 * MiB // 8 + 13, dtype=torch.float64)
     with _cpu_stager(threads=threads, chunk_bytes=64 * KiB, engine="torch") as s:
         s.timeline = []

@@ -5,6 +5,7 @@ non-blocking semantics; the per-chunk timeline."""
 import gc
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -255,7 +256,7 @@ def test_error_reaches_the_caller_and_the_ring_survives(monkeypatch):
 
     prev = transfer.use_fastpath({**transfer.fastpath(), "engine": "numpy"})  # the engine that uses np.copyto
     try:
-        monkeypatch.setattr(stager.np, "copyto", boom)
+        monkeypatch.setattr(np, "copyto", boom)
         with pytest.raises(OSError, match="disk on fire"):
             transfer.to_device(x, min_bytes=0)
         monkeypatch.undo()
@@ -338,3 +339,76 @@ def test_pinned_in_place():
         with transfer.pinned(x):
             raise RuntimeError("inside")
     assert not x.is_pinned()  # unregistered on the error path too
+
+
+def test_plans_of_a_schedule_share_one_ring_byte_for_byte():
+    # issue 34: plans per size on one ring; non_blocking copies of alternating layouts, every
+    # source overwritten at once: each result must still hold its source's bytes
+    plans = [
+        {
+            "threads": 1,
+            "chunk_bytes": 16 * MiB,
+            "engine": "torch",
+            "waves": 1,
+            "head_split": 1,
+            "tail_split": 1,
+        },
+        {"threads": 4, "chunk_bytes": 4 * MiB, "engine": "numpy", "waves": 2},
+        {
+            "threads": 2,
+            "chunk_bytes": 8 * MiB,
+            "engine": "torch",
+            "waves": 3,
+            "head_split": 4,
+            "tail_split": 1,
+        },
+    ]
+    with stager.Stager("cuda", threads=4, chunk_bytes=4 * MiB, slots=3) as st:
+        outs = []
+        for i in range(9):
+            x = rand_tensor((3 * MiB * (i + 1) + 7,), torch.uint8, seed=40 + i)
+            ref = x.clone()
+            outs.append((st.to_device(x, plan=plans[i % 3], non_blocking=True), ref))
+            x.zero_()
+        torch.cuda.synchronize()
+        for y, ref in outs:
+            assert same_bytes(y, ref)
+
+
+def test_to_device_follows_the_schedule_by_size():
+    prev = transfer.use_fastpath(
+        {
+            **transfer.fastpath(),
+            "min_bytes": 0,
+            "schedule": [
+                {
+                    "below_bytes": 8 * MiB,
+                    "threads": 1,
+                    "chunk_bytes": 8 * MiB,
+                    "engine": "torch",
+                    "waves": 1,
+                    "min_step_bytes": MiB,
+                    "head_split": 1,
+                    "tail_split": 1,
+                },
+                {
+                    "below_bytes": 64 * MiB,
+                    "threads": 2,
+                    "chunk_bytes": 4 * MiB,
+                    "engine": "numpy",
+                    "waves": 2,
+                    "min_step_bytes": MiB,
+                    "head_split": 1,
+                    "tail_split": 1,
+                },
+            ],
+        }  # fmt: skip
+    )
+    try:
+        for n in (5 * MiB + 1, 20 * MiB + 3, 100 * MiB + 5):
+            x = rand_tensor((n,), torch.uint8, seed=n)
+            assert same_bytes(transfer.to_device(x, "cuda"), x)
+            assert same_bytes(transfer.to_device(x, "cuda", non_blocking=True), x)
+        assert transfer.plan_for(20 * MiB)["engine"] == "numpy"
+    finally:
+        transfer.use_fastpath(prev)
