@@ -89,6 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="spin MS ms with the GPU idle before each timed copy (after a tiny GPU operation), "
         "to measure what a pause costs the next copy",
     )
+    m.add_argument(
+        "--evidence",
+        choices=("light", "full"),
+        default="light",
+        help="what is read around each copy: light (page faults, CPU times, scheduler wait, GC, "
+        "allocator counters; tens of us between copies) or full (adds NVML's SM clock and GPU "
+        "processes and every other thread's CPU time and run-queue wait: about 1-3 ms of host "
+        "work between copies, so each small copy follows an idle GPU and reads slower) [light]",
+    )
     m.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
     m.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     m.add_argument(
@@ -177,6 +186,7 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec | ForumSpec | OverlapSpec
             empty_host_cache_each_size=a.empty_host_cache,
             dtype=a.dtype,
             pause_ms=a.pause,
+            evidence=a.evidence,
         )
         cli_strategies.check_runnable(spec.strategies, spec.device)
         return spec

@@ -148,6 +148,10 @@ class SweepSpec:
     pause_ms
         ``None``: no pause. Else milliseconds (0 to :data:`MAX_PAUSE_MS`) the GPU idles
         before each timed copy, after a tiny GPU operation (``timing.Timer``'s ``pause_s``).
+    evidence
+        ``"light"`` (default) or ``"full"``: what the timer reads around each copy
+        (``timing.EVIDENCE``: full adds NVML and the other threads' clocks and waits, about
+        1-3 ms of host work between copies).
 
     Examples
     --------
@@ -167,6 +171,7 @@ class SweepSpec:
     empty_host_cache_each_size: bool = False
     dtype: str = "uint8"
     pause_ms: float | None = None
+    evidence: str = "light"
 
     def __post_init__(self) -> None:
         from h2dlab import strategies as registry
@@ -205,6 +210,8 @@ class SweepSpec:
         object.__setattr__(self, "empty_host_cache_each_size", bool(self.empty_host_cache_each_size))
         if self.pause_ms is not None:
             object.__setattr__(self, "pause_ms", _pause_ms(self.pause_ms))
+        if self.evidence not in ("light", "full"):
+            raise UsageError(f"evidence must be light or full, not {self.evidence!r}")
         rows = self.planned_rows()
         if rows > MAX_PLAN_ROWS:
             raise UsageError(
