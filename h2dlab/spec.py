@@ -257,6 +257,8 @@ class SweepSpec:
         d["sizes"] = list(self.sizes)
         if self.pause_ms is None:  # absent, so that specs recorded before it stay equal
             del d["pause_ms"]
+        if self.evidence == "full":  # absent: what every run before schema 6 read
+            del d["evidence"]
         return {"kind": "sweep", **d}
 
 
@@ -344,6 +346,8 @@ def spec_from_dict(d: dict[str, Any]) -> SweepSpec | ForumSpec | OverlapSpec:
     kw = {k: v for k, v in d.items() if k in fields}
     if cls is ForumSpec and kw.get("seqs") == "forum":
         kw["seqs"] = None
+    if cls is SweepSpec and "evidence" not in d:  # recorded before schema 6: full evidence
+        kw["evidence"] = "full"
     return cls(**kw)
 
 
