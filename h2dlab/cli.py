@@ -98,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
         "processes and every other thread's CPU time and run-queue wait: about 1-3 ms of host "
         "work between copies, so each small copy follows an idle GPU and reads slower) [light]",
     )
+    m.add_argument(
+        "--reference",
+        action="store_true",
+        help="after the sweep, time each strategy and size with torch.utils.benchmark (copy + "
+        "synchronize, blocked_autorange, ~0.5 s a cell) in the same process; the medians go to "
+        "env.json under 'reference' beside the kit's",
+    )
     m.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
     m.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     m.add_argument(
@@ -210,6 +217,8 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec | ForumSpec | OverlapSpec
 def _cmd_measure(a, argv) -> int:
     if a.gpus is not None and a.resume:
         raise UsageError("--resume does not apply to --gpus: a run on several GPUs is run again")
+    if a.gpus is not None and a.reference:
+        raise UsageError("--reference times one GPU: leave out --gpus")
     spec = spec_from_args(a)
     check_plan(spec, gpus=a.gpus, max_hours=a.max_hours)
     out = check_target(check_out(a.out), resume=a.resume, force=a.force)
@@ -222,6 +231,10 @@ def _cmd_measure(a, argv) -> int:
     from h2dlab.measure import sweep
 
     df = sweep(spec, out=out, resume=a.resume, force=a.force, progress=not a.no_progress, argv=cmdline)
+    if a.reference and not df.attrs.get("stopped"):
+        from h2dlab.reference import attach
+
+        attach(df, out, spec.device, seed=spec.seed)
     return finish_measure(df, out, argv)
 
 
