@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from h2dlab import __version__, cli_common, cli_compare, cli_measuring, cli_record, cli_strategies
+from h2dlab import __version__, cli_common, cli_compare, cli_loop, cli_measuring, cli_record, cli_strategies
 from h2dlab.cli_checks import check_folder, check_out, check_plan, check_target, not_the_source
 from h2dlab.cli_common import EXIT_CODES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, failure, finish_measure
 from h2dlab.cli_common import Parser as _Parser
@@ -81,30 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--empty-host-cache", action="store_true", help="free PyTorch's cached pinned blocks before each size"
     )
     m.add_argument("--dtype", default="uint8", help="element type of the copied tensor [uint8]")
-    m.add_argument(
-        "--pause",
-        type=cli_common.pause_arg,
-        default=None,
-        metavar="MS",
-        help="spin MS ms with the GPU idle before each timed copy (after a tiny GPU operation), "
-        "to measure what a pause costs the next copy",
-    )
-    m.add_argument(
-        "--evidence",
-        choices=("light", "full"),
-        default="light",
-        help="what is read around each copy: light (page faults, CPU times, scheduler wait, GC, "
-        "allocator counters; tens of us between copies) or full (adds NVML's SM clock and GPU "
-        "processes and every other thread's CPU time and run-queue wait: about 1-3 ms of host "
-        "work between copies, so each small copy follows an idle GPU and reads slower) [light]",
-    )
-    m.add_argument(
-        "--reference",
-        action="store_true",
-        help="after the sweep, time each strategy and size with torch.utils.benchmark (copy + "
-        "synchronize, blocked_autorange, ~0.5 s a cell) in the same process; the medians go to "
-        "env.json under 'reference' beside the kit's",
-    )
+    cli_loop.add_options(m)  # --pause, --evidence, --reference
     m.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
     m.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     m.add_argument(
@@ -217,8 +194,7 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec | ForumSpec | OverlapSpec
 def _cmd_measure(a, argv) -> int:
     if a.gpus is not None and a.resume:
         raise UsageError("--resume does not apply to --gpus: a run on several GPUs is run again")
-    if a.gpus is not None and a.reference:
-        raise UsageError("--reference times one GPU: leave out --gpus")
+    cli_loop.check(a)
     spec = spec_from_args(a)
     check_plan(spec, gpus=a.gpus, max_hours=a.max_hours)
     out = check_target(check_out(a.out), resume=a.resume, force=a.force)
@@ -231,10 +207,7 @@ def _cmd_measure(a, argv) -> int:
     from h2dlab.measure import sweep
 
     df = sweep(spec, out=out, resume=a.resume, force=a.force, progress=not a.no_progress, argv=cmdline)
-    if a.reference and not df.attrs.get("stopped"):
-        from h2dlab.reference import attach
-
-        attach(df, out, spec.device, seed=spec.seed)
+    cli_loop.after_sweep(a, df, out, spec)
     return finish_measure(df, out, argv)
 
 

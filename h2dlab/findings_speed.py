@@ -11,39 +11,18 @@ from typing import Any
 import pandas as pd
 
 from h2dlab.finding import Finding, copies, size_text
-from h2dlab.model import check_values, medians, timed, value_ms
+from h2dlab.findings_spacing import small_copy_floor  # moved there (issue #30); re-exported
+from h2dlab.model import medians
 from h2dlab.units import fmt_bytes
 
 __all__ = [
-    "BACK_TO_BACK_MS",
     "bandwidth",
     "host_copy_ceiling",
     "memory_kind",
-    "reference_agreement",
     "small_copy_floor",
     "staged_bounds",
     "staged_timeline",
 ]
-
-
-#: Copies whose median host gap (one copy's end to the next one's start) is at most this
-#: follow each other as in a user's loop: "back to back" (DESIGN.md: the kit's own work
-#: between timed copies stays under 0.2 ms). Longer, each copy is a cost after an idle gap.
-BACK_TO_BACK_MS = 0.2
-
-
-def _spacing(df: pd.DataFrame, rows: pd.Index) -> tuple[float, str]:
-    """The median host gap (ms) before the copies at ``rows`` of ``df`` and its name:
-    ``"back_to_back"``, ``"after_idle_gap"``, or ``"unknown"`` (no start times)."""
-    from h2dlab.causes_wake import idle_gap_ms
-
-    try:
-        gap = float(idle_gap_ms(df).reindex(rows).median())
-    except ValueError:
-        gap = float("nan")
-    if gap != gap:
-        return gap, "unknown"
-    return gap, "back_to_back" if gap <= BACK_TO_BACK_MS else "after_idle_gap"
 
 
 def _some(t: pd.DataFrame, what: str) -> pd.DataFrame:
@@ -136,121 +115,6 @@ def memory_kind(df: pd.DataFrame, size_bytes: int, *, margin: float = 1.1) -> Fi
         "matters at this size on the median, though the slower pinned copies are no faster than the faster pageable ones."
     )
     return Finding(verdict, holds, {"ratio": r, "ratio_lo": lo, "ratio_hi": hi})
-
-
-def small_copy_floor(df: pd.DataFrame, *, same_within: float = 1.5) -> Finding:
-    """What the smallest measured copy costs, per strategy (CUDA events and host clock,
-    median and quartiles in µs). ``holds`` ("whatever the strategy") when the slowest
-    strategy is within ``same_within`` x the fastest.
-
-    It names which of two quantities the copies show, from the median host gap before them
-    (``causes_wake.idle_gap_ms``): the back-to-back cost (at most :data:`BACK_TO_BACK_MS`
-    between copies, as in a user's loop) or the cost after an idle gap (the kit's own work
-    before schema 6, or a ``--pause``), which a small copy pays for.
-
-    Parameters
-    ----------
-    df
-        A sweep run.
-    same_within
-        The largest slowest/fastest ratio still called "the same".
-
-    Returns
-    -------
-    Finding
-        ``values``: ``lo_us``, ``hi_us``, ``gap_ms`` (median host gap before these copies),
-        ``spacing`` (``"back_to_back"``, ``"after_idle_gap"`` or ``"unknown"``); ``table``:
-        per strategy ``event_us``, ``q1_us``, ``q3_us``, ``wall_us``.
-
-    Raises
-    ------
-    ValueError
-        ``df`` holds no timed copy that succeeded.
-    """
-    check_values(df, ("strategy", "size_bytes", "wall_ms"))
-    t = _some(timed(df), "small_copy_floor")
-    t = t[t.size_bytes == t.size_bytes.min()]
-    t = t.assign(event_us=value_ms(t) * 1e3, wall_us=t.wall_ms * 1e3)
-    by = (
-        t.groupby("strategy")
-        .agg(
-            event_us=("event_us", "median"),
-            q1_us=("event_us", lambda v: v.quantile(0.25)),
-            q3_us=("event_us", lambda v: v.quantile(0.75)),
-            wall_us=("wall_us", "median"),
-        )
-        .sort_values("event_us")
-    )
-    lo, hi = by.event_us.iloc[0], by.event_us.iloc[-1]
-    holds = bool(hi / lo <= same_within)
-    size = size_text(int(t.size_bytes.iloc[0]))
-    gap, spacing = _spacing(df, t.index)
-    which = {
-        "back_to_back": f"At {size}, the copies ran back to back: a median {gap:.2f} ms of host time "
-        "between one copy's end and the next one's start. A",
-        "after_idle_gap": f"At {size}, each copy followed an idle gap: a median {gap:.2f} ms of host time "
-        "since the previous copy ended, so these are costs after an idle gap, not back to back. A",
-        "unknown": f"At {size} a",
-    }[spacing]
-    verdict = (
-        f"{which} copy costs {lo:.0f}–{hi:.0f} µs by CUDA events (medians): `{by.index[0]}` fastest, "
-        f"`{by.index[-1]}` slowest, {hi / lo:.1f}x apart; by the host clock {by.wall_us.min():.0f}–"
-        f"{by.wall_us.max():.0f} µs. "
-        + ("The strategy hardly matters at this size." if holds else "The strategy matters even here.")
-    )
-    values = {"lo_us": float(lo), "hi_us": float(hi), "gap_ms": gap, "spacing": spacing}
-    return Finding(verdict, holds, values, by.reset_index())
-
-
-def reference_agreement(rows: list[dict[str, Any]], *, bounds: tuple[float, float] = (0.8, 1.25)) -> Finding:
-    """The kit's medians against ``torch.utils.benchmark``'s (copy + synchronize, same process):
-    the rows ``measure --reference`` stores in env.json under ``reference`` (or a benchmark's
-    ``reference`` list). ``holds`` when every kit / reference ratio lies within ``bounds``
-    (issue #30: the event time may read shorter than copy + synchronize, not much longer).
-
-    Parameters
-    ----------
-    rows
-        Dicts with ``strategy``, ``size_bytes``, ``kit_median_us`` and ``reference_median_us``.
-    bounds
-        The lowest and highest ratio that still agree.
-
-    Returns
-    -------
-    Finding
-        ``values``: ``lo``, ``hi`` (ratios), ``outside`` (cells out of bounds); ``table``: the
-        rows with ``ratio``. With no rows, ``holds`` is False and the verdict says so.
-    """
-    t = pd.DataFrame(rows, columns=["strategy", "size_bytes", "kit_median_us", "reference_median_us"])
-    if t.empty:
-        return Finding(
-            "No reference check in this run: `h2dlab measure --reference` (the recording's "
-            "`reference/reference`) times the same copies with `torch.utils.benchmark`.",
-            False,
-            {"lo": float("nan"), "hi": float("nan"), "outside": []},
-            t,
-        )
-    t = t.assign(ratio=t.kit_median_us / t.reference_median_us).sort_values(["strategy", "size_bytes"])
-    out = t[(t.ratio < bounds[0]) | (t.ratio > bounds[1])]
-    lo, hi = float(t.ratio.min()), float(t.ratio.max())
-    sizes = f"{size_text(int(t.size_bytes.min()))}–{size_text(int(t.size_bytes.max()))}"
-    names = ", ".join(f"`{s}`" for s in dict.fromkeys(t.strategy))
-    verdict = (
-        f"Beside `torch.utils.benchmark` (copy + synchronize, same process), the kit's medians were "
-        f"{lo:.2f}–{hi:.2f}x its times over {len(t)} cells ({names}, {sizes}). "
-        + (
-            f"All lie within {bounds[0]:g}–{bounds[1]:g}x."
-            if out.empty
-            else "Out of "
-            + f"{bounds[0]:g}–{bounds[1]:g}x: "
-            + ", ".join(
-                f"`{r.strategy}` at {size_text(int(r.size_bytes))} ({r.ratio:.2f}x)" for r in out.itertuples()
-            )
-            + "."
-        )
-    )
-    values = {"lo": lo, "hi": hi, "outside": [(r.strategy, int(r.size_bytes)) for r in out.itertuples()]}
-    return Finding(verdict, out.empty, values, t.reset_index(drop=True))
 
 
 def host_copy_ceiling(bench: dict[str, Any], *, method: str = "to_device") -> Finding:

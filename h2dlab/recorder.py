@@ -9,8 +9,6 @@ created exclusively, never through a link, locked). A resumed run must have the 
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import signal
 import sys
@@ -30,6 +28,7 @@ from h2dlab.census import census, census_seconds
 from h2dlab.env import collect_env
 from h2dlab.errors import UsageError
 from h2dlab.partial import claim, partial_path, reopen, replace_locked
+from h2dlab.row_line import csv_line
 from h2dlab.spec import differences
 
 __all__ = [
@@ -82,29 +81,6 @@ class StopFlag:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
-
-
-def _cell(v: Any) -> Any:
-    """One value as pandas' ``to_csv`` writes it: missing (None, NaN) empty, floats by
-    their shortest round-trip repr, booleans as True/False, numpy scalars as Python's."""
-    if v is None:
-        return ""
-    if isinstance(v, (bool, np.bool_)):
-        return "True" if v else "False"
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    if isinstance(v, (float, np.floating)):
-        f = float(v)
-        return "" if f != f else repr(f)
-    return v
-
-
-def csv_line(values: list[Any]) -> str:
-    """One CSV line (``\\n``-terminated, minimal quoting) of ``values`` as
-    ``pandas.DataFrame([values]).to_csv(index=False, header=False)`` would write it."""
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow([_cell(v) for v in values])
-    return buf.getvalue()
 
 
 class RowWriter:

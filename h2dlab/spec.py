@@ -37,7 +37,6 @@ FORUM_ORDERS = ("ascending", "shuffled")
 #: A sweep's sizes when none are given: powers of two, 1 KiB - 64 MiB.
 DEFAULT_SIZES = tuple(2**k for k in range(10, 27))
 
-
 #: The most copies one plan may hold: a plan is built in memory before anything runs.
 MAX_PLAN_ROWS = 10_000_000
 #: The bandwidth (GB/s = 1e9 bytes/s) a plan's duration is estimated at: slow on purpose.
@@ -149,9 +148,7 @@ class SweepSpec:
         ``None``: no pause. Else milliseconds (0 to :data:`MAX_PAUSE_MS`) the GPU idles
         before each timed copy, after a tiny GPU operation (``timing.Timer``'s ``pause_s``).
     evidence
-        ``"light"`` (default) or ``"full"``: what the timer reads around each copy
-        (``timing.EVIDENCE``: full adds NVML and the other threads' clocks and waits, about
-        1-3 ms of host work between copies).
+        ``"light"`` (default) or ``"full"``: what is read around each copy (``timing.EVIDENCE``).
 
     Examples
     --------
@@ -197,8 +194,9 @@ class SweepSpec:
         _whole("warmup", self.warmup, 0)
         if self.reps_large is not None:
             _whole("reps_large", self.reps_large, 1)
-        if self.order not in ORDERS:
-            raise UsageError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}")
+        for name, allowed in (("order", ORDERS), ("evidence", ("light", "full"))):
+            if getattr(self, name) not in allowed:
+                raise UsageError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
         _seed(self.seed)
         dtype = str(self.dtype).replace("torch.", "")
         item = _dtype_size(dtype)
@@ -210,8 +208,6 @@ class SweepSpec:
         object.__setattr__(self, "empty_host_cache_each_size", bool(self.empty_host_cache_each_size))
         if self.pause_ms is not None:
             object.__setattr__(self, "pause_ms", _pause_ms(self.pause_ms))
-        if self.evidence not in ("light", "full"):
-            raise UsageError(f"evidence must be light or full, not {self.evidence!r}")
         rows = self.planned_rows()
         if rows > MAX_PLAN_ROWS:
             raise UsageError(
@@ -255,10 +251,9 @@ class SweepSpec:
         d = dataclasses.asdict(self)
         d["strategies"] = list(self.strategies) if self.strategies is not None else None
         d["sizes"] = list(self.sizes)
-        if self.pause_ms is None:  # absent, so that specs recorded before it stay equal
-            del d["pause_ms"]
-        if self.evidence == "full":  # absent: what every run before schema 6 read
-            del d["evidence"]
+        for key, absent in (("pause_ms", None), ("evidence", "full")):  # so that specs recorded before
+            if d[key] == absent:  # them stay equal (runs before schema 6 read full evidence)
+                del d[key]
         return {"kind": "sweep", **d}
 
 
@@ -344,10 +339,8 @@ def spec_from_dict(d: dict[str, Any]) -> SweepSpec | ForumSpec | OverlapSpec:
         raise UsageError(f"not a run spec of a known kind: {d.get('kind')!r}")
     fields = {f.name for f in dataclasses.fields(cls)}
     kw = {k: v for k, v in d.items() if k in fields}
-    if cls is ForumSpec and kw.get("seqs") == "forum":
-        kw["seqs"] = None
-    if cls is SweepSpec and "evidence" not in d:  # recorded before schema 6: full evidence
-        kw["evidence"] = "full"
+    kw = {**kw, "seqs": None} if cls is ForumSpec and kw.get("seqs") == "forum" else kw
+    kw = {"evidence": "full", **kw} if cls is SweepSpec else kw  # without it: before schema 6, full
     return cls(**kw)
 
 

@@ -2,8 +2,8 @@
 evidence (page faults, the thread's CPU time and run-queue wait, context switches, CPU
 migration, the process's and its other threads' CPU time, when the host had issued the copy,
 GC collections, the GPU's SM clock and other processes on the GPU) for explaining a slow
-copy later. Also which failures a sweep may record and go on from (out of memory) and which
-leave the CUDA context unusable (a CUDA fault), so that the sweep must stop.
+copy later. Which failures a sweep may record and go on from, and which stop it, live in
+``h2dlab.failures`` (re-exported here).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ except ImportError:  # not on Windows: page faults stay NaN
 import numpy as np
 import torch
 
+from h2dlab.failures import CudaFault, error_text, is_cuda_fault, is_oom
 from h2dlab.nvml import bus_id_of, nvml_for_cuda
 from h2dlab.threadstat import others_between, others_cpu_ns, others_wait_ns, sched_state, waits_since
 
@@ -41,11 +42,6 @@ __all__ = [
     "is_cuda_fault",
     "is_oom",
 ]
-
-
-class CudaFault(RuntimeError):
-    """A CUDA error after which every later copy would fail (the context is poisoned):
-    the run stops, keeping the rows measured so far."""
 
 
 def host_alloc_count() -> float:
@@ -347,31 +343,3 @@ class Timer:
         if now - self._procs_at >= PROCS_MAX_AGE_S:
             self._procs, self._procs_at = gpu_other_processes(self.dev), now
         return self._procs
-
-
-def is_oom(exc: BaseException) -> bool:
-    """Whether ``exc`` says memory ran out (host or device)."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    msg = str(exc).lower()
-    return isinstance(exc, (RuntimeError, MemoryError)) and (
-        "out of memory" in msg or "can't allocate memory" in msg or isinstance(exc, MemoryError)
-    )
-
-
-def is_cuda_fault(exc: BaseException) -> bool:
-    """Whether ``exc`` is a CUDA error other than out-of-memory (an illegal memory access,
-    a device-side assert, a launch failure, ...): after one, the context is unusable."""
-    if isinstance(exc, CudaFault):
-        return True
-    if not isinstance(exc, RuntimeError) or is_oom(exc):
-        return False
-    msg = str(exc)
-    return "CUDA error" in msg or "cudaError" in msg or "device-side assert" in msg
-
-
-def error_text(exc: BaseException) -> str:
-    """The ``error`` column's text for a failed copy: kind and first line, at most 300 characters."""
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    kind = "OOM" if is_oom(exc) else type(exc).__name__
-    return f"{kind}: {first}"[:300]

@@ -34,7 +34,7 @@ MODE = "replay"
 # %%
 from IPython.display import Markdown, display
 
-from h2dlab import advice, compare_machines, datasets, factors, findings_speed, findings_transfer, plots, session
+from h2dlab import advice, compare_machines, datasets, factors, findings_spacing, findings_speed, findings_transfer, plots, session
 
 rec = session.recording(DATA, mode=MODE)
 sweep = rec.get("sweep", "pow2-interleaved")
@@ -70,7 +70,7 @@ if sweep is not None:
     display(advice.small_copy_floor(sweep), advice.memory_kind(sweep, 2**16), advice.memory_kind(sweep, 2**20))
 
 # %% tags=["hide-input"]
-display(findings_speed.reference_agreement(rec.env("reference", "reference").get("reference", []) if rec.has("reference", "reference") else []))
+display(findings_spacing.reference_agreement(rec.env("reference", "reference").get("reference", []) if rec.has("reference", "reference") else []))
 
 # %% [markdown]
 # ## 3 · Does pinning first pay?

@@ -1,4 +1,4 @@
-"""The partial file's rows are written by hand (``recorder.csv_line``), not by a one-row
+"""The partial file's rows are written by hand (``row_line.csv_line``), not by a one-row
 DataFrame (about 1 ms of host work between two timed copies): the line must be the one
 pandas writes, for every kind of value a row holds (Python and numpy 64-bit
 numbers, booleans, None, text; the timer makes no float32)."""
@@ -10,7 +10,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab.recorder import csv_line
+from h2dlab.row_line import csv_line
 
 VALUES = st.one_of(
     st.none(),

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import advice, findings_speed, sources
+from h2dlab import advice, findings_spacing, sources
 
 
 def _synthetic(gap_ms: float, n: int = 12) -> pd.DataFrame:
@@ -57,18 +57,32 @@ def _ref(ratios):  # synthetic reference rows: kit = ratio x reference
 
 
 def test_reference_agreement_holds_within_its_bounds_and_names_the_cells_outside():
-    ok = findings_speed.reference_agreement(_ref({("pinned_reuse", 1024): 0.9, ("pageable", 2**30): 1.2}))
+    ok = findings_spacing.reference_agreement(_ref({("pinned_reuse", 1024): 0.9, ("pageable", 2**30): 1.2}))
     assert (
         ok.holds
         and ok["outside"] == []
         and "0.90–1.20x" in ok.verdict
         and "All lie within 0.8–1.25x" in ok.verdict
     )
-    bad = findings_speed.reference_agreement(_ref({("pinned_reuse", 1024): 4.1, ("pageable", 1024): 1.0}))
+    bad = findings_spacing.reference_agreement(_ref({("pinned_reuse", 1024): 4.1, ("pageable", 1024): 1.0}))
     assert not bad.holds and bad["outside"] == [("pinned_reuse", 1024)]
     assert "`pinned_reuse` at 1 KiB (4.10x)" in bad.verdict
 
 
 def test_no_reference_rows_is_said_not_passed():
-    f = findings_speed.reference_agreement([])
+    f = findings_spacing.reference_agreement([])
     assert not f.holds and "measure --reference" in f.verdict
+
+
+def test_the_idle_runs_name_each_pauses_cost(monkeypatch):
+    """Synthetic gaps: a pause whose copies left at most 0.2 ms between them is back to back,
+    a longer one a cost after an idle gap; all of one kind is said in one sentence."""
+    from h2dlab.findings_spacing import spacing_words as _spacing_text
+
+    mixed = _spacing_text({0.0: 0.12, 3.0: 3.2, 10.0: 10.2}, [0.0, 3.0, 10.0])
+    assert (
+        "Copies after 0 ms ran back to back" in mixed
+        and "those after 3 and 10 ms are costs after an idle gap" in mixed
+    )
+    assert "cost after an idle gap, not a back-to-back" in _spacing_text({0.0: 3.6, 1.0: 4.6}, [0.0, 1.0])
+    assert "back-to-back costs" in _spacing_text({0.0: 0.1}, [0.0])
