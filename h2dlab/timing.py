@@ -50,7 +50,8 @@ def host_alloc_count() -> float:
     Read from the nested statistics: ``torch.cuda.host_memory_stats()`` flattens and sorts
     them in Python, which costs several times the read itself, twice per copy."""
     try:
-        return float(torch.cuda.host_memory_stats_as_nested_dict().get("num_host_alloc", np.nan))
+        stats = getattr(torch.cuda, "host_memory_stats_as_nested_dict", torch.cuda.host_memory_stats)
+        return float(stats().get("num_host_alloc", np.nan))  # the key is top-level in both
     except Exception:  # noqa: BLE001 - older torch, or CUDA not initialised
         return np.nan
 

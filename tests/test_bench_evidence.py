@@ -26,11 +26,11 @@ def bench():
 
 
 def test_verdicts_follow_the_targets(bench):
-    ok = {"timer_us": 100.0, "sched_state_us": 29.9, "loop_gap_light_ms": 0.2}
+    ok = {"timer_light_us": 100.0, "sched_state_us": 29.9, "loop_gap_light_ms": 0.2}
     assert [h for _, h in bench.verdicts(ok)] == [True, True, True]
-    bad = {"timer_us": 100.1, "sched_state_us": 30.5, "loop_gap_light_ms": 0.21}
+    bad = {"timer_light_us": 100.1, "sched_state_us": 30.5, "loop_gap_light_ms": 0.21}
     assert [h for _, h in bench.verdicts(bad)] == [False, False, False]
-    assert bench.verdicts(ok)[0][0] == "timer_us = 100.0 us (target <= 100 us)"
+    assert bench.verdicts(ok)[0][0] == "timer_light_us = 100.0 us (target <= 100 us)"
     assert bench.verdicts(ok)[2][0] == "loop_gap_light_ms = 0.20 ms (target <= 0.2 ms)"
 
 
