@@ -42,6 +42,15 @@ compared they alternate, and each timed call comes right after an untimed call o
 8. PyTorch's other ways over the grid: pin_then_to, tensordict, pinned_reuse (the PCIe
    peak), and pin_then_to_reg (PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host_register, own
    subprocess).
+9. reference (issue #30): h2dlab's own measuring loop (``measure.sweep``, its default light
+   evidence, reps back to back, CUDA-event medians) and ``torch.utils.benchmark``'s
+   ``blocked_autorange`` of copy + synchronize, on pinned_reuse and pageable at 1 KiB, 64 KiB,
+   1 MiB, 64 MiB and 1 GiB, this process: key ``reference``, one entry per cell with
+   ``kit_median_us`` and ``reference_median_us``; ``reference_verdict`` says whether every
+   kit / reference ratio lies in REF_BOUNDS. ``--reference-only`` runs this part alone and
+   writes it into the --out file already there (its other keys kept; ~20 s):
+
+    python3 benchmarks/bench_transfer.py --reference-only --out benchmarks/results/h200.json
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -78,8 +88,8 @@ from bench_analysis import (  # noqa: E402
 from bench_staging import DEV, T0, WallTimer, bounds, log, repeated, src, stats, timed, timeline, tune  # noqa: E402
 from bench_staging import tune_sizes as tune_by_size  # noqa: E402
 
+from h2dlab import reference, transfer  # noqa: E402
 from h2dlab import stager as stg  # noqa: E402
-from h2dlab import transfer  # noqa: E402
 from h2dlab.env import collect_env  # noqa: E402
 from h2dlab.units import parse_size  # noqa: E402
 
@@ -90,6 +100,10 @@ BOUND_SIZES = (256 * MiB, GiB, 4 * GiB)
 PRIMED_NO_WARMUP = 64 * MiB  # from here a primed comparison has no warm-up round: the prime is one
 REPEATED = ((64 * MiB, 20), (GiB, 6))  # (bytes per step, steps)
 MID_TIMELINES = (16 * MiB, 64 * MiB)  # where the issue-34 copies lost most to pinned_reuse
+REF_STRATEGIES, REF_SIZES = ("pinned_reuse", "pageable"), (KiB, 64 * KiB, MiB, 64 * MiB, GiB)
+REF_MIN_RUN_S = reference.MIN_RUN_TIME_S  # blocked_autorange's min_run_time per cell
+REF_BOUNDS = (0.8, 1.25)  # kit / reference: the event time may be shorter, not much longer (#30)
+REF_KEYS = ("strategy", "size_bytes", "kit_median_us", "reference_median_us")
 
 
 def reps_for(n: int, a) -> tuple[int, int]:
@@ -215,6 +229,52 @@ def reg_child(a) -> list[dict]:
     return [{**r, "method": "pin_then_to_reg"} for r in json.loads(child.stdout)]
 
 
+def reference_rows() -> list[dict]:
+    """Section 9: the kit's measure loop, then torch.utils.benchmark, on REF_STRATEGIES x
+    REF_SIZES in this process; one entry (REF_KEYS) per cell both timed."""
+    from h2dlab.measure import sweep
+    from h2dlab.spec import SweepSpec
+
+    spec = SweepSpec(strategies=REF_STRATEGIES, sizes=REF_SIZES, device=str(DEV), reps=30, reps_large=5,
+                     warmup=2, order="shuffled", seed=0)  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder:  # rows written as a recording writes them
+        kit = reference.kit_medians_us(sweep(spec, out=Path(folder) / "kit.csv", progress=False))
+    ref = reference.reference_medians_us(REF_STRATEGIES, REF_SIZES, DEV, min_run_time_s=REF_MIN_RUN_S)
+    rows = [{k: r[k] for k in REF_KEYS} for r in reference.compare(kit, ref)]
+    for r in rows:
+        log(f"reference {r['strategy']:>12s} {r['size_bytes'] / KiB:10.0f} KiB: kit {r['kit_median_us']:9.1f} us, "
+            f"torch.utils.benchmark {r['reference_median_us']:9.1f} us")  # fmt: skip
+    return rows
+
+
+def reference_verdict(rows: list[dict]) -> dict:
+    """Whether every kit / reference ratio lies within REF_BOUNDS, and the ratios."""
+    ratios = [r["kit_median_us"] / r["reference_median_us"] for r in rows]
+    return {"bounds": list(REF_BOUNDS), "ratios": ratios,
+            "within": bool(ratios) and all(REF_BOUNDS[0] <= q <= REF_BOUNDS[1] for q in ratios)}  # fmt: skip
+
+
+def write_results(res: dict, out: Path) -> None:
+    """``res`` as JSON at ``out``, written beside it and then renamed (never half a file)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".tmp-{out.name}")
+    tmp.write_text(json.dumps(res, indent=1, default=float) + "\n")
+    tmp.replace(out)
+
+
+def reference_only(out: Path) -> int:
+    """--reference-only: section 9 alone, into the results at ``out`` (other keys kept)."""
+    res = json.loads(out.read_text()) if out.exists() else {"format": 2}
+    res["reference"] = reference_rows()
+    res["reference_verdict"] = reference_verdict(res["reference"])
+    res["reference_env"] = collect_env(argv=[sys.executable, *sys.argv])
+    write_results(res, out)
+    v = res["reference_verdict"]
+    print(f"wrote {out}: reference ratios {', '.join(f'{q:.2f}' for q in v['ratios'])} "
+          f"({'all' if v['within'] else 'not all'} within {REF_BOUNDS[0]}-{REF_BOUNDS[1]})")  # fmt: skip
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/h200.json"), help="results JSON")
@@ -225,6 +285,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps-large", type=int, default=5, help="reps from 64 MiB (at least 5)")
     ap.add_argument("--others", default="pin_then_to,tensordict,pinned_reuse,pin_then_to_reg",
                     help="PyTorch's other ways over the grid ('' for none)")  # fmt: skip
+    ap.add_argument("--reference-only", action="store_true",
+                    help="run section 9 alone and write its keys into --out (other keys kept)")  # fmt: skip
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     try:
@@ -249,6 +311,8 @@ def main(argv=None) -> int:
     if a.child:
         json.dump(others(sizes, ["pin_then_to"], timer, a), sys.stdout)
         return 0
+    if a.reference_only:
+        return reference_only(Path(a.out))
     cores = len(os.sched_getaffinity(0))
     res: dict = {"format": 2, "env": collect_env(argv=[sys.executable, *sys.argv])}
     log(f"{res['env'].get('gpu_name')}, {cores} usable cores, sizes {sizes[0]}..{sizes[-1]} bytes")
@@ -334,13 +398,12 @@ def main(argv=None) -> int:
             reg.append(time.perf_counter() - t0)
             transfer.host_unregister(x.data_ptr())
         res["ceilings"]["host_register_1GiB_ms"] = float(np.median(reg) * 1e3)
+    res["reference"] = reference_rows()
+    res["reference_verdict"] = reference_verdict(res["reference"])
     res["targets"] = targets(res)
     res["elapsed_s"] = time.perf_counter() - T0
     out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".tmp-{out.name}")
-    tmp.write_text(json.dumps(res, indent=1, default=float) + "\n")
-    tmp.replace(out)
+    write_results(res, out)
     report(res)
     print(f"wrote {out}" + (f" and {a.fastpath}" if a.fastpath else "") + f" in {res['elapsed_s']:.0f} s")
     return 0

@@ -2,8 +2,9 @@
 # How the bundled H200 recording data/h200 is made: the one recording plan (h2dlab/record_plan.py,
 # `h2dlab record --dry-run` prints it) run by `h2dlab record` into a new folder, which is then
 # copied over data/h200: recording.json, the folder's env.json, record.log and every
-# <kind>/<run> table with its env.json. Tables of retired runs (record_plan.RETIRED) that the
-# plan no longer makes stay where they are. Nothing else defines an experiment.
+# <kind>/<run> table with its env.json. Tables of retired runs (record_plan.RETIRED) are removed
+# from data/h200 first: a recording holds one machine and one day. Nothing else defines an
+# experiment.
 # Usage, on the GPU machine from the repository root:
 #   H2DLAB_GIT_COMMIT=<commit> bash data/record_h200.sh    # the full plan, 1-GPU H200 machine
 #   bash data/record_h200.sh --only concurrent              # 2-GPU host: into data/h200x2_concurrent
@@ -33,6 +34,10 @@ if [ "$kinds" = "concurrent " ]; then  # the 2-GPU host's run joins the first se
   exit 0
 fi
 mkdir -p data/h200
+PY=${PY:-python3}
+for t in $($PY -c 'from h2dlab.record_plan import RETIRED; print(" ".join(f"{k}/{r}" for k, r in RETIRED))'); do
+  rm -f "data/h200/$t.csv.gz" "data/h200/$t.csv.gz.env.json"
+done
 for kind in $kinds; do
   mkdir -p "data/h200/$kind"
   cp -f "$rec/$kind"/*.csv.gz "$rec/$kind"/*.csv.gz.env.json "data/h200/$kind/"

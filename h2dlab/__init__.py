@@ -16,7 +16,12 @@ __version__ = "0.1.0"
 # 3: run_delay_ms, nivcsw, nvcsw, cpu_moved, proc_cpu_ms, proc_faults, issue_ms, gc_ms (scheduler evidence);
 # 4: others_cpu_ms, others_window_ms, busiest_cpu_ms, busiest_thread, n_threads (other threads, own CPU clocks)
 # 5: others_wait_ms, longest_wait_ms (the other threads' run-queue wait during the copy)
-SCHEMA_VERSION = 5
+# 6: no new column; measure's loop does at most ~0.2 ms of host work between two timed copies
+#    (light evidence by default: sm_clock_mhz, gpu_procs, others_*, busiest_*, n_threads are
+#    NaN unless the run's spec says evidence "full"), and the end event follows the copy
+#    directly (issue_ms now includes recording it). Earlier measure runs' copies followed
+#    1-6 ms of the kit's own work: their small copies are costs after an idle gap.
+SCHEMA_VERSION = 6
 
 
 def __getattr__(name: str):  # h2dlab.doctor(path) and h2dlab.profile(): imported on first use

@@ -17,7 +17,16 @@ import os
 import sys
 
 import h2dlab.cli_workload as cli_workload
-from h2dlab import __version__, cli_common, cli_compare, cli_doctor, cli_measuring, cli_record, cli_strategies
+from h2dlab import (
+    __version__,
+    cli_common,
+    cli_compare,
+    cli_doctor,
+    cli_loop,
+    cli_measuring,
+    cli_record,
+    cli_strategies,
+)
 from h2dlab.cli_checks import check_folder, check_out, check_plan, check_target, not_the_source
 from h2dlab.cli_common import EXIT_CODES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, failure, finish_measure
 from h2dlab.cli_common import Parser as _Parser
@@ -83,14 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--empty-host-cache", action="store_true", help="free PyTorch's cached pinned blocks before each size"
     )
     m.add_argument("--dtype", default="uint8", help="element type of the copied tensor [uint8]")
-    m.add_argument(
-        "--pause",
-        type=cli_common.pause_arg,
-        default=None,
-        metavar="MS",
-        help="spin MS ms with the GPU idle before each timed copy (after a tiny GPU operation), "
-        "to measure what a pause costs the next copy",
-    )
+    cli_loop.add_options(m)  # --pause, --evidence, --reference
     m.add_argument("--out", required=True, help="output table: .csv, .csv.gz, .parquet or .xlsx")
     m.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     m.add_argument(
@@ -182,6 +184,7 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec | ForumSpec | OverlapSpec
             empty_host_cache_each_size=a.empty_host_cache,
             dtype=a.dtype,
             pause_ms=a.pause,
+            evidence=a.evidence,
         )
         cli_strategies.check_runnable(spec.strategies, spec.device)
         return spec
@@ -205,6 +208,7 @@ def spec_from_args(a: argparse.Namespace) -> SweepSpec | ForumSpec | OverlapSpec
 def _cmd_measure(a, argv) -> int:
     if a.gpus is not None and a.resume:
         raise UsageError("--resume does not apply to --gpus: a run on several GPUs is run again")
+    cli_loop.check(a)
     spec = spec_from_args(a)
     check_plan(spec, gpus=a.gpus, max_hours=a.max_hours)
     out = check_target(check_out(a.out), resume=a.resume, force=a.force)
@@ -217,6 +221,7 @@ def _cmd_measure(a, argv) -> int:
     from h2dlab.measure import sweep
 
     df = sweep(spec, out=out, resume=a.resume, force=a.force, progress=not a.no_progress, argv=cmdline)
+    cli_loop.after_sweep(a, df, out, spec)
     return finish_measure(df, out, argv)
 
 

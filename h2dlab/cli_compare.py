@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="median (IQR) per size and strategy of recorded runs, as ratios of a baseline strategy",
         description="RUN is a recorded dataset (all its runs), a table or folder of tables, "
         "DATASET:RUN for one run of a dataset (h200_sweep:pow2), or RECORDING:KIND[:RUN] for a kind "
-        "of a recording, h200 or a folder `h2dlab record` wrote (h200:sweep, h200:sweep:pow2).",
+        "of a recording, h200 or a folder `h2dlab record` wrote (h200:sweep, h200:sweep:pow2-interleaved).",
     )
     c.add_argument(
         "runs",

@@ -15,6 +15,7 @@ import pandas as pd
 
 from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, pause_of
 from h2dlab.finding import Finding
+from h2dlab.findings_spacing import spacing_words
 from h2dlab.machines import MACHINE_KEYS, machine_of, off_gpu
 from h2dlab.rows import check_values, timed, value_ms
 from h2dlab.units import fmt_bytes
@@ -242,15 +243,14 @@ def idle_wake(df: pd.DataFrame) -> Finding:
         if x >= 0
         else f"was at least {_us(-x)} below the same cell's median after {levels[0]:g} ms"
     )
-    gaps = _gaps(t)
-    values["gaps_ms"] = gaps
+    values["gaps_ms"] = gaps = _gaps(t)
     have = [q for q in levels if q in gaps]
     spans = (
         f" Counting the loop's own work, a copy began a median {_and([f'{gaps[q]:.2f}' for q in have])} ms "
         f"after the previous one ended, for pauses of {_and([f'{q:g}' for q in have])} ms."
         if have
         else ""
-    )
+    ) + spacing_words(gaps, have)  # back to back, or after an idle gap (issue #30)
     verdict = (
         "With a pause before each timed copy (a tiny GPU operation waited for, then the CPU spinning with the "
         "GPU idle): "

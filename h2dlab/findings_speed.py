@@ -11,7 +11,8 @@ from typing import Any
 import pandas as pd
 
 from h2dlab.finding import Finding, copies, size_text
-from h2dlab.model import check_values, medians, timed, value_ms
+from h2dlab.findings_spacing import small_copy_floor  # moved there (issue #30); re-exported
+from h2dlab.model import medians
 from h2dlab.units import fmt_bytes
 
 __all__ = [
@@ -114,55 +115,6 @@ def memory_kind(df: pd.DataFrame, size_bytes: int, *, margin: float = 1.1) -> Fi
         "matters at this size on the median, though the slower pinned copies are no faster than the faster pageable ones."
     )
     return Finding(verdict, holds, {"ratio": r, "ratio_lo": lo, "ratio_hi": hi})
-
-
-def small_copy_floor(df: pd.DataFrame, *, same_within: float = 1.5) -> Finding:
-    """What the smallest measured copy costs, per strategy (CUDA events and host clock,
-    median and quartiles in µs). ``holds`` ("whatever the strategy") when the slowest
-    strategy is within ``same_within`` x the fastest.
-
-    Parameters
-    ----------
-    df
-        A sweep run.
-    same_within
-        The largest slowest/fastest ratio still called "the same".
-
-    Returns
-    -------
-    Finding
-        ``values``: ``lo_us``, ``hi_us``; ``table``: per strategy ``event_us``, ``q1_us``,
-        ``q3_us``, ``wall_us``.
-
-    Raises
-    ------
-    ValueError
-        ``df`` holds no timed copy that succeeded.
-    """
-    check_values(df, ("strategy", "size_bytes", "wall_ms"))
-    t = _some(timed(df), "small_copy_floor")
-    t = t[t.size_bytes == t.size_bytes.min()]
-    t = t.assign(event_us=value_ms(t) * 1e3, wall_us=t.wall_ms * 1e3)
-    by = (
-        t.groupby("strategy")
-        .agg(
-            event_us=("event_us", "median"),
-            q1_us=("event_us", lambda v: v.quantile(0.25)),
-            q3_us=("event_us", lambda v: v.quantile(0.75)),
-            wall_us=("wall_us", "median"),
-        )
-        .sort_values("event_us")
-    )
-    lo, hi = by.event_us.iloc[0], by.event_us.iloc[-1]
-    holds = bool(hi / lo <= same_within)
-    size = size_text(int(t.size_bytes.iloc[0]))
-    verdict = (
-        f"At {size} a copy costs {lo:.0f}–{hi:.0f} µs by CUDA events (medians): `{by.index[0]}` fastest, "
-        f"`{by.index[-1]}` slowest, {hi / lo:.1f}x apart; by the host clock {by.wall_us.min():.0f}–"
-        f"{by.wall_us.max():.0f} µs. "
-        + ("The strategy hardly matters at this size." if holds else "The strategy matters even here.")
-    )
-    return Finding(verdict, holds, {"lo_us": float(lo), "hi_us": float(hi)}, by.reset_index())
 
 
 def host_copy_ceiling(bench: dict[str, Any], *, method: str = "to_device") -> Finding:

@@ -90,7 +90,8 @@ def sweep(
     check_memory(max(spec.sizes), dev)
     run = Recording(out, spec.to_dict(), planned, resume, argv, force=force)
     stop = stop if stop is not None else StopFlag()
-    timer = Timer(dev, clock, pause_s=None if spec.pause_ms is None else spec.pause_ms / 1e3)
+    pause_s = None if spec.pause_ms is None else spec.pause_ms / 1e3
+    timer = Timer(dev, clock, pause_s=pause_s, evidence=spec.evidence)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
         torch.zeros(1, device=dev)  # start the context outside any timed copy

@@ -51,11 +51,24 @@ __all__ = [
 #: the pin_then_copy allocator runs every other one) to fit 7.5 minutes on an H200.
 #: 3: the ``idle`` kind added (four ``measure --pause`` runs: what a pause with the GPU idle
 #: costs the next small copy); the earlier runs' arguments are unchanged.
-#: 4: the ``workload`` kind added (each recipe inside a training-like step); the earlier
-#: runs' arguments are unchanged.
+#: 4: the ``workload`` kind (each recipe inside a training-like step) and the ``reference`` kind
+#: (``measure --reference``: the kit's medians beside torch.utils.benchmark's, same process)
+#: added; every measure run's loop is light (schema 6); the earlier runs' arguments are unchanged.
 PLAN_VERSION = 4
 #: What a recording may hold, in reading order; each kind is a sub-folder (new kinds go last).
-KINDS = ("forum", "sweep", "allocator", "overlap", "concurrent", "d2h", "bidir", "batch", "idle", "workload")
+KINDS = (
+    "forum",
+    "sweep",
+    "allocator",
+    "overlap",
+    "concurrent",
+    "d2h",
+    "bidir",
+    "batch",
+    "idle",
+    "workload",
+    "reference",
+)
 #: ``--quick`` caps the forum grid here: 73 of its 210 sizes, up to 135.4 MiB, which
 #: still crosses the power-of-two block sizes at 17.25, 32.25, 64.1 and 129.75 MiB.
 QUICK_CAP_BYTES = 136 * 2**20
@@ -191,8 +204,13 @@ _IDLE = "measure --sizes 4KiB,64KiB,1MiB --strategies pinned_reuse,pageable --re
 #: plan 3). ``--quick`` leaves them out: four more processes would take the quick plan past its
 #: 150 s (one GPU); its arguments would be the same with ``--reps 10``.
 _PAUSES = {0: 6.0, 1: 6.5, 3: 7.8, 10: 8.5}
+#: The reference check's cells (issue #30): the kit's rows, reps back to back, then
+#: torch.utils.benchmark on the same cells. Estimated (not yet recorded): ~8 s of start-up,
+#: CUDA and a 1 GiB random source, ~2 s of kit copies, ten cells of ~0.5 s of blocked_autorange.
+_REF = "measure --strategies pinned_reuse,pageable --sizes 1KiB,64KiB,1MiB,64MiB,1GiB --reps 30 --reps-large 5 --warmup 2 --order shuffled --seed 0 --reference"
 
-#: Runs of the first session's (schema 1) H200 recording that the plan no longer makes, and why.
+#: Runs of earlier H200 recordings that the plan no longer makes, and why; data/record_h200.sh
+#: removes their tables from data/h200 when it copies a new recording in.
 RETIRED: dict[tuple[str, str], str] = {
     ("forum", "ascending-3"): "a third ascending forum run; dropped so that the whole plan, with the "
     "device-to-host, duplex and batch runs, fits in 10 minutes on an H200",
@@ -238,6 +256,7 @@ PLAN: tuple[Experiment, ...] = (
         Experiment("idle", f"pause-{ms}ms", _a(f"{_IDLE} --pause {ms}", reps="40"), est, 0, _SKIP, fresh=False, what=f"4 KiB-1 MiB, each copy after a {ms} ms pause, GPU idle")
         for ms, est in _PAUSES.items()
     ),
+    Experiment("reference", "reference", _a(_REF), 20.0, 0, _SKIP, fresh=False, what="the kit's medians beside torch.utils.benchmark's, same copies, same process"),
     Experiment("concurrent", "concurrent", _a(f"{_GPUS} --reps 5 --reps-large 3 --warmup 2"), 20, 15, _a(f"{_GPUS} --reps 3 --reps-large 2 --warmup 1"), min_gpus=2, what="1 then 2 GPUs copying at once"),
 )  # fmt: skip
 
@@ -281,6 +300,10 @@ def why_lacking(kinds: list[str], manifest: Mapping[str, Any] | None) -> str:
             why.append("the idle runs are in the full plan only: this is a --quick recording")
         elif kind == "idle" and isinstance(made, int) and not isinstance(made, bool) and made < 3:
             why.append(f"the idle runs came with plan 3: this recording was made with plan {made}")
+        elif kind == "reference" and isinstance(made, int) and not isinstance(made, bool) and made < 4:
+            why.append(f"the reference run came with plan 4: this recording was made with plan {made}")
+        elif kind == "reference" and m.get("quick"):
+            why.append("the reference run is in the full plan only: this is a --quick recording")
         elif kind == "idle":
             why.append(
                 "the idle runs came with plan 3: a --quick recording, or one made with an older plan, has none"

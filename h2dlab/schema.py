@@ -3,7 +3,10 @@
 Version 1 tables (the first session's datasets) have the ``REQUIRED`` columns; version 2
 adds the ``ADDED_V2`` columns, version 3 the ``ADDED_V3`` columns (scheduler evidence), 4 and
 5 the ``ADDED_V4`` and ``ADDED_V5`` columns (the other threads' CPU clocks and waits), which a reader fills with ``DEFAULTS`` when a table lacks them or leaves a cell empty (a
-partial CSV written before the value was known).
+partial CSV written before the value was known). Version 6 adds no column: it marks
+``measure``'s loop with at most ~0.2 ms of host work between timed copies, whose
+``sm_clock_mhz``, ``gpu_procs`` and other-thread columns are NaN unless its spec says
+``evidence: full`` (``timing.EVIDENCE``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ A RUN is, first match wins:
 - a recorded dataset (``h200_sweep``: ``datasets.load``);
 - ``RECORDING:KIND`` or ``RECORDING:KIND:RUN``: the runs of one kind of a recording,
   ``RECORDING`` being ``h200`` (the bundled recording, as the notebooks read it) or the
-  folder ``h2dlab record`` wrote (``h200:sweep``, ``h200:sweep:pow2``);
+  folder ``h2dlab record`` wrote (``h200:sweep``, ``h200:sweep:pow2-interleaved``);
 - ``DATASET:RUN``: one run of a dataset or folder (``h200_sweep:pow2``).
 
 Every mistake is a ``UsageError`` whose one line says what to write instead.

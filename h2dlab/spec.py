@@ -37,7 +37,6 @@ FORUM_ORDERS = ("ascending", "shuffled")
 #: A sweep's sizes when none are given: powers of two, 1 KiB - 64 MiB.
 DEFAULT_SIZES = tuple(2**k for k in range(10, 27))
 
-
 #: The most copies one plan may hold: a plan is built in memory before anything runs.
 MAX_PLAN_ROWS = 10_000_000
 #: The bandwidth (GB/s = 1e9 bytes/s) a plan's duration is estimated at: slow on purpose.
@@ -148,6 +147,8 @@ class SweepSpec:
     pause_ms
         ``None``: no pause. Else milliseconds (0 to :data:`MAX_PAUSE_MS`) the GPU idles
         before each timed copy, after a tiny GPU operation (``timing.Timer``'s ``pause_s``).
+    evidence
+        ``"light"`` (default) or ``"full"``: what is read around each copy (``timing.EVIDENCE``).
 
     Examples
     --------
@@ -167,6 +168,7 @@ class SweepSpec:
     empty_host_cache_each_size: bool = False
     dtype: str = "uint8"
     pause_ms: float | None = None
+    evidence: str = "light"
 
     def __post_init__(self) -> None:
         from h2dlab import strategies as registry
@@ -192,8 +194,9 @@ class SweepSpec:
         _whole("warmup", self.warmup, 0)
         if self.reps_large is not None:
             _whole("reps_large", self.reps_large, 1)
-        if self.order not in ORDERS:
-            raise UsageError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}")
+        for name, allowed in (("order", ORDERS), ("evidence", ("light", "full"))):
+            if getattr(self, name) not in allowed:
+                raise UsageError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
         _seed(self.seed)
         dtype = str(self.dtype).replace("torch.", "")
         item = _dtype_size(dtype)
@@ -248,8 +251,9 @@ class SweepSpec:
         d = dataclasses.asdict(self)
         d["strategies"] = list(self.strategies) if self.strategies is not None else None
         d["sizes"] = list(self.sizes)
-        if self.pause_ms is None:  # absent, so that specs recorded before it stay equal
-            del d["pause_ms"]
+        for key, absent in (("pause_ms", None), ("evidence", "full")):  # so that specs recorded before
+            if d[key] == absent:  # them stay equal (runs before schema 6 read full evidence)
+                del d[key]
         return {"kind": "sweep", **d}
 
 
@@ -335,8 +339,8 @@ def spec_from_dict(d: dict[str, Any]) -> SweepSpec | ForumSpec | OverlapSpec:
         raise UsageError(f"not a run spec of a known kind: {d.get('kind')!r}")
     fields = {f.name for f in dataclasses.fields(cls)}
     kw = {k: v for k, v in d.items() if k in fields}
-    if cls is ForumSpec and kw.get("seqs") == "forum":
-        kw["seqs"] = None
+    kw = {**kw, "seqs": None} if cls is ForumSpec and kw.get("seqs") == "forum" else kw
+    kw = {"evidence": "full", **kw} if cls is SweepSpec else kw  # without it: before schema 6, full
     return cls(**kw)
 
 

@@ -2,8 +2,8 @@
 evidence (page faults, the thread's CPU time and run-queue wait, context switches, CPU
 migration, the process's and its other threads' CPU time, when the host had issued the copy,
 GC collections, the GPU's SM clock and other processes on the GPU) for explaining a slow
-copy later. Also which failures a sweep may record and go on from (out of memory) and which
-leave the CUDA context unusable (a CUDA fault), so that the sweep must stop.
+copy later. Which failures a sweep may record and go on from, and which stop it, live in
+``h2dlab.failures`` (re-exported here).
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ except ImportError:  # not on Windows: page faults stay NaN
 import numpy as np
 import torch
 
+from h2dlab.failures import CudaFault, error_text, is_cuda_fault, is_oom
 from h2dlab.nvml import bus_id_of, nvml_for_cuda
 from h2dlab.threadstat import others_between, others_cpu_ns, others_wait_ns, sched_state, waits_since
 
 __all__ = [
+    "EVIDENCE",
     "PROCS_MAX_AGE_S",
     "RUSAGE_SCOPE",
     "CudaFault",
@@ -42,23 +44,25 @@ __all__ = [
 ]
 
 
-class CudaFault(RuntimeError):
-    """A CUDA error after which every later copy would fail (the context is poisoned):
-    the run stops, keeping the rows measured so far."""
-
-
 def host_alloc_count() -> float:
-    """cudaHostAlloc calls so far by PyTorch's caching host allocator (NaN if unknown)."""
+    """cudaHostAlloc calls so far by PyTorch's caching host allocator (NaN if unknown).
+
+    Read from the nested statistics: ``torch.cuda.host_memory_stats()`` flattens and sorts
+    them in Python, which costs several times the read itself, twice per copy."""
     try:
-        return float(torch.cuda.host_memory_stats().get("num_host_alloc", np.nan))
+        stats = getattr(torch.cuda, "host_memory_stats_as_nested_dict", torch.cuda.host_memory_stats)
+        return float(stats().get("num_host_alloc", np.nan))  # the key is top-level in both
     except Exception:  # noqa: BLE001 - older torch, or CUDA not initialised
         return np.nan
 
 
 def device_segment_count(dev: torch.device) -> float:
-    """cudaMalloc'd segments so far by the device caching allocator (NaN if unknown)."""
+    """cudaMalloc'd segments so far by the device caching allocator (NaN if unknown).
+
+    Read from the nested statistics (``segment`` / ``all`` / ``allocated``), not through
+    ``torch.cuda.memory_stats``, whose flattening of some 150 keys is the costly part."""
     try:
-        return float(torch.cuda.memory_stats(dev).get("segment.all.allocated", np.nan))
+        return float(torch.cuda.memory_stats_as_nested_dict(dev)["segment"]["all"]["allocated"])
     except Exception:  # noqa: BLE001
         return np.nan
 
@@ -71,6 +75,14 @@ RUSAGE_SCOPE = "" if resource is None else ("thread" if hasattr(resource, "RUSAG
 _WHO = None if resource is None else getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
 #: How old the count of other processes on the GPU may be (NVML's process list is slow).
 PROCS_MAX_AGE_S = 1.0
+#: What a :class:`Timer` reads around each copy. ``"light"``: page faults, CPU times,
+#: context switches, the scheduler's wait and CPU of the timing thread, GC and the two
+#: allocator counters; tens of microseconds, so copies follow each other as in a user's
+#: loop. ``"full"`` adds NVML's SM clock and GPU process count and every other thread's
+#: CPU clock and run-queue wait: about 1-3 ms per copy in a process of some 30 threads
+#: (``benchmarks/bench_evidence.py`` measures it), and the GPU idles that long between
+#: copies, which a small copy then pays for.
+EVIDENCE = ("light", "full")
 
 _GC_STARTS = [0]
 _GC_TIME = [0.0, 0.0]  # seconds spent in collections so far; perf_counter at the running one's start
@@ -214,9 +226,16 @@ class Timer:
     """
 
     def __init__(
-        self, dev: torch.device, clock: Callable[[], float] = time.perf_counter, pause_s: float | None = None
+        self,
+        dev: torch.device,
+        clock: Callable[[], float] = time.perf_counter,
+        pause_s: float | None = None,
+        evidence: str = "full",
     ) -> None:
-        self.dev, self.clock, self.pause_s = dev, clock, pause_s
+        if evidence not in EVIDENCE:
+            raise ValueError(f"evidence must be one of {', '.join(EVIDENCE)}, not {evidence!r}")
+        self.dev, self.clock, self.pause_s, self.evidence = dev, clock, pause_s, evidence
+        self.full = evidence == "full"
         self.cuda = dev.type == "cuda"
         self._procs, self._procs_at = np.nan, -np.inf
         if self.cuda:
@@ -243,9 +262,10 @@ class Timer:
         q0 = resource.getrusage(resource.RUSAGE_SELF) if _WHO is not None else None
         f0 = resource.getrusage(_WHO) if _WHO is not None else None
         s0 = sched_state()
-        v0 = others_wait_ns() or None  # their waits, read outside the window: 33 threads' take ~0.35 ms
+        full = self.full
+        v0 = (others_wait_ns() or None) if full else None  # 33 threads' waits take ~0.35 ms
         w0 = time.perf_counter()  # the other threads' clocks are read within [w0, w1]
-        o0 = others_cpu_ns() or None
+        o0 = (others_cpu_ns() or None) if full else None
         p0 = time.process_time()
         # GC read last before the start and first after the stop: in between, outside fn,
         # only floats are made, and they cannot start a collection.
@@ -253,13 +273,17 @@ class Timer:
         c0 = time.thread_time()
         t0 = self.clock()
         i0 = t0 if self.clock is time.perf_counter else time.perf_counter()
+        # Nothing but the copy between the two events: the end event is recorded before
+        # the host's issue clock is read (tests/test_timer_window.py checks the order).
         if cuda:
             self.start.record()
-        out = fn()
-        i1 = time.perf_counter()
-        if cuda:
+            out = fn()
             self.end.record()
+            i1 = time.perf_counter()
             torch.cuda.synchronize(self.dev)
+        else:
+            out = fn()
+            i1 = time.perf_counter()
         t1 = self.clock()
         c1 = time.thread_time()
         g1, gt1 = _GC_STARTS[0], _GC_TIME[0]
@@ -280,8 +304,8 @@ class Timer:
             "majflt": float(f1.ru_majflt - f0.ru_majflt) if f0 is not None else np.nan,
             "cpu_ms": (c1 - c0) * 1e3,
             "gc_count": float(g1 - g0),
-            "sm_clock_mhz": sm_clock_mhz(self.dev) if cuda else np.nan,
-            "gpu_procs": self.gpu_procs() if cuda else np.nan,
+            "sm_clock_mhz": sm_clock_mhz(self.dev) if cuda and full else np.nan,
+            "gpu_procs": self.gpu_procs() if cuda and full else np.nan,
             "run_delay_ms": (s1[0] - s0[0]) / 1e6,
             "nivcsw": float(f1.ru_nivcsw - f0.ru_nivcsw) if f0 is not None else np.nan,
             "nvcsw": float(f1.ru_nvcsw - f0.ru_nvcsw) if f0 is not None else np.nan,
@@ -320,31 +344,3 @@ class Timer:
         if now - self._procs_at >= PROCS_MAX_AGE_S:
             self._procs, self._procs_at = gpu_other_processes(self.dev), now
         return self._procs
-
-
-def is_oom(exc: BaseException) -> bool:
-    """Whether ``exc`` says memory ran out (host or device)."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    msg = str(exc).lower()
-    return isinstance(exc, (RuntimeError, MemoryError)) and (
-        "out of memory" in msg or "can't allocate memory" in msg or isinstance(exc, MemoryError)
-    )
-
-
-def is_cuda_fault(exc: BaseException) -> bool:
-    """Whether ``exc`` is a CUDA error other than out-of-memory (an illegal memory access,
-    a device-side assert, a launch failure, ...): after one, the context is unusable."""
-    if isinstance(exc, CudaFault):
-        return True
-    if not isinstance(exc, RuntimeError) or is_oom(exc):
-        return False
-    msg = str(exc)
-    return "CUDA error" in msg or "cudaError" in msg or "device-side assert" in msg
-
-
-def error_text(exc: BaseException) -> str:
-    """The ``error`` column's text for a failed copy: kind and first line, at most 300 characters."""
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    kind = "OOM" if is_oom(exc) else type(exc).__name__
-    return f"{kind}: {first}"[:300]

@@ -34,7 +34,7 @@ MODE = "replay"
 # %%
 from IPython.display import Code, Markdown, display
 
-from h2dlab import advice, compare_machines, datasets, factors, findings_speed, findings_transfer, findings_workload, plots, recipes, session
+from h2dlab import advice, compare_machines, datasets, factors, findings_spacing, findings_speed, findings_transfer, findings_workload, plots, recipes, session
 
 rec = session.recording(DATA, mode=MODE)
 sweep = rec.get("sweep", "pow2-interleaved")
@@ -70,6 +70,11 @@ if sweep is not None:
 #
 # *Does the strategy matter when the copy is tiny?* Time per copy on log axes, with the fitted
 # `overhead + bytes / bandwidth` model dashed.
+#
+# A small copy has two costs that must not be mixed: back to back, as in a loop of copies, and
+# after an idle gap, when the GPU has waited. The finding below says which one this run shows,
+# from the host time between copies. The reference check times the same copies with
+# `torch.utils.benchmark` in the same process.
 
 # %% tags=["hide-input"]
 plots.latency(sweep) if sweep is not None else display(rec.lacks("sweep/pow2-interleaved"));
@@ -77,6 +82,9 @@ plots.latency(sweep) if sweep is not None else display(rec.lacks("sweep/pow2-int
 # %% tags=["hide-input"]
 if sweep is not None:
     display(advice.small_copy_floor(sweep), advice.memory_kind(sweep, 2**16), advice.memory_kind(sweep, 2**20))
+
+# %% tags=["hide-input"]
+display(findings_spacing.reference_agreement(rec.env("reference", "reference").get("reference", []) if rec.has("reference", "reference") else []))
 
 # %% [markdown]
 # ## 3 · Does pinning first pay?

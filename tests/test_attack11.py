@@ -74,7 +74,7 @@ def _h2dlab(args, **env):
 
 
 def test_an_ascii_terminal_gets_the_table_not_a_traceback():
-    r = _h2dlab(["compare", "h200:sweep:pow2"], PYTHONIOENCODING="ascii")
+    r = _h2dlab(["compare", "h200:sweep:pow2-interleaved"], PYTHONIOENCODING="ascii")
     assert r.returncode == 0 and "Traceback" not in r.stderr
     assert " us (" in r.stdout and "µ" not in r.stdout  # µs written as us
 
@@ -83,7 +83,7 @@ def test_a_utf8_table_reads_under_an_ascii_locale(tmp_path):
     """The kit writes UTF-8; reading used the locale's encoding (LC_ALL=C: ASCII)."""
     from h2dlab import sources, tableio
 
-    df = sources.load("h200:sweep:pow2")
+    df = sources.load("h200:sweep:pow2-interleaved")
     df = df[df.strategy == "pageable"].assign(strategy="pagé")
     out = tableio.save(df, tmp_path / "u.csv", df.attrs.get("env"))
     r = _h2dlab(["explain", str(out)], LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONIOENCODING="utf-8")
@@ -96,7 +96,7 @@ def test_explain_and_compare_say_when_a_table_was_stopped_early(tmp_path, capsys
     explain and compare showed the sizes it reached as if they were the plan."""
     from h2dlab import sources, tableio
 
-    df = sources.load("h200:sweep:pow2")
+    df = sources.load("h200:sweep:pow2-interleaved")
     env = {**df.attrs["env"], "planned_rows": len(df) + 500, "measured_rows": len(df)}
     out = tableio.save(df, tmp_path / "z.csv", env)
     for cmd in (["explain", str(out)], ["compare", str(out)]):
@@ -188,7 +188,7 @@ def test_a_file_of_two_runs_names_each_by_its_run_id_and_compare_refuses_a_run_t
     'run(s) mix, mix' and `compare mix.csv:a` could pick neither; `compare t t` said 1.00x."""
     from h2dlab import datasets, sources, tableio
 
-    d = sources.load("h200:sweep:pow2")
+    d = sources.load("h200:sweep:pow2-interleaved")
     d = d[d.strategy.isin(["pageable", "pinned_reuse"])]
     d = d.assign(run_id=["a" if i % 2 else "b" for i in range(len(d))])
     mix = tableio.save(d, tmp_path / "mix.csv", d.attrs.get("env"))

@@ -98,6 +98,9 @@ def test_dry_run_writes_every_section(bench, fake_cuda, monkeypatch, tmp_path): 
         "REPEATED": ((64 * KiB, 3), (MiB, 2)),
         "PLAN_SIZES": (128 * KiB, 256 * KiB, 512 * KiB),
         "MID_TIMELINES": (256 * KiB,),
+        "REF_STRATEGIES": ("pageable",),  # pinned_reuse needs CUDA
+        "REF_SIZES": (KiB, 64 * KiB),
+        "REF_MIN_RUN_S": 0.01,
     }.items():
         monkeypatch.setattr(bench, name, value)
     out, fp = tmp_path / "r" / "fake.json", tmp_path / "fastpath.json"
@@ -108,7 +111,16 @@ def test_dry_run_writes_every_section(bench, fake_cuda, monkeypatch, tmp_path): 
         transfer.use_fastpath(prev)
     res = json.loads(out.read_text())
     assert set(res) >= {"env", "tuning", "crossover", "settings", "rows", "fastpath_overhead_us", "bounds",
-                        "repeated", "timeline_256MiB", "ceilings", "targets", "elapsed_s"}  # fmt: skip
+                        "repeated", "timeline_256MiB", "ceilings", "targets", "elapsed_s", "reference",
+                        "reference_verdict"}  # fmt: skip
+    assert [(r["strategy"], r["size_bytes"]) for r in res["reference"]] == [
+        ("pageable", KiB),
+        ("pageable", 64 * KiB),
+    ]
+    assert all(
+        set(r) == {"strategy", "size_bytes", "kit_median_us", "reference_median_us"} for r in res["reference"]
+    )
+    assert all(r["kit_median_us"] > 0 and r["reference_median_us"] > 0 for r in res["reference"])
     sizes = [2**k for k in range(10, 21)]
     for m in ("to", "to_device", "pin_then_to", "pinned_reuse"):
         got = sorted(r["size_bytes"] for r in res["rows"] if r["method"] == m)
@@ -155,7 +167,10 @@ def test_dry_run_writes_every_section(bench, fake_cuda, monkeypatch, tmp_path): 
     # one chosen from those rows, and the 256 KiB timeline ran the plan to_device runs there.
     tbs = res["tuning_by_size"]
     assert sorted({r["size_bytes"] for r in tbs["rows"]}) == [128 * KiB, 256 * KiB, 512 * KiB]
-    assert len(tbs["rows"]) == 3 * len(tbs["candidates"]) and tbs["candidates"][0]["threads"] == settings["threads"]
+    assert (
+        len(tbs["rows"]) == 3 * len(tbs["candidates"])
+        and tbs["candidates"][0]["threads"] == settings["threads"]
+    )
     assert settings["schedule"] == tbs["schedule"] == bench.choose_schedule(tbs["rows"], settings)
     band = next((b for b in settings["schedule"] if 256 * KiB < b["below_bytes"]), settings)
     assert res["timeline_256MiB"]["plan"] == {k: band[k] for k in stager.PLAN_KEYS}
@@ -337,3 +352,50 @@ def test_timed_primes_each_call_with_itself(bench):
     calls.clear()
     bench_staging.timed(fns, 2, 1, timer)  # unprimed: only timed calls, alternating a b / b a
     assert [c[1] for c in calls if isinstance(c, tuple)] == ["a", "b", "b", "a", "a", "b"]
+
+
+# --- section 9, the reference check: what it writes ------------------------------------------
+
+
+def test_reference_only_writes_the_issues_entries_and_keeps_the_other_keys(
+    bench,
+    fake_cuda,  # noqa: F811
+    monkeypatch,
+    tmp_path,
+):
+    """--reference-only on synthetic medians: one entry per strategy x size with the kit's and
+    the reference's median in us, the verdict on their ratios, the results' other keys kept."""
+    import h2dlab.measure
+
+    kit = {(s, n): (1.1 * n / KiB, "event") for s in bench.REF_STRATEGIES for n in bench.REF_SIZES}
+    ref = {(s, n): {"reference_median_us": n / KiB, "reference_iqr_us": 0.0} for (s, n) in kit}
+    specs = []
+    monkeypatch.setattr(h2dlab.measure, "sweep", lambda spec, **k: specs.append(spec))
+    monkeypatch.setattr(bench.reference, "kit_medians_us", lambda df: kit)
+    monkeypatch.setattr(bench.reference, "reference_medians_us", lambda names, sizes, dev, **k: ref)
+    monkeypatch.setattr(bench, "collect_env", lambda argv=None: {"gpu_name": "synthetic"})
+    monkeypatch.setattr(bench, "DEV", torch.device("cpu"))
+    monkeypatch.setattr(bench, "WallTimer", _Timer)
+    out = tmp_path / "h200.json"
+    out.write_text(json.dumps({"format": 2, "rows": [{"method": "to"}]}))
+    assert bench.main(["--reference-only", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["rows"] == [{"method": "to"}] and res["format"] == 2  # kept
+    got = {(r["strategy"], r["size_bytes"]): r for r in res["reference"]}
+    assert set(got) == {
+        (s, n) for s in ("pinned_reuse", "pageable") for n in (KiB, 64 * KiB, MiB, 64 * MiB, GiB)
+    }
+    for (_, n), r in got.items():
+        assert list(r) == ["strategy", "size_bytes", "kit_median_us", "reference_median_us"]
+        assert r["kit_median_us"] == pytest.approx(1.1 * n / KiB) and r["reference_median_us"] == n / KiB
+    assert res["reference_verdict"]["within"] is True and res["reference_env"] == {"gpu_name": "synthetic"}
+    (spec,) = specs  # the kit's own loop, its default evidence, reps back to back
+    assert spec.evidence == "light" and spec.order == "shuffled" and spec.pause_ms is None
+
+
+@pytest.mark.parametrize(("ratio", "within"), [(0.8, True), (1.25, True), (0.79, False), (4.1, False)])
+def test_the_reference_verdict_holds_only_within_the_issues_bounds(bench, ratio, within):
+    rows = [{"kit_median_us": 10.0, "reference_median_us": 10.0},
+            {"kit_median_us": 10.0 * ratio, "reference_median_us": 10.0}]  # fmt: skip
+    assert bench.reference_verdict(rows)["within"] is within
+    assert bench.reference_verdict([])["within"] is False  # nothing compared is no pass

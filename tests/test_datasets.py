@@ -56,10 +56,10 @@ def test_truncated_parquet(tmp_path):
         datasets.read(p)
 
 
-@pytest.mark.parametrize("version", [99, 6, 0])
+@pytest.mark.parametrize("version", [99, 7, 0])
 def test_wrong_schema_version(tmp_path, version):
     p = datasets.save(_synthetic_table(), tmp_path / "t.csv", env={"schema_version": version})
-    with pytest.raises(datasets.SchemaError, match=f"version {version!r}, this h2dlab reads versions 1 to 5"):
+    with pytest.raises(datasets.SchemaError, match=f"version {version!r}, this h2dlab reads versions 1 to 6"):
         datasets.read(p)
 
 
@@ -72,7 +72,7 @@ def test_a_schema_version_that_is_no_whole_number_is_damage(tmp_path, version):
         datasets.read(p)
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 def test_every_older_schema_version_is_read(tmp_path, version):
     p = datasets.save(_synthetic_table(), tmp_path / "t.csv", env={"schema_version": version})
     back = datasets.read(p)

@@ -26,6 +26,7 @@ MOVED = [
     ("advice", "bandwidth", "findings_speed"),
     ("advice", "memory_kind", "findings_speed"),
     ("advice", "small_copy_floor", "findings_speed"),
+    ("findings_speed", "small_copy_floor", "findings_spacing"),
     ("advice", "host_copy_ceiling", "findings_speed"),
     *[
         ("plots", name, "plots_style")
@@ -38,6 +39,7 @@ MOVED = [
     ("plots", "staged_timeline", "plots_fastpath"),
     ("plots", "advice_bars", "plots_compare"),
     ("plots", "batch_overhead", "plots_transfer"),
+    *[("timing", name, "failures") for name in ("CudaFault", "error_text", "is_cuda_fault", "is_oom")],
 ]  # fmt: skip
 
 

@@ -62,7 +62,14 @@ def expected():
         "pinning 1 GiB in place (`cudaHostRegister`)": [
             f"{advice.registering_cost(inter)['ms']['median']:.0f} ms, once"
         ],
-        "the smallest copy (1 KiB)": [f"{floor['lo_us']:.0f}–{floor['hi_us']:.0f} µs by CUDA events"],
+        "the smallest copy (1 KiB)": [
+            f"{floor['lo_us']:.0f}–{floor['hi_us']:.0f} µs by CUDA events",
+            # which of the two quantities (issue #30): back to back, or after an idle gap
+            {
+                "back_to_back": f"copies back to back (a median {floor['gap_ms']:.2f} ms between them)",
+                "after_idle_gap": f"each copy after an idle gap (a median {floor['gap_ms']:.1f} ms",
+            }.get(floor["spacing"], "no start times"),
+        ],
         "the forum's `pin_memory()` spikes": [
             f"{growth['new_blocks']} in {runs} re-runs, {growth['mismatches']} off the allocator's rule",
             f"{growth['ms_per_mib']['median']:.2f} ms per MiB",

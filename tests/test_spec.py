@@ -77,7 +77,18 @@ def test_sweep_spec_dict_keeps_the_recorded_keys():
         "empty_cache": False,
         "empty_host_cache_each_size": False,
         "dtype": "uint8",
+        "evidence": "light",
     }
+
+
+def test_a_spec_recorded_before_light_evidence_reads_back_as_full():
+    """Runs before schema 6 read every piece of evidence around each copy: their spec has no
+    ``evidence`` key, reads as full, and a light run does not resume them."""
+    old = {"kind": "sweep", "strategies": ["pageable"], "sizes": [1024], "device": "cpu"}
+    spec = spec_from_dict(old)
+    assert spec.evidence == "full" and "evidence" not in spec.to_dict()
+    now = SweepSpec(("pageable",), (1024,), device="cpu").to_dict()
+    assert "evidence was None, now 'light'" in differences(spec.to_dict(), now)
 
 
 def test_recorded_spec_reads_back():

@@ -120,10 +120,10 @@ def test_a_v3_table_reads_with_nan_other_thread_columns():
     assert (out["busiest_thread"] == "").all()
 
 
-def test_schema_version_is_5():
+def test_schema_version_is_6():
     import h2dlab
 
-    assert h2dlab.SCHEMA_VERSION == 5
+    assert h2dlab.SCHEMA_VERSION == 6
 
 
 def test_partial_csv_with_empty_v2_cells_reads_defaults(tmp_path):

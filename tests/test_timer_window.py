@@ -1,0 +1,175 @@
+"""What runs inside and between timed copies, checked with a fake clock and a fake GPU
+(synthetic: nothing here is measured, every call is logged in order).
+
+1. Between the two CUDA events there is only the copy: no clock, counter or evidence read
+   (before schema 6 the host's issue clock sat between the copy and the end event).
+2. ``measure``'s default loop does a fixed, small set of reads between two timed copies:
+   no NVML, no walk over the other threads, no flattened allocator statistics, no pandas
+   frame per row (each of which cost 0.1-1 ms on the H200 host); counted, not timed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import torch
+
+from h2dlab import measure, recorder, strategies, timing
+from h2dlab.spec import SweepSpec
+from tests import fake_cuda
+
+CUDA = torch.device("cuda")
+
+
+class Log(list):
+    def wrap(self, name, fn):
+        def logged(*a, **k):
+            self.append(name)
+            return fn(*a, **k)
+
+        return logged
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """A fake GPU whose events, synchronisation, counters, NVML and thread reads log each call."""
+    log = Log()
+    fake_cuda.install(monkeypatch)
+    names = iter(itertools.cycle(["start", "end"]))
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.name = next(names)
+
+        def record(self, stream=None):
+            log.append(f"{self.name}.record")
+
+        def synchronize(self):
+            log.append("event.synchronize")
+
+        def elapsed_time(self, other):
+            return 0.25
+
+    host = {"num_host_alloc": 3}
+    dev_stats = {"segment": {"all": {"allocated": 5}}}
+    for name, value in {
+        "Event": Event,
+        "is_initialized": lambda: True,
+        "synchronize": log.wrap("synchronize", lambda device=None: None),
+        "host_memory_stats_as_nested_dict": log.wrap("host_stats", lambda: host),
+        "memory_stats_as_nested_dict": log.wrap("device_stats", lambda device=None: dev_stats),
+        # the flattened forms (what the loop read before schema 6): counted as costly
+        "host_memory_stats": log.wrap("flattened_stats", lambda: {"num_host_alloc": 3}),
+        "memory_stats": log.wrap("flattened_stats", lambda device=None: {"segment.all.allocated": 5}),
+    }.items():
+        monkeypatch.setattr(torch.cuda, name, value, raising=False)
+    monkeypatch.setattr(timing, "_nvml", log.wrap("nvml", lambda dev: None))
+    for name in ("others_cpu_ns", "others_wait_ns", "sched_state"):
+        monkeypatch.setattr(timing, name, log.wrap(name, getattr(timing, name)))
+    fake_time = SimpleNamespace(
+        **{
+            n: log.wrap(n, getattr(time, n))
+            for n in ("perf_counter", "thread_time", "process_time", "monotonic")
+        }
+    )
+    monkeypatch.setattr(timing, "time", fake_time)
+    return log
+
+
+def _fake_clock(log):
+    ticks = itertools.count(0.0, 0.001)
+    return log.wrap("clock", lambda: next(ticks))
+
+
+def test_only_the_copy_runs_between_the_start_and_the_end_event(gpu):
+    timer = timing.Timer(CUDA, clock=_fake_clock(gpu))
+    out, rec = timer(gpu.wrap("copy", lambda: 7))
+    assert out == 7 and rec["event_ms"] == 0.25 and rec["wall_ms"] == pytest.approx(1.0)
+    a, b = gpu.index("start.record"), gpu.index("end.record")
+    assert gpu[a + 1 : b] == ["copy"]
+    # the host clock starts right before the start event (a clock read at most between)...
+    start = max(i for i in range(a) if gpu[i] == "clock")
+    assert set(gpu[start + 1 : a]) <= {"perf_counter"}
+    # ...and stops after the wait for the GPU, with only the issue clock before that wait
+    stop = gpu.index("clock", b)
+    assert gpu[b + 1 : stop] == ["perf_counter", "synchronize"]
+    assert timer.full  # Timer's own default stays full (forum, duplex)
+
+
+@pytest.mark.parametrize("evidence", ["light", "full"])
+def test_no_evidence_read_sits_in_the_event_window_whatever_the_evidence(gpu, evidence):
+    timer = timing.Timer(CUDA, clock=_fake_clock(gpu), evidence=evidence)
+    for _ in range(3):
+        timer(gpu.wrap("copy", lambda: None))
+    starts = [i for i, e in enumerate(gpu) if e == "start.record"]
+    ends = [i for i, e in enumerate(gpu) if e == "end.record"]
+    assert len(starts) == len(ends) == 3
+    assert all(gpu[a + 1 : b] == ["copy"] for a, b in zip(starts, ends, strict=True))
+
+
+def _between_copies(log: Log) -> list[Counter]:
+    """The calls logged between each timed copy's end event and the next one's start event."""
+    ends = [i for i, e in enumerate(log) if e == "end.record"]
+    starts = [i for i, e in enumerate(log) if e == "start.record"]
+    return [Counter(log[e + 1 : s]) for e, s in zip(ends, starts[1:], strict=False)]
+
+
+def _sweep_on_fake_gpu(gpu, monkeypatch, tmp_path, evidence):
+    frames = []
+    real_init = pd.DataFrame.__init__
+
+    def counting_init(self, *a, **k):
+        frames.append(1)
+        gpu.append("DataFrame")
+        real_init(self, *a, **k)
+
+    real_copy = strategies.Pageable.copy
+    monkeypatch.setattr(strategies.Pageable, "copy", lambda self, x: gpu.wrap("copy", real_copy)(self, x))
+    # The host copies run on the CPU; the timer is the CUDA one, on the fake GPU.
+    monkeypatch.setattr(measure, "Timer", lambda dev, *a, **k: timing.Timer(CUDA, *a, **k))
+    monkeypatch.setattr(recorder.RowWriter, "write", gpu.wrap("row_write", recorder.RowWriter.write))
+    spec = SweepSpec(("pageable",), (1024, 4096), device="cpu", reps=6, warmup=1, evidence=evidence)
+    monkeypatch.setattr(pd.DataFrame, "__init__", counting_init)
+    try:
+        df = measure.sweep(spec, out=tmp_path / "t.csv", progress=False, clock=_fake_clock(gpu))
+    finally:
+        monkeypatch.setattr(pd.DataFrame, "__init__", real_init)
+    assert len(df) == 14 and (df["error"].fillna("") == "").all()
+    return _between_copies(gpu)
+
+
+#: Reads the default loop may make between two timed copies (each cheap: a clock, one
+#: small /proc file, the allocator's nested counters), and how many times at most.
+CHEAP = {
+    "perf_counter": 4,  # the issue clock, the others' window (two), the row's t_s
+    "thread_time": 2,
+    "process_time": 2,
+    "sched_state": 2,
+    "host_stats": 2,
+    "device_stats": 2,
+    "synchronize": 2,  # the copy's own wait, then the loop's sync before the next
+    "clock": 2,
+    "row_write": 1,
+}
+COSTLY = ("nvml", "others_cpu_ns", "others_wait_ns", "flattened_stats", "DataFrame")
+
+
+def test_the_default_loop_makes_only_cheap_reads_between_copies(gpu, monkeypatch, tmp_path):
+    gaps = _sweep_on_fake_gpu(gpu, monkeypatch, tmp_path, "light")
+    assert len(gaps) == 13
+    for gap in gaps:
+        assert not {k: gap[k] for k in COSTLY if gap[k]}
+        assert gap["row_write"] == 1  # every row still reaches the disk before the next copy
+        over = {k: n for k, n in gap.items() if n > CHEAP.get(k, 0)}
+        assert not over, f"calls between two copies beyond the budget: {over}"
+
+
+def test_full_evidence_reads_nvml_and_the_other_threads_each_copy(gpu, monkeypatch, tmp_path):
+    """The counting above can see the costly reads: the full evidence makes them."""
+    gaps = _sweep_on_fake_gpu(gpu, monkeypatch, tmp_path, "full")
+    assert all(g["nvml"] >= 1 and g["others_cpu_ns"] == 2 and g["others_wait_ns"] >= 1 for g in gaps)
