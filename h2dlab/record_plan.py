@@ -249,13 +249,13 @@ PLAN: tuple[Experiment, ...] = (
     Experiment("bidir", "duplex", _a("duplex --sizes 1MiB,4MiB,16MiB,64MiB,256MiB,1GiB --reps 10 --warmup 2"), 12.8, 5.3, _a("duplex --sizes 1MiB,256MiB --reps 3 --warmup 1"), fresh=False, what="both directions at once on two streams, beside each alone"),
     Experiment("batch", "equal", _a("batch --layout equal --reps 5 --reps-large 3 --warmup 1 --seed 0"), 74.1, 14.8, _a(f"batch --layout equal {_BQ} --seed 0"), fresh=False, what="1-1024 equal tensors, 1 MiB-1 GiB in all, seven ways"),
     Experiment("batch", "mixed", _a("batch --layout mixed --totals 1MiB,16MiB,256MiB --reps 5 --reps-large 3 --warmup 1 --seed 1"), 30.3, 0, _SKIP, fresh=False, what="the same with seeded mixed sizes"),
-    # workload: not recorded yet; its estimate counts ~1 000 steps at 5-12 ms, three DataLoaders' start, the census.
-    # --quick leaves it out: the quick plan's 150 s hold no more.
-    Experiment("workload", "steps", _a("workload --steps 30 --warmup 12 --passes 2"), 20, 0, _SKIP, fresh=False, what="each recipe in a training-like step (36.75 MiB batch, ~4.5 ms compute), beside the batch already on the GPU"),
     *(
         Experiment("idle", f"pause-{ms}ms", _a(f"{_IDLE} --pause {ms}", reps="40"), est, 0, _SKIP, fresh=False, what=f"4 KiB-1 MiB, each copy after a {ms} ms pause, GPU idle")
         for ms, est in _PAUSES.items()
     ),
+    # workload: not recorded yet; its estimate counts ~1 000 steps at 5-12 ms, three DataLoaders' start, the census.
+    # --quick leaves it out: the quick plan's 150 s hold no more.
+    Experiment("workload", "steps", _a("workload --steps 30 --warmup 12 --passes 2"), 20, 0, _SKIP, fresh=False, what="each recipe in a training-like step (36.75 MiB batch, ~4.5 ms compute), beside the batch already on the GPU"),
     Experiment("reference", "reference", _a(_REF), 20.0, 0, _SKIP, fresh=False, what="the kit's medians beside torch.utils.benchmark's, same copies, same process"),
     Experiment("concurrent", "concurrent", _a(f"{_GPUS} --reps 5 --reps-large 3 --warmup 2"), 20, 15, _a(f"{_GPUS} --reps 3 --reps-large 2 --warmup 1"), min_gpus=2, what="1 then 2 GPUs copying at once"),
 )  # fmt: skip

@@ -87,13 +87,3 @@ def test_no_module_imports_a_private_name_from_another():
                     if a.name.startswith("_") and not a.name.startswith("__")
                 ]
     assert offenders == []
-
-
-def test_no_module_is_above_350_lines():
-    """Issue 12's bound: each room small enough to read in one sitting."""
-    long = {
-        p.name: n
-        for p in sorted((ROOT / "h2dlab").glob("*.py"))
-        if (n := len(p.read_text().splitlines())) > 350
-    }
-    assert not long, long
