@@ -30,12 +30,16 @@ def test_pinned_buffer_is_pinned_once_and_each_step_s_batch_arrives():
     r = recipes.load("pinned_buffer")
     buf = r.PinnedBuffer((64, 3, 224, 224), torch.float32, DEV)
     assert buf.host.is_pinned() and buf.gpu.device.type == "cuda"
-    before = _host_allocs()
+    allocs = []
     for step in range(8):
         batch = torch.full((64, 3, 224, 224), float(step))
         x = buf.send(batch)
         assert float((x * 2).sum()) == 2 * step * batch.numel()  # read on the same stream, after the copy
-    assert _host_allocs() == before  # no pinning inside the loop
+        allocs.append(_host_allocs())
+    # No pinning inside the loop. The count is taken from the first step on: reading a CUDA
+    # scalar (float(), .item()) makes one pinned block of its own the first time (seen on the
+    # H200, torch 2.11: 1 -> 2 over the first step), which is PyTorch's, not the recipe's.
+    assert allocs[1:] == [allocs[0]] * 7, allocs
 
 
 def test_dataloader_yields_pinned_batches_that_arrive_with_their_labels():
