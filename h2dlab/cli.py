@@ -281,6 +281,12 @@ def _cmd_env(a, argv) -> int:
     return 0
 
 
+def _cmd_record(a, argv) -> int:
+    from h2dlab.record_run import options_of
+
+    return cli_record.run(a, argv, options=options_of(build_parser()))
+
+
 def _cmd_datasets(a, argv) -> int:
     from h2dlab.datasets import names
 
@@ -303,7 +309,7 @@ COMMANDS = {
     "overlap": _cmd_overlap,
     "explain": _cmd_explain,
     "report": _cmd_report,
-    "record": cli_record.run,
+    "record": _cmd_record,
     "strategies": cli_strategies.run,
     "compare": cli_compare.run,
 }

@@ -16,7 +16,8 @@ import pytest
 
 from h2dlab import cli, session
 from h2dlab.plan import plan_sweep
-from h2dlab.record_plan import MANIFEST, PLAN_VERSION, experiments, read_manifest, select, total_seconds
+from h2dlab.record_folder import MANIFEST, read_manifest
+from h2dlab.record_plan import PLAN_VERSION, experiments, select, total_seconds
 from h2dlab.units import parse_sizes
 
 ROOT = Path(__file__).resolve().parent.parent
