@@ -6,7 +6,7 @@ imports nothing else (no torch, no pandas). The names a notebook needs are here,
 loaded when first used (:data:`__all__`, through the module's ``__getattr__``)::
 
     from h2dlab import session, plots, findings_speed      # modules
-    from h2dlab import load, explain, fit, to_device       # functions
+    from h2dlab import load, detect, fit, to_device        # functions
 
 ========================  =============================================================
 modules                   ``datasets`` (tables by name), ``session`` (a recording in a
@@ -15,14 +15,15 @@ modules                   ``datasets`` (tables by name), ``session`` (a recordin
                           ``compare_machines``, ``plots``
 measure                   ``sweep``, ``SweepSpec``, ``strategies`` (the registry)
 the fast path             ``to_device``, ``pinned``
-tables                    ``load`` (``datasets.load``), ``recording``
-                          (``session.recording``)
-explain                   ``fit`` (``model.fit``), ``detect``, ``explain``, ``summary``
-                          (``outliers``)
+tables                    ``load`` (``datasets.load``); a recording:
+                          ``session.recording``
+explain                   ``fit`` (``model.fit``), ``detect``, ``summary``, ``ruled_out``
+                          (``outliers``; ``outliers.explain`` names each spike's cause)
 show                      ``Explorer`` (notebook 05's explorer)
 ========================  =============================================================
 
-Everything else is reached through its module (``from h2dlab.<module> import name``).
+No public name is a subpackage's (measure, transfer, recording, explain, findings, show,
+doctor, cli): those are the folders. Everything else is reached through its module.
 """
 
 import importlib
@@ -46,10 +47,9 @@ _PUBLIC = {
     "to_device": "h2dlab.transfer:to_device",
     "pinned": "h2dlab.transfer:pinned",
     "load": "h2dlab.datasets:load",
-    "recording": "h2dlab.session:recording",
     "fit": "h2dlab.model:fit",
     "detect": "h2dlab.outliers:detect",
-    "explain": "h2dlab.outliers:explain",
+    "ruled_out": "h2dlab.outliers:ruled_out",
     "summary": "h2dlab.outliers:summary",
     "Explorer": "h2dlab.explore:Explorer",
 }

@@ -5,12 +5,13 @@ import importlib
 import pytest
 
 import h2dlab
-from tests.test_import_graph import GRAPH
+from tests.test_import_graph import GRAPH, LAYERS
 
 
 def test_the_public_surface_is_small_and_listed():
     public = [n for n in h2dlab.__all__ if n not in ("SCHEMA_VERSION", "__version__")]
     assert 20 <= len(public) <= 30
+    assert not set(public) & {*LAYERS, "doctor"}  # those names are the folders
     assert sorted(public) == sorted(h2dlab._PUBLIC)
     assert set(h2dlab.__all__) <= set(dir(h2dlab))
 
