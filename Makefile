@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: report test test-gpu lab lint clean install notebooks mutate
+.PHONY: report test test-fast test-gpu lab lint clean install notebooks mutate
 
 $(BIN)/python:
 	$(PY) -c 'import sys; assert sys.version_info >= (3, 10), "h2dlab needs Python >= 3.10"'
@@ -27,6 +27,12 @@ report: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The edit-test loop: every test but the slow tier (notebooks, subprocesses, the longest
+# property and real-data tests; tests/conftest.py lists them), under 2 minutes on 2 cores.
+# `make test` runs everything and is what CI runs.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m 'not slow and not cuda and not wheel'
 
 # On a machine without CUDA this fails, saying so, instead of skipping every GPU test.
 test-gpu: $(STAMP)

@@ -1,13 +1,62 @@
 """h2dlab: measure and explain host-to-device copies in PyTorch.
 
-Data flows one way: measure -> table -> analyse -> figure -> notebook. Importing the
-package imports nothing else (no torch, no pandas): import the module you need, e.g.
-``from h2dlab.measure import sweep``, ``from h2dlab.spec import SweepSpec``,
-``from h2dlab import datasets, model, outliers, plots``. The layout is drawn in
-README.md ("Layout").
+Data flows one way: measure -> recording (tables on disk) -> explain -> findings -> show,
+with the command line on top; docs/ARCHITECTURE.md draws the map. Importing the package
+imports nothing else (no torch, no pandas). The names a notebook needs are here, each
+loaded when first used (:data:`__all__`, through the module's ``__getattr__``)::
+
+    from h2dlab import session, plots, findings_speed      # modules
+    from h2dlab import load, detect, fit, to_device        # functions
+
+========================  =============================================================
+modules                   ``datasets`` (tables by name), ``session`` (a recording in a
+                          notebook), ``outliers``, ``model``, ``advice``, ``factors``,
+                          ``findings_speed``, ``findings_transfer``, ``forum_claims``,
+                          ``compare_machines``, ``plots``
+measure                   ``sweep``, ``SweepSpec``, ``strategies`` (the registry)
+the fast path             ``to_device``, ``pinned``
+tables                    ``load`` (``datasets.load``); a recording:
+                          ``session.recording``
+explain                   ``fit`` (``model.fit``), ``detect``, ``summary``, ``ruled_out``
+                          (``outliers``; ``outliers.explain`` names each spike's cause)
+show                      ``Explorer`` (notebook 05's explorer)
+========================  =============================================================
+
+No public name is a subpackage's (measure, transfer, recording, explain, findings, show,
+cli) but ``doctor``, a callable module (``h2dlab.doctor(trace)``): those are the folders. Everything else is reached through its module.
 """
 
-__all__ = ["SCHEMA_VERSION", "__version__"]
+import importlib
+
+#: Public name -> "module" or "module:attribute", imported on first use.
+_PUBLIC = {
+    "advice": "h2dlab.advice",
+    "compare_machines": "h2dlab.compare_machines",
+    "datasets": "h2dlab.datasets",
+    "factors": "h2dlab.factors",
+    "findings_speed": "h2dlab.findings_speed",
+    "findings_transfer": "h2dlab.findings_transfer",
+    "forum_claims": "h2dlab.forum_claims",
+    "model": "h2dlab.model",
+    "outliers": "h2dlab.outliers",
+    "plots": "h2dlab.plots",
+    "session": "h2dlab.session",
+    "strategies": "h2dlab.strategies",
+    "sweep": "h2dlab.measure:sweep",
+    "SweepSpec": "h2dlab.spec:SweepSpec",
+    "to_device": "h2dlab.transfer:to_device",
+    "pinned": "h2dlab.transfer:pinned",
+    "load": "h2dlab.datasets:load",
+    "fit": "h2dlab.model:fit",
+    "detect": "h2dlab.outliers:detect",
+    "ruled_out": "h2dlab.outliers:ruled_out",
+    "summary": "h2dlab.outliers:summary",
+    "Explorer": "h2dlab.explore:Explorer",
+    "doctor": "h2dlab.doctor",  # a callable module: h2dlab.doctor(trace_path)
+    "profile": "h2dlab.doctor:profile",
+}
+
+__all__ = ["SCHEMA_VERSION", "__version__", *sorted(_PUBLIC)]
 
 __version__ = "0.1.0"
 
@@ -24,10 +73,15 @@ __version__ = "0.1.0"
 SCHEMA_VERSION = 6
 
 
-def __getattr__(name: str):  # h2dlab.doctor(path) and h2dlab.profile(): imported on first use
-    if name in ("doctor", "profile"):
-        import importlib
+def __getattr__(name: str):
+    """A public name of :data:`__all__`, imported on first use."""
+    target = _PUBLIC.get(name)
+    if target is None:
+        raise AttributeError(f"module 'h2dlab' has no attribute {name!r}")
+    module, _, attr = target.partition(":")
+    found = importlib.import_module(module)
+    return getattr(found, attr) if attr else found
 
-        mod = importlib.import_module("h2dlab.doctor")
-        return mod if name == "doctor" else mod.profile
-    raise AttributeError(f"module 'h2dlab' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})

@@ -45,7 +45,7 @@ from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, run_pauses, wake_ca
 from h2dlab.episodes import Stretch
 from h2dlab.rows import MODEL_COLUMNS, check_values, column
 from h2dlab.spec import MAX_PAUSE_MS
-from h2dlab.wake_source import Wake, of_attrs, per_run
+from h2dlab.wake_source import Wake, of_table, per_run
 
 __all__ = [
     "CAUSES",
@@ -152,7 +152,7 @@ def neighbours(
     ended: ``causes_wake.idle_gap_ms``), ``idle_pause_ms`` (the row's run's ``--pause``,
     NaN where it did not pause: from ``pauses``, else read from ``df.attrs``), ``wake`` (the
     row's run's ``causes_wake.WakeCalibration``, or a sentence why it has none: ``wake``,
-    one for every row or per run, else ``df.attrs``, ``wake_source.of_attrs``; None without
+    one for every row or per run, else ``wake_source.of_table(df)``; None without
     idle runs), ``census`` (the row's run's stall census: from ``censuses``, run_id -> census,
     else ``df``'s attrs, ``causes_stall.run_censuses``; None without one), ``run_wall_s``
     (the run's timed copies' wall time in all, s, each copy once), ``issue_cell`` (median ``issue_ms`` over the timed
@@ -222,7 +222,7 @@ def neighbours(
     pauses = run_pauses(df) if pauses is None else pauses
     ctx["idle_gap_ms"] = idle_gap_ms(df)
     ctx["idle_pause_ms"] = df["run_id"].map(pauses).astype(float)
-    ctx["wake"] = per_run(of_attrs(df.attrs) if wake is None else wake, df["run_id"])
+    ctx["wake"] = per_run(of_table(df) if wake is None else wake, df["run_id"])
     ctx["census"] = run_censuses(df, censuses)
     ctx["run_wall_s"] = run_copy_seconds(df, timed)
     run = df["run_id"]

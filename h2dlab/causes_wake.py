@@ -14,8 +14,8 @@ ms. So the gap is measured from the previous *copy*; it is not the only factor (
 same probe, sleeping 3 ms instead of spinning made the copy slower too). When the cost
 starts, and what it is, varies between machines and between recordings of one machine:
 so the rule uses only a :class:`WakeCalibration` made from idle runs recorded on the
-copy's machine (``factors_idle.wake_calibration``, attached per run by ``datasets.load``:
-``wake_source``); without one, ``gpu_wake`` never fires.
+copy's machine (``factors_idle.wake_calibration``, attached per run by
+``wake_source.attach``); without one, ``gpu_wake`` never fires.
 
 The table records when each copy's timing began (``t_s``) and how long it took
 (``wall_ms``): :func:`idle_gap_ms` is the host time from the end of the previous timed

@@ -291,6 +291,12 @@ def _cmd_env(a, argv) -> int:
     return 0
 
 
+def _cmd_record(a, argv) -> int:
+    from h2dlab.record_run import options_of
+
+    return cli_record.run(a, argv, options=options_of(build_parser()))
+
+
 def _cmd_datasets(a, argv) -> int:
     from h2dlab.datasets import names
 
@@ -314,7 +320,7 @@ COMMANDS = {
     "explain": _cmd_explain,
     "report": _cmd_report,
     "workload": cli_workload.run,
-    "record": cli_record.run,
+    "record": _cmd_record,
     "strategies": cli_strategies.run,
     "compare": cli_compare.run,
     "survey": survey_command.run,

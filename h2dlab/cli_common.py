@@ -14,6 +14,7 @@ from pathlib import Path
 
 from h2dlab.errors import Unavailable, UsageError
 from h2dlab.interrupts import terminate_raises
+from h2dlab.places import PACKAGE_DIR
 
 __all__ = [
     "EXIT_CODES",
@@ -167,7 +168,7 @@ def one_line_warnings() -> None:
 
     default, seen = warnings.showwarning, set()
     default = getattr(default, "shown_by_default", default)  # installed by an earlier call: replaced
-    pkg = str(Path(__file__).resolve().parent)
+    pkg = str(PACKAGE_DIR)
 
     def show(message, category, filename, lineno, file=None, line=None):
         if not str(filename).startswith(pkg):

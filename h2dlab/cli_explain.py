@@ -223,14 +223,14 @@ def report(source: str, n_boot: int = 100, table=None) -> dict[str, Any]:
     from h2dlab.cli_unchecked import unchecked, unfitted
     from h2dlab.env import describe
     from h2dlab.machines import describe_runs
-    from h2dlab.wake_source import of_attrs
+    from h2dlab.wake_source import of_table
 
     df = load_source(source) if table is None else table
     env, names, setups = datasets.run_env(df), _run_names(df), describe_runs(df)
     # Analyse a copy without attrs: pandas deep-copies attrs (every run's env.json) on each
     # column access, which cost more CPU than the fit itself; explain gets what it reads of
     # them (the runs' --pause, calibration by the idle runs, stall census) as arguments.
-    wake, pauses, censuses = of_attrs(df.attrs), run_pauses(df), censuses_by_run(df)
+    wake, pauses, censuses = of_table(df), run_pauses(df), censuses_by_run(df)
     df = df.copy(deep=False)
     df.attrs = {}
     fitted = judged_fits(df, names, n_boot)

@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -159,9 +160,13 @@ def _check_new_folder(folder: Path, out: str | None = None) -> None:
         raise UsageError(f"{folder} is not empty and not a recording: choose another --out")
 
 
-def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+def run(
+    args: argparse.Namespace, argv: list[str] | None = None, *, options: Callable[[str], set[str]]
+) -> int:
     """Run ``h2dlab record``; returns the exit code (0; 1, also via Unavailable; 2 via UsageError; 130).
-    ``argv``: the command line after ``h2dlab`` (recorded in env.json; default ``sys.argv``)."""
+    ``argv``: the command line after ``h2dlab`` (recorded in env.json; default ``sys.argv``);
+    ``options``: the option strings each subcommand accepts (``record_run.options_of`` of the
+    CLI's parser, handed down by :mod:`h2dlab.cli`)."""
     if argv is None:
         argv = sys.argv[1:] if sys.argv[1:2] == ["record"] else ["record"]
     command = shlex.join(["h2dlab", *argv])
@@ -182,7 +187,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             )
             return 0
         note_resume(folder, command=command, quick=bool(manifest.get("quick")), device=manifest["device"])
-        return record(folder, manifest)
+        return record(folder, manifest, options)
     device = str(args.device)
     if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", device):
         raise UsageError(f"unknown device {device!r}: use cuda, cuda:N or cpu")
@@ -216,4 +221,4 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     manifest = new_manifest(runs, quick=args.quick, device=device, gpus=gpus, gpu_name=name, command=command)
     write_manifest(folder, manifest)
     write_folder_env(folder, command=command, quick=args.quick, device=device, gpu_name=name)
-    return record(folder, manifest)
+    return record(folder, manifest, options)

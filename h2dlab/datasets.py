@@ -11,16 +11,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import warnings
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from h2dlab import wake_source
 from h2dlab.catalog import DATASETS, TIMELINES
+from h2dlab.places import BENCHMARK_DIR, DATA_DIR, PACKAGED, runs_dir
 from h2dlab.record_folder import is_kind_folder, is_recording, kinds_in
 from h2dlab.record_folder import run_tables as _tables
 from h2dlab.schema import (
@@ -63,6 +61,7 @@ __all__ = [
     "names",
     "read",
     "read_env",
+    "read_runs",
     "run_env",
     "run_named",
     "runs_dir",
@@ -72,31 +71,6 @@ __all__ = [
     "validate",
     "write_env",
 ]
-
-
-def _data_dirs() -> tuple[Path, Path, bool]:
-    """(datasets, benchmark results, whether they are the installed package's copy)."""
-    inside = Path(str(resources.files("h2dlab") / "data"))
-    if inside.is_dir():  # an installed wheel: the build mapped data/ in
-        return inside, inside / "benchmarks", True
-    root = Path(__file__).resolve().parent.parent  # a source checkout (editable install)
-    return root / "data", root / "benchmarks" / "results", False
-
-
-#: The bundled datasets; read-only (recordings go to ``runs_dir()``).
-DATA_DIR, BENCHMARK_DIR, PACKAGED = _data_dirs()
-
-
-def runs_dir() -> Path:
-    """The default folder for recordings made on this machine (never site-packages).
-
-    ``$H2DLAB_RUNS`` if set; in a source checkout ``data/runs`` (ignored by git);
-    otherwise ``h2dlab-runs`` in the current folder.
-    """
-    chosen = os.environ.get("H2DLAB_RUNS", "").strip()
-    if chosen:
-        return Path(chosen).expanduser()
-    return Path.cwd() / "h2dlab-runs" if PACKAGED else DATA_DIR / "runs"
 
 
 # --- recorded datasets -------------------------------------------------------------
@@ -166,14 +140,10 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
 
     Every run's fingerprint is in ``df.attrs['envs']`` (run_id -> env dict), and the
     dataset name in ``df.attrs['dataset']``. A kind of a recording (its folder, or one of
-    its tables; ``record_folder.is_kind_folder``) whose recording has an ``idle`` kind gets
-    ``df.attrs['wake_calibrations']``: per run, ``factors_idle.wake_calibration`` of those
-    idle runs measured on a CUDA GPU of that run's machine, or a sentence saying why they
-    cannot calibrate it (``wake_source.calibrations``): what ``outliers.explain`` needs to
-    name a copy ``gpu_wake``. ``df.attrs['wake_calibration']`` holds the one calibration
-    every run shares, None when they do not share one (``wake_source.shared``). The
-    ``idle`` kind gets them from its own runs. An idle kind that cannot be read gives no
-    calibration (None, each run a sentence saying so) and one warning; the table loads.
+    its tables; ``record_folder.is_kind_folder``) whose recording has an ``idle`` kind with
+    tables gets ``df.attrs['idle_runs']``: ``{"folder": that idle kind's folder}``, from which
+    the explaining side calibrates ``gpu_wake`` (``wake_source.attach``). Reading a table
+    runs no analysis.
 
     Raises
     ------
@@ -206,16 +176,14 @@ def load(name: str | os.PathLike[str]) -> pd.DataFrame:
         subs = sorted(k.name for k in folder.iterdir() if k.is_dir() and _tables(k))
         more = f": give one of its folders, e.g. {folder / subs[0]} ({', '.join(subs)})" if subs else ""
         raise SchemaError(f"{folder}: holds no measurement table ({', '.join(SUFFIXES)}){more}")
-    out = _read_runs(paths, os.fspath(name))
+    out = read_runs(paths, os.fspath(name))
     idle = _idle_beside(folder)
     if idle is not None:
-        cals = _calibrate(out, idle, folder)
-        out.attrs["wake_calibrations"] = cals
-        out.attrs["wake_calibration"] = wake_source.shared(cals, out.attrs["envs"])
+        out.attrs["idle_runs"] = {"folder": str(idle)}
     return out
 
 
-def _read_runs(paths: list[Path], label: str) -> pd.DataFrame:
+def read_runs(paths: list[Path], label: str) -> pd.DataFrame:
     """The tables at ``paths`` as one, with each run's env and name (its file's, or its run_id
     where one file holds several runs) in ``attrs``."""
     frames, envs, run_names, where = [], {}, {}, {}
@@ -245,17 +213,6 @@ def _idle_beside(where: Path) -> Path | None:
     kind = where.parent if where.is_file() else where
     idle = kind.parent / "idle"
     return idle if is_kind_folder(kind) and _tables(idle) else None
-
-
-def _calibrate(table: pd.DataFrame, idle: Path, folder: Path) -> dict[object, wake_source.Wake]:
-    """Per run of ``table``, the calibration a recording's idle runs make for it or why they
-    cannot (``wake_source.calibrations``); unreadable idle runs: a sentence saying so, and a warning."""
-    try:
-        runs = table if idle == folder else _read_runs(_tables(idle), "")
-    except (ValueError, TypeError, KeyError, OSError) as exc:  # SchemaError is a ValueError
-        warnings.warn(f"{idle}: the idle runs cannot be read ({exc}); gpu_wake is off", stacklevel=3)
-        return wake_source.unreadable(table, f"{idle.parent.name}/idle")
-    return wake_source.calibrations(table, runs, f"{idle.parent.name}/idle")
 
 
 FORUM_COLUMNS = {

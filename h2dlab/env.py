@@ -103,7 +103,8 @@ def _mem_total_gib() -> float | None:
 def _checkout_commit() -> str | None:
     """The commit of the kit's own checkout, or None (an installed wheel, or a package
     that merely sits inside some other repository)."""
-    root = Path(__file__).resolve().parent.parent
+    from h2dlab.places import CHECKOUT as root
+
     pyproject = _read(str(root / "pyproject.toml")) or ""
     if not (root / ".git").exists() or not re.search(r'(?m)^name\s*=\s*"h2dlab"\s*$', pyproject):
         return None

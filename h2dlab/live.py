@@ -19,6 +19,7 @@ from typing import Any
 
 from h2dlab import datasets
 from h2dlab.errors import Unavailable, UsageError
+from h2dlab.places import CHECKOUT
 from h2dlab.record_folder import default_folder, read_manifest
 
 __all__ = ["find_recording", "gpu_name", "live_recording", "record_failed", "same_machine", "this_machine"]
@@ -109,7 +110,7 @@ def live_recording(
         args = ["--quick", "--out", str(found)]
     cmd = [sys.executable, "-m", "h2dlab.cli", "record", *args]
     echo(f"recording this machine once: h2dlab record {' '.join(args)}")
-    kit = str(Path(__file__).resolve().parent.parent)  # the recorder runs this very kit
+    kit = str(CHECKOUT)  # the recorder runs this very kit
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [kit, os.environ.get("PYTHONPATH")]))}
     last = ""  # the recorder's last line: its own one-line error when it fails
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:

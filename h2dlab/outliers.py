@@ -61,7 +61,7 @@ from h2dlab.causes_wake import WakeCalibration, run_pauses
 from h2dlab.episodes import pelt_l2
 from h2dlab.model import MODEL_COLUMNS, check_values, fit_line, value_ms
 from h2dlab.rows import normalised
-from h2dlab.wake_source import Wake, of_attrs, shared
+from h2dlab.wake_source import Wake, of_table, shared
 
 __all__ = [
     "CAUSES",
@@ -200,8 +200,8 @@ def explain(
     copy's wake-up). ``gpu_wake`` needs a calibration from idle runs recorded on the copy's
     machine: ``wake``, one (``factors_idle.wake_calibration``) for every run or a mapping
     run_id to its run's (or to a sentence why it has none: ``wake_source.calibrations``),
-    else the ``attrs`` ``datasets.load`` attaches to a kind of a recording that has an
-    ``idle`` kind (``wake_source.of_attrs``); a copy of a run without one is never
+    else those of the ``idle`` kind of the recording ``df`` was loaded from
+    (``wake_source.of_table``); a copy of a run without one is never
     ``gpu_wake``. The output's ``attrs`` hold the calibration used, per run, under
     ``wake_calibrations``, and the one they share under ``wake_calibration``. ``pauses``
     (run_id to ``--pause`` ms) is read from ``df.attrs["envs"]`` when None
@@ -225,7 +225,7 @@ def explain(
     out["cause"] = ""
     out["evidence"] = ""
     v = value_ms(out)
-    wake = of_attrs(df.attrs) if wake is None else wake
+    wake = of_table(df) if wake is None else wake
     pauses = run_pauses(df) if pauses is None else pauses
     # --pause, calibration and stall census, from the attrs out no longer has
     censuses = censuses_by_run(df) if censuses is None else censuses

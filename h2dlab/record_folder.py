@@ -17,6 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from h2dlab.places import runs_dir
+from h2dlab.record_plan import KINDS, PLAN, PLAN_VERSION, experiment_from_dict
+
 __all__ = [
     "MANIFEST",
     "default_folder",
@@ -53,8 +56,6 @@ def run_tables(folder: str | Path) -> list[Path]:
 def kinds_in(folder: str | Path) -> list[str]:
     """The kinds (``record_plan.KINDS``, in that order) of which ``folder`` holds a
     ``<kind>/<run>`` table (:func:`run_tables`: finished or stopped early)."""
-    from h2dlab.record_plan import KINDS
-
     return [k for k in KINDS if run_tables(Path(folder) / k)]
 
 
@@ -71,8 +72,6 @@ def is_recording(folder: str | Path) -> bool:
 def is_kind_folder(folder: str | Path) -> bool:
     """Whether ``folder`` is a kind's folder of a recording (``<recording>/<kind>``, which
     may not exist yet): whatever table lies in it is read as one more run of that kind."""
-    from h2dlab.record_plan import KINDS
-
     folder = Path(folder)
     return folder.name in KINDS and is_recording(folder.parent)
 
@@ -90,8 +89,6 @@ def read_manifest(folder: str | Path) -> dict[str, Any] | None:
 
 def _problem(m: Any) -> str | None:
     """What makes ``m`` unusable as a recording.json to resume, or None."""
-    from h2dlab.record_plan import PLAN, experiment_from_dict
-
     if not isinstance(m, dict):
         return f"a JSON object was expected, not {type(m).__name__}"
     device, runs = m.get("device"), m.get("experiments")
@@ -157,8 +154,7 @@ def write_manifest(folder: str | Path, manifest: Mapping[str, Any]) -> Path:
 
 def default_folder(gpu_name: str | None, root: str | Path | None = None) -> Path:
     """A new recording's folder: ``<root>/<host>-<gpu>-<date>`` (``-2``, ``-3`` ... when taken);
-    ``root`` defaults to ``datasets.runs_dir()``."""
-    from h2dlab.datasets import runs_dir
+    ``root`` defaults to ``places.runs_dir()``."""
     from h2dlab.errors import UsageError
 
     if root is None:  # the runs folder: refused here when no folder can be made there
@@ -204,7 +200,6 @@ def new_manifest(
     """A new recording's recording.json: the machine, the date and every run to make
     (each as :meth:`Experiment.to_dict` plus ``name`` and ``status``)."""
     from h2dlab import __version__
-    from h2dlab.record_plan import PLAN_VERSION  # here: record_plan re-exports this module
 
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return {

@@ -4,8 +4,7 @@
 by): one :class:`Experiment` per run, each the kit's own CLI in a fresh process.
 ``experiments(quick=..., gpus=...)`` picks the rows and arguments for one recording.
 A recording folder holds ``<kind>/<run>.csv.gz`` (+ its env.json) per experiment and
-``recording.json`` (:data:`MANIFEST`; :mod:`h2dlab.record_folder` reads and writes it,
-and its names are re-exported here): the machine, the date, the plan it ran and which
+``recording.json`` (:mod:`h2dlab.record_folder` reads and writes it): the machine, the date, the plan it ran and which
 experiments finished. No torch here: the plan is read on machines without CUDA too.
 
 Estimated seconds are wall times measured on the 16-core H200 (each process's start-up
@@ -26,24 +25,18 @@ from h2dlab.units import FORUM_SEQS, forum_nbytes
 __all__ = [
     "FORUM_PAIR",
     "KINDS",
-    "MANIFEST",
     "PLAN",
     "PLAN_VERSION",
     "QUICK_CAP_BYTES",
     "RETIRED",
     "Experiment",
-    "default_folder",
     "experiments",
-    "finished",
-    "new_manifest",
     "experiment_from_dict",
-    "read_manifest",
     "select",
     "plan_lines",
     "show_args",
     "total_seconds",
     "why_lacking",
-    "write_manifest",
 ]
 
 #: Bump when an experiment's arguments change (stored in recording.json).
@@ -346,15 +339,3 @@ def plan_lines(runs: list[dict[str, Any]], gpus: int, device: str) -> list[str]:
     where = f"{gpus} GPU{'s' if gpus != 1 else ''}" if device != "cpu" else "its CPU (sweep only)"
     lines.append(f"estimated {total:.0f} s (~{total / 60:.1f} min) on an H200 machine with {where}")
     return lines
-
-
-# The recording folder's functions live in h2dlab.record_folder; re-exported here, where
-# they were first (imported last: record_folder reads PLAN_VERSION from this module).
-from h2dlab.record_folder import (  # noqa: E402
-    MANIFEST,
-    default_folder,
-    finished,
-    new_manifest,
-    read_manifest,
-    write_manifest,
-)

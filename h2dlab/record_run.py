@@ -20,14 +20,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from h2dlab.record_folder import finished, write_manifest
 
-__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "record"]
+__all__ = ["CLI_MODULE", "EXIT_FAILED", "EXIT_INTERRUPTED", "options_of", "record"]
 
 EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
+#: The module each experiment runs as (``python -m``): the kit's command line.
+CLI_MODULE = "h2dlab.cli"
 
 
 class _Stop:
@@ -97,19 +100,23 @@ class _Progress:
             self.bar.close()
 
 
-def _options(cmd: str) -> set[str]:
-    """The option strings the subcommand ``cmd`` accepts (the real parser's)."""
-    from h2dlab.cli import build_parser
+def options_of(parser: argparse.ArgumentParser) -> Callable[[str], set[str]]:
+    """A function naming the option strings each subcommand of ``parser`` accepts (the CLI
+    hands its own parser down, so nothing here imports the CLI)."""
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
 
-    subs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return set(subs.choices[cmd]._option_string_actions) if cmd in subs.choices else set()
+    def options(cmd: str) -> set[str]:
+        return set(subs.choices[cmd]._option_string_actions) if cmd in subs.choices else set()
+
+    return options
 
 
-def _child_command(r: dict[str, Any], folder: Path) -> list[str]:
-    """The command line of run ``r`` into ``folder`` (its own ``--resume`` where it started)."""
+def _child_command(r: dict[str, Any], folder: Path, options: Callable[[str], set[str]]) -> list[str]:
+    """The command line of run ``r`` into ``folder`` (its own ``--resume`` where it started);
+    ``options(cmd)``: the option strings the subcommand ``cmd`` accepts."""
     out = folder / r["kind"] / f"{r['run']}.csv.gz"
-    cmd = [sys.executable, "-m", "h2dlab.cli", *r["args"], "--out", str(out)]
-    opts = _options(r["args"][0])
+    cmd = [sys.executable, "-m", CLI_MODULE, *r["args"], "--out", str(out)]
+    opts = options(r["args"][0])
     if "--no-progress" in opts:
         cmd.append("--no-progress")
     started = out.exists() or Path(f"{out}.partial.csv").exists()
@@ -130,7 +137,7 @@ def _tail(log: Path, n: int = 3) -> str:
     return " | ".join(lines[-n:])
 
 
-def record(folder: Path, manifest: dict[str, Any]) -> int:
+def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[str]]) -> int:
     """Run every experiment of ``manifest`` not yet done; keep recording.json current.
 
     Parameters
@@ -140,6 +147,9 @@ def record(folder: Path, manifest: dict[str, Any]) -> int:
     manifest
         Its recording.json as a dict; each experiment's ``status``, ``wall_s`` and ``rc``
         are filled in as it ends, and the file rewritten.
+    options
+        The option strings a subcommand of the kit's CLI accepts (:func:`options_of` of
+        its parser), to add ``--no-progress``, ``--resume`` or ``--force`` where they exist.
 
     Returns
     -------
@@ -174,7 +184,7 @@ def record(folder: Path, manifest: dict[str, Any]) -> int:
             if finished(out):  # finished before the recorder could note it
                 rc = 0
             else:
-                cmd = _child_command(r, folder)
+                cmd = _child_command(r, folder, options)
                 with open(log, "a") as fh:
                     fh.write(
                         f"\n== {r['name']} {time.strftime('%Y-%m-%dT%H:%M:%S')}: {shlex.join(cmd[3:])}\n"

@@ -26,6 +26,7 @@ import pandas as pd
 from h2dlab import datasets
 from h2dlab.errors import Unavailable, UsageError
 from h2dlab.live import find_recording, gpu_name, live_recording, same_machine, this_machine
+from h2dlab.places import CHECKOUT
 from h2dlab.record_env import read_folder_env
 from h2dlab.record_folder import MANIFEST, finished, is_recording, read_manifest, run_tables
 from h2dlab.record_plan import KINDS, why_lacking
@@ -45,7 +46,7 @@ __all__ = [
     "this_machine",
 ]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = CHECKOUT
 MODES = ("auto", "replay", "live")
 #: The bundled recording's name; its kinds live in ``data/h200_<kind>`` (concurrent: ``h200x2_``).
 BUNDLED = "h200"

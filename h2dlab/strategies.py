@@ -13,9 +13,9 @@ timed step and returns the tensor on the target device. ``cleanup()`` releases w
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
+
+from h2dlab.strategy import REGISTRY, Strategy, register
 
 __all__ = [
     "REGISTRY",
@@ -32,36 +32,6 @@ __all__ = [
     "names",
     "register",
 ]
-
-
-class Strategy:
-    """Base class. Subclasses set ``name``, ``summary``, ``needs_cuda`` and ``direction``."""
-
-    name: ClassVar[str] = ""
-    summary: ClassVar[str] = ""
-    needs_cuda: ClassVar[bool] = True
-    direction: ClassVar[str] = "h2d"
-
-    def __init__(self) -> None:
-        self.device: torch.device = torch.device("cpu")
-
-    def prepare(self, x: torch.Tensor, device: torch.device) -> None:
-        self.device = device
-
-    def copy(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def cleanup(self) -> None:
-        pass
-
-
-REGISTRY: dict[str, type[Strategy]] = {}
-
-
-def register(cls: type[Strategy]) -> type[Strategy]:
-    """Class decorator: add a strategy to the registry under ``cls.name``."""
-    REGISTRY[cls.name] = cls
-    return cls
 
 
 def names(direction: str | None = "h2d") -> list[str]:
@@ -165,4 +135,5 @@ class Staged(Strategy):
         return to_device(x, self.device)
 
 
-from h2dlab import strategies_d2h  # noqa: E402, F401 - registers the device-to-host strategies
+# The device-to-host strategies register themselves in the same registry when imported.
+from h2dlab import strategies_d2h  # noqa: E402, F401

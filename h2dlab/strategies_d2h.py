@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from h2dlab.strategies import Strategy, register
+from h2dlab.strategy import Strategy, register
 
 __all__ = ["D2HNonBlocking", "D2HPageable", "D2HPinnedReuse", "D2HStaged"]
 

@@ -1,7 +1,8 @@
 """Which idle runs may calibrate ``gpu_wake`` for each run of a table, and the calibration they make.
 
-``datasets.load`` attaches to each kind of a recording, per run, the calibration its
-``idle`` runs make (``attrs["wake_calibrations"]``, :func:`calibrations`). An idle run
+``datasets.load`` notes, for each kind of a recording, the ``idle`` kind beside it
+(``attrs["idle_runs"]``); :func:`attach` adds, per run, the calibration those idle runs
+make (``attrs["wake_calibrations"]``, :func:`calibrations`) when a table is explained. An idle run
 only speaks for a run's GPU when it timed copies to a CUDA GPU (``spec.device``
 ``cuda...``; ``measure --device cpu --pause`` copies within host memory) on the same
 machine: the same ``gpu_name``, ``hostname`` and ``platform`` (kernel and boot image) in
@@ -13,7 +14,9 @@ copies' idle-gap check quotes (``causes_wake.wake_check``). No torch here.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -26,11 +29,13 @@ from h2dlab.rows import check_values
 __all__ = [
     "MACHINE_KEYS",
     "Wake",
+    "attach",
     "calibrating_runs",
     "calibration",
     "calibrations",
     "machine_of",
     "of_attrs",
+    "of_table",
     "on_cuda",
     "per_run",
     "shared",
@@ -211,7 +216,7 @@ def calibrations(table: pd.DataFrame, idle_runs: pd.DataFrame, label: str) -> di
 
 def unreadable(table: pd.DataFrame, label: str) -> dict[object, Wake]:
     """Per run of ``table``, the sentence that the recording's idle runs (``label``) cannot be
-    read (``datasets.load`` warns once with the reason)."""
+    read (:func:`attach` warns once with the reason)."""
     why = f"the recording's idle runs ({label}) cannot be read, so they cannot tell what a pause costs here"
     return dict.fromkeys(_envs(table), why)
 
@@ -227,6 +232,40 @@ def shared(wake: Mapping[object, Wake], run_ids: Iterable[object]) -> WakeCalibr
     found = [wake.get(r) for r in run_ids]
     first = found[0] if found else None
     return first if isinstance(first, WakeCalibration) and all(c == first for c in found) else None
+
+
+def attach(table: pd.DataFrame) -> pd.DataFrame:
+    """Attach to ``table`` (in place; returned) the calibrations of the idle runs of its
+    recording, which ``datasets.load`` names in ``attrs["idle_runs"]``: per run under
+    ``attrs["wake_calibrations"]`` (:func:`calibrations`), and the one every run shares under
+    ``attrs["wake_calibration"]`` (:func:`shared`; None when they share none). A table
+    without ``idle_runs``, or that already carries calibrations, is left as it is. Idle runs
+    that cannot be read give each run a sentence saying so (:func:`unreadable`) and one
+    warning."""
+    from h2dlab.datasets import read_runs
+    from h2dlab.record_folder import run_tables
+
+    idle = table.attrs.get("idle_runs")
+    if not isinstance(idle, Mapping) or "wake_calibrations" in table.attrs:
+        return table
+    folder = Path(idle["folder"])
+    label = f"{folder.parent.name}/idle"
+    try:
+        runs = read_runs(run_tables(folder), "")
+    except (ValueError, TypeError, KeyError, OSError) as exc:  # SchemaError is a ValueError
+        warnings.warn(f"{folder}: the idle runs cannot be read ({exc}); gpu_wake is off", stacklevel=2)
+        cals = unreadable(table, label)
+    else:
+        cals = calibrations(table, runs, label)
+    table.attrs["wake_calibrations"] = cals
+    table.attrs["wake_calibration"] = shared(cals, table.attrs.get("envs") or {})
+    return table
+
+
+def of_table(table: pd.DataFrame) -> WakeCalibration | Mapping[object, Wake] | None:
+    """The calibration(s) for ``table``'s runs: :func:`of_attrs` of its ``attrs`` once
+    :func:`attach` has added those of its recording's idle runs."""
+    return of_attrs(attach(table).attrs)
 
 
 def of_attrs(attrs: Mapping[str, Any]) -> WakeCalibration | Mapping[object, Wake] | None:

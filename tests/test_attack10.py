@@ -211,7 +211,14 @@ def test_sigterm_exits_130_with_one_line(args):
 
 def test_compare_refuses_a_strategy_the_runs_lack(tmp_path, capsys):
     """--strategies pinned_reuse,nosuch showed pinned_reuse and passed over the typo."""
-    argv = ["compare", "h200:sweep:pow2-interleaved", "--strategies", "pinned_reuse,nosuch", "--sizes", "1GiB"]
+    argv = [
+        "compare",
+        "h200:sweep:pow2-interleaved",
+        "--strategies",
+        "pinned_reuse,nosuch",
+        "--sizes",
+        "1GiB",
+    ]
     line = refused_in_one_line(
         argv, ["unknown strategy 'nosuch'", "--strategies", "pinned_reuse, "], capsys, tmp_path
     )
@@ -228,7 +235,17 @@ def test_compare_refuses_a_size_the_runs_lack(tmp_path, capsys):
 
 def test_compare_with_known_names_and_sizes_still_shows_them(capsys):
     assert (
-        cli.main(["compare", "h200:sweep:pow2-interleaved", "--strategies", "pinned_reuse", "--sizes", "1GiB", "--json"])
+        cli.main(
+            [
+                "compare",
+                "h200:sweep:pow2-interleaved",
+                "--strategies",
+                "pinned_reuse",
+                "--sizes",
+                "1GiB",
+                "--json",
+            ]
+        )
         == 0
     )
     cells = json.loads(capsys.readouterr().out)

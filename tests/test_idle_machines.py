@@ -13,7 +13,7 @@ from h2dlab.factors_idle import wake_calibration
 from h2dlab.machines import MACHINE_KEYS, describe_runs, machine_of, missing_keys, off_gpu, on_cuda
 from h2dlab.tableio import save
 from tests.test_idle_wake_gaps import synthetic_idle
-from tests.test_wake_calibration import synthetic_recording
+from tests.test_wake_calibration import load_calibrated, synthetic_recording
 
 
 def _set_env(folder, pattern, change):
@@ -31,7 +31,7 @@ def folder(tmp_path):
 
 
 def test_one_machines_idle_runs_are_compared(folder):
-    f = factors.idle_wake(datasets.load(folder / "idle"))
+    f = factors.idle_wake(load_calibrated(folder / "idle"))
     assert f.verdict.startswith("With a pause before each timed copy") and len(f.values["cells"]) == 6
     assert "Left out" not in f.verdict
 
@@ -42,7 +42,7 @@ def test_one_machines_idle_runs_are_compared(folder):
 )
 def test_idle_runs_of_two_machines_are_not_compared(folder, change, differ):
     _set_env(folder, "pause-10ms-*.csv.gz", change)
-    idle = datasets.load(folder / "idle")
+    idle = load_calibrated(folder / "idle")
     f = factors.idle_wake(idle)
     want = (
         f"The idle runs were measured on 2 machines or boots (their env.json differs in {differ}): what a "
@@ -63,14 +63,14 @@ def test_idle_runs_of_two_machines_are_not_compared(folder, change, differ):
 
 def test_idle_runs_on_the_cpu_are_left_out(folder):
     _set_env(folder, "pause-10ms-*.csv.gz", {"device": "cpu"})
-    f = factors.idle_wake(datasets.load(folder / "idle"))
+    f = factors.idle_wake(load_calibrated(folder / "idle"))
     assert f.values["pauses"] == [0.0, 3.0]
     assert f.verdict.endswith(
         " Left out, as timed on no CUDA GPU (copies within host memory): run(s) synthetic-10-pageable, "
         "synthetic-10-pinned_reuse."
     )
     _set_env(folder, "*.csv.gz", {"device": "cpu"})
-    f = factors.idle_wake(datasets.load(folder / "idle"))
+    f = factors.idle_wake(load_calibrated(folder / "idle"))
     assert f.verdict.startswith(
         "The idle runs hold no run on a CUDA GPU (their env.json's spec.device: copies within host memory, "
         "no GPU idle): at least two pauses"
@@ -81,7 +81,7 @@ def test_idle_runs_on_the_cpu_are_left_out(folder):
 def test_runs_that_name_no_machine_or_device_are_still_compared(folder):
     """Tables whose env.json holds only the pause (older tests, hand-made tables): compared."""
     _set_env(folder, "*.csv.gz", {"hostname": None})
-    f = factors.idle_wake(datasets.load(folder / "idle"))
+    f = factors.idle_wake(load_calibrated(folder / "idle"))
     assert f.verdict.startswith("With a pause before each timed copy")
 
 
@@ -106,17 +106,17 @@ def test_start_times_that_contradict_the_pause_give_no_gap(folder):
     the pause (it took the negative median as its threshold, named gpu_wake copies after
     any gap and said 'after pauses of 10 ms (a median -0.01 ms from the end of one copy to
     the start of the next ...)'), and idle_wake leaves that pause out of its gaps."""
-    good = wake_calibration(datasets.load(folder / "idle"))
+    good = wake_calibration(load_calibrated(folder / "idle"))
     assert good.gap_ms == pytest.approx(13.0, abs=0.1) and good.threshold_ms == good.gap_ms
     for p in sorted((folder / "idle").glob("pause-10ms-*.csv.gz")):
         df, env = datasets.read(p), datasets.read_env(p)
         save(df.assign(t_s=df["order"] * 1e-6), p, env=env)
-    idle = datasets.load(folder / "idle")
+    idle = load_calibrated(folder / "idle")
     cal = wake_calibration(idle)
     assert cal.idle_ms == 10.0 and cal.gap_ms is None and cal.threshold_ms == 10.0
     f = factors.idle_wake(idle)
     assert set(f.values["gaps_ms"]) == {0.0, 3.0} and "for pauses of 0 and 3 ms." in f.verdict
-    e = outliers.explain(datasets.load(folder / "sweep"))
+    e = outliers.explain(load_calibrated(folder / "sweep"))
     (slow,) = e.index[e["order"] == 30]  # 15 ms after the previous copy: above the 10 ms pause
     assert e.at[slow, "cause"] == "gpu_wake" and "-0." not in e.at[slow, "evidence"]
     assert "after pauses of 10 ms, 50% of the smallest copies" in e.at[slow, "evidence"]
@@ -154,7 +154,7 @@ def test_a_strategy_timed_after_a_pause_at_some_sizes_only_says_so():
 def test_idle_wake_and_the_calibration_refuse_what_is_no_table(folder, table, error, said):
     """It raised AttributeError ('list' object has no attribute 'assign') or KeyError."""
     if isinstance(table, str):
-        table = datasets.load(folder / "idle").drop(columns=table.removeprefix("no "))
+        table = load_calibrated(folder / "idle").drop(columns=table.removeprefix("no "))
     for f in (factors.idle_wake, wake_calibration):
         with pytest.raises(error, match=said):
             f(table)
@@ -173,8 +173,8 @@ def test_explain_header_names_every_setup_of_the_runs(folder, capsys):
         "date": "2025-01-01T00",
     }
     save(df, folder / "sweep" / "pow2-a100.csv.gz", env={**env, "spec": {"device": "cuda:0"}})
-    assert describe_runs(datasets.load(folder / "sweep" / "pow2.csv.gz")) == "synthetic GPU"
-    assert describe_runs(datasets.load(folder / "sweep")) == (
+    assert describe_runs(load_calibrated(folder / "sweep" / "pow2.csv.gz")) == "synthetic GPU"
+    assert describe_runs(load_calibrated(folder / "sweep")) == (
         "2 setups: NVIDIA A100, torch 2.4.0, 2025-01-01; synthetic GPU"
     )
     assert cli.main(["explain", str(folder / "sweep")]) == 0
@@ -185,6 +185,6 @@ def test_explain_header_names_every_setup_of_the_runs(folder, capsys):
         "synthetic GPU",
         "NVIDIA A100, torch 2.4.0, 2025-01-01",
     )
-    bare = datasets.load(folder / "sweep")
+    bare = load_calibrated(folder / "sweep")
     bare.attrs = {}
     assert describe_runs(bare) is None

@@ -18,7 +18,7 @@ from h2dlab.causes_wake import run_pauses
 from h2dlab.factors_idle import pauses
 from h2dlab.record_folder import read_manifest
 from h2dlab.spec import MAX_PAUSE_MS, SweepSpec
-from tests.test_wake_calibration import synthetic_recording
+from tests.test_wake_calibration import load_calibrated, synthetic_recording
 
 BAD_PAUSES = [
     [1],
@@ -103,7 +103,7 @@ def test_a_damaged_idle_kind_leaves_the_other_kinds_readable(tmp_path, damage, c
     damage(sorted((folder / "idle").glob("pause-3ms*.csv.gz"))[0])
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        df = datasets.load(folder / "sweep")
+        df = load_calibrated(folder / "sweep")
     assert len(df) == 60 and df.attrs["wake_calibration"] is None
     msgs = [str(w.message) for w in said]
     assert (
@@ -135,12 +135,12 @@ def _set_idle_env(folder, change):
 )
 def test_only_cuda_idle_runs_of_the_tables_machine_calibrate(tmp_path, change):
     folder = synthetic_recording(tmp_path / "rec")
-    assert datasets.load(folder / "sweep").attrs["wake_calibration"].idle_ms == 10.0  # as recorded
+    assert load_calibrated(folder / "sweep").attrs["wake_calibration"].idle_ms == 10.0  # as recorded
     _set_idle_env(folder, change)
     for where in (folder / "sweep", folder / "sweep" / "pow2.csv.gz"):
-        assert datasets.load(where).attrs["wake_calibration"] is None, where
+        assert load_calibrated(where).attrs["wake_calibration"] is None, where
     # the idle kind itself: its own runs are one machine, but CPU runs never calibrate
-    own = datasets.load(folder / "idle").attrs["wake_calibration"]
+    own = load_calibrated(folder / "idle").attrs["wake_calibration"]
     assert (own is None) == (change == {"device": "cpu"})
 
 
@@ -151,7 +151,7 @@ def test_a_table_whose_env_lacks_its_machine_gets_no_calibration(tmp_path, key):
     env = datasets.read_env(p)
     del env[key]
     datasets.env_path(p).write_text(json.dumps(env))
-    assert datasets.load(folder / "sweep").attrs["wake_calibration"] is None
+    assert load_calibrated(folder / "sweep").attrs["wake_calibration"] is None
 
 
 @pytest.mark.parametrize("how", ["deleted", "cpu"])
@@ -165,7 +165,7 @@ def test_a_strategy_lacking_a_pause_is_left_out_of_the_calibration(tmp_path, how
         env = datasets.read_env(p)
         env["spec"]["device"] = "cpu"
         datasets.env_path(p).write_text(json.dumps(env))
-    got = datasets.load(folder / "sweep").attrs["wake_calibration"]
+    got = load_calibrated(folder / "sweep").attrs["wake_calibration"]
     # pageable lacks 10 ms: left out, pinned_reuse alone decides (no NaN share, the wake-up seen)
     assert got.pauses == (0.0, 3.0, 10.0) and not np.isnan(got.shares).any()
     assert got.shares == pytest.approx((0.0, 0.0, 0.5)) and got.idle_ms == 10.0
@@ -195,7 +195,7 @@ def test_a_damaged_idle_kind_is_said_in_each_copys_evidence(tmp_path):
     _garbage(sorted((folder / "idle").glob("pause-3ms*.csv.gz"))[0])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        df = datasets.load(folder / "sweep")
+        df = load_calibrated(folder / "sweep")
     said = "the recording's idle runs (rec/idle) cannot be read, so they cannot tell what a pause costs here"
     assert df.attrs["wake_calibrations"] == {"synthetic-sweep": said} and df.attrs["wake_calibration"] is None
     e = outliers.explain(df)

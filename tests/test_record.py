@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from h2dlab import cli, session
+from h2dlab import cli, datasets, session
 from h2dlab.plan import plan_sweep
-from h2dlab.record_plan import MANIFEST, PLAN_VERSION, experiments, read_manifest, select, total_seconds
+from h2dlab.record_folder import MANIFEST, read_manifest
+from h2dlab.record_plan import PLAN_VERSION, experiments, select, total_seconds
 from h2dlab.units import parse_sizes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,7 +130,7 @@ def test_cpu_recording_interrupted_then_resumed_exactly(tmp_path):
     assert first["date"][:10] == m["created"][:10] and first["schema_version"] >= 2
     rec = session.recording(str(folder), environ={})
     assert rec.runs("sweep") == ["tiny"]  # the stopped run is not offered as a whole one
-    kept = len(__import__("h2dlab.datasets").datasets.read(folder / "sweep" / "slow.csv.gz"))
+    kept = len(datasets.read(folder / "sweep" / "slow.csv.gz"))
     assert 5 < kept < 700
     tiny_mtime = (folder / "sweep" / "tiny.csv.gz").stat().st_mtime_ns
 
@@ -204,7 +205,7 @@ def test_a_cuda_recording_starts_its_env_json_without_a_cuda_context(tmp_path, m
     from h2dlab import cli_record
 
     monkeypatch.setattr(cli_record, "_gpus", lambda device: (1, "NVIDIA Synthetic"))
-    monkeypatch.setattr(cli_record, "record", lambda folder, manifest: 0)
+    monkeypatch.setattr(cli_record, "record", lambda folder, manifest, options: 0)
     monkeypatch.setitem(sys.modules, "pynvml", None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

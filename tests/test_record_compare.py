@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from h2dlab import compare_machines, datasets, session
-from h2dlab.record_plan import write_manifest
+from h2dlab.record_folder import write_manifest
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from h2dlab import cli, datasets, report, session
-from h2dlab.record_plan import experiments, write_manifest
+from h2dlab.record_folder import write_manifest
+from h2dlab.record_plan import experiments
 
 
 def _folder(tmp_path):

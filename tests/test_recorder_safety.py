@@ -78,7 +78,7 @@ def test_a_second_run_with_the_same_out_refuses_and_the_first_keeps_its_rows(tmp
             Recording(out, SPEC.to_dict(), PLAN, **kw)
     for i, p in enumerate(PLAN[5:], start=5):
         first.write(synthetic_row(p, i))
-    df = first.finish(__import__("h2dlab.recorder").recorder.StopFlag(), gpu=False)
+    df = first.finish(StopFlag(), gpu=False)
     assert len(df) == len(PLAN) and df["order"].tolist() == list(range(len(PLAN)))
     assert datasets.read(out)["run_id"].nunique() == 1 and not partial_path(out).exists()
 

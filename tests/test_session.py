@@ -11,7 +11,7 @@ import pytest
 
 from h2dlab import datasets, live, session
 from h2dlab.errors import UsageError
-from h2dlab.record_plan import MANIFEST, write_manifest
+from h2dlab.record_folder import MANIFEST, write_manifest
 
 
 def test_bundled_recording_holds_every_kind_and_run():

@@ -1,7 +1,7 @@
 """``gpu_wake`` only with a calibration from idle runs recorded on the same machine: no
 calibration, or one showing no wake-up cost, names no copy ``gpu_wake``; a gap under the
-calibrated threshold is not one; ``datasets.load`` and ``session`` attach the calibration
-of a recording's ``idle`` kind. Every table and calibration here is synthetic (made up)."""
+calibrated threshold is not one; ``wake_source.attach`` (which explaining a table calls)
+attaches the calibration of a recording's ``idle`` kind, which ``datasets.load`` names. Every table and calibration here is synthetic (made up)."""
 
 import dataclasses
 import shutil
@@ -10,11 +10,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import causes, cli, datasets, outliers, session
+from h2dlab import causes, cli, datasets, outliers, session, wake_source
 from h2dlab.factors_idle import wake_calibration
 from h2dlab.record_folder import new_manifest, write_manifest
 from h2dlab.tableio import save
 from tests.test_outliers_wake import SYNTHETIC_WAKE, synthetic_wake_run
+
+
+def load_calibrated(where):
+    """``datasets.load`` and then what explaining a table does first: attach the calibration
+    of the recording's idle runs (``wake_source.attach``; reading a table runs no analysis)."""
+    return wake_source.attach(datasets.load(where))
 
 
 @pytest.fixture(scope="module")
@@ -152,23 +158,36 @@ def synthetic_recording(folder, idle_env=None):
     return folder
 
 
+def test_reading_a_table_calibrates_nothing_and_explain_calibrates_it_the_same(tmp_path):
+    """``datasets.load`` only names the idle kind beside a table; explaining the plain
+    loaded table finds the same calibration and the same causes as one attached first."""
+    folder = synthetic_recording(tmp_path / "rec")
+    plain = datasets.load(folder / "sweep")
+    assert plain.attrs["idle_runs"] == {"folder": str(folder / "idle")}
+    assert "wake_calibrations" not in plain.attrs and "wake_calibration" not in plain.attrs
+    e = outliers.explain(plain)
+    assert e.at[30, "cause"] == "gpu_wake"
+    pd.testing.assert_frame_equal(e, outliers.explain(load_calibrated(folder / "sweep")))
+    assert e.attrs["wake_calibration"] == load_calibrated(folder / "sweep").attrs["wake_calibration"]
+
+
 def test_load_attaches_the_recordings_idle_calibration(tmp_path, capsys):
     folder = synthetic_recording(tmp_path / "rec")
-    want = wake_calibration(datasets.load(folder / "idle"), source="x")
+    want = wake_calibration(load_calibrated(folder / "idle"), source="x")
     assert want.idle_ms == 10.0 and want.shares == pytest.approx((0.0, 0.0, 0.5))
     assert want.extra_ms == pytest.approx(0.05 + 0.00142 - 0.00095)
     # the threshold is the gap the cost came at: 10 ms of pause + 3 ms of loop - a copy's wall
     assert want.gap_ms == pytest.approx(13.0 - 0.0485, abs=0.03) and want.threshold_ms == want.gap_ms
     for where in (folder / "sweep", folder / "sweep" / "pow2.csv.gz", folder / "idle"):
-        cal = datasets.load(where).attrs["wake_calibration"]
+        cal = load_calibrated(where).attrs["wake_calibration"]
         assert dataclasses.replace(cal, source="x") == want, where
         assert cal.source == "idle runs of rec/idle: pauses 0, 3, 10 ms"
     rec = session.recording(str(folder), environ={})
     assert (
-        rec.table("sweep").attrs["wake_calibration"]
-        == datasets.load(folder / "sweep").attrs["wake_calibration"]
+        wake_source.attach(rec.table("sweep")).attrs["wake_calibration"]
+        == load_calibrated(folder / "sweep").attrs["wake_calibration"]
     )
-    e = outliers.explain(datasets.load(folder / "sweep"))
+    e = outliers.explain(load_calibrated(folder / "sweep"))
     assert list(e.index[e["is_outlier"]]) == [30]
     assert e.at[30, "cause"] == "gpu_wake"
     assert (
@@ -185,7 +204,7 @@ def test_load_attaches_the_recordings_idle_calibration(tmp_path, capsys):
         ), said
     # without the idle kind, or outside a recording, nothing is attached and nothing is gpu_wake
     shutil.rmtree(folder / "idle")
-    alone = datasets.load(folder / "sweep")
+    alone = load_calibrated(folder / "sweep")
     assert "wake_calibration" not in alone.attrs
     e = outliers.explain(alone)
     assert e.at[30, "cause"] == "unexplained"
@@ -197,7 +216,7 @@ def test_load_attaches_the_recordings_idle_calibration(tmp_path, capsys):
     # A table outside any recording's kind folder gets nothing.
     synthetic_recording(tmp_path / "bare")
     (tmp_path / "bare" / "recording.json").unlink()
-    cal = datasets.load(tmp_path / "bare" / "sweep").attrs["wake_calibration"]
+    cal = load_calibrated(tmp_path / "bare" / "sweep").attrs["wake_calibration"]
     assert (
         dataclasses.replace(cal, source="x") == want
         and cal.source == "idle runs of bare/idle: pauses 0, 3, 10 ms"
@@ -205,7 +224,7 @@ def test_load_attaches_the_recordings_idle_calibration(tmp_path, capsys):
     (tmp_path / "bare" / "loose").mkdir()
     for name in ("pow2.csv.gz", "pow2.csv.gz.env.json"):  # the same run, env.json and all
         shutil.copy(tmp_path / "bare" / "sweep" / name, tmp_path / "bare" / "loose" / name)
-    assert "wake_calibration" not in datasets.load(tmp_path / "bare" / "loose").attrs
+    assert "wake_calibration" not in load_calibrated(tmp_path / "bare" / "loose").attrs
 
 
 def test_idle_runs_with_one_pause_attach_no_calibration(tmp_path):
@@ -213,5 +232,5 @@ def test_idle_runs_with_one_pause_attach_no_calibration(tmp_path):
     for p in (folder / "idle").iterdir():
         if "pause-0ms" not in p.name:
             p.unlink()
-    assert datasets.load(folder / "sweep").attrs["wake_calibration"] is None
-    assert outliers.explain(datasets.load(folder / "sweep")).at[30, "cause"] == "unexplained"
+    assert load_calibrated(folder / "sweep").attrs["wake_calibration"] is None
+    assert outliers.explain(load_calibrated(folder / "sweep")).at[30, "cause"] == "unexplained"

@@ -14,7 +14,7 @@ import pytest
 from h2dlab import causes, cli, cli_explain, datasets, outliers, session, wake_source
 from h2dlab.tableio import save
 from tests.test_outliers_wake import SYNTHETIC_WAKE
-from tests.test_wake_calibration import SYNTHETIC_MACHINE, synthetic_recording
+from tests.test_wake_calibration import SYNTHETIC_MACHINE, load_calibrated, synthetic_recording
 
 #: The second run's env.json: the synthetic machine after a reboot into another image.
 OTHER_BOOT = {**SYNTHETIC_MACHINE, "platform": "synthetic-os-v2"}
@@ -45,9 +45,9 @@ def _slow(e, run_id):
 
 
 def test_each_run_gets_its_own_machines_calibration(two_boots):
-    one = datasets.load(two_boots / "idle").attrs["wake_calibration"]  # the idle runs' own machine
+    one = load_calibrated(two_boots / "idle").attrs["wake_calibration"]  # the idle runs' own machine
     assert one.idle_ms == 10.0
-    df = datasets.load(two_boots / "sweep")
+    df = load_calibrated(two_boots / "sweep")
     cals = df.attrs["wake_calibrations"]
     assert set(cals) == {"synthetic-sweep", "synthetic-other"}
     assert cals["synthetic-sweep"] == one and cals["synthetic-other"] == OTHER_SAID
@@ -73,13 +73,13 @@ def test_each_run_gets_its_own_machines_calibration(two_boots):
 def test_the_cli_session_and_one_run_agree(two_boots, capsys):
     rec = session.recording(str(two_boots), environ={})
     assert (
-        rec.table("sweep").attrs["wake_calibrations"]
-        == datasets.load(two_boots / "sweep").attrs["wake_calibrations"]
+        wake_source.attach(rec.table("sweep")).attrs["wake_calibrations"]
+        == load_calibrated(two_boots / "sweep").attrs["wake_calibrations"]
     )
-    alone = datasets.load(two_boots / "sweep" / "pow2-other-boot.csv.gz")
+    alone = load_calibrated(two_boots / "sweep" / "pow2-other-boot.csv.gz")
     assert alone.attrs["wake_calibrations"] == {"synthetic-other": OTHER_SAID}
     assert alone.attrs["wake_calibration"] is None
-    own = datasets.load(two_boots / "sweep" / "pow2.csv.gz").attrs
+    own = load_calibrated(two_boots / "sweep" / "pow2.csv.gz").attrs
     assert own["wake_calibration"].idle_ms == 10.0 and own["wake_calibrations"] == {
         "synthetic-sweep": own["wake_calibration"]
     }
@@ -98,13 +98,13 @@ def test_the_cli_session_and_one_run_agree(two_boots, capsys):
 def test_a_table_of_one_machine_explains_as_with_one_calibration(tmp_path):
     folder = synthetic_recording(tmp_path / "rec")
     _add_sweep_run(folder, "pow2-again", "synthetic-again", SYNTHETIC_MACHINE)
-    df = datasets.load(folder / "sweep")
+    df = load_calibrated(folder / "sweep")
     cal = df.attrs["wake_calibration"]
     assert cal is not None and df.attrs["wake_calibrations"] == {
         "synthetic-sweep": cal,
         "synthetic-again": cal,
     }
-    assert cal == wake_source.calibration(df, datasets.load(folder / "idle"), "rec/idle")
+    assert cal == wake_source.calibration(df, load_calibrated(folder / "idle"), "rec/idle")
     per_run = outliers.explain(df)
     bare = df.copy()
     bare.attrs = {"envs": df.attrs["envs"]}
@@ -115,13 +115,13 @@ def test_a_table_of_one_machine_explains_as_with_one_calibration(tmp_path):
     pd.testing.assert_frame_equal(outliers.ruled_out(per_run), outliers.ruled_out(one))
     # explain's wake= as one calibration still wins over the per-run attrs (tests use it)
     e = outliers.explain(
-        datasets.load(folder / "sweep"), wake=dataclasses.replace(cal, idle_ms=None, extra_ms=None)
+        load_calibrated(folder / "sweep"), wake=dataclasses.replace(cal, idle_ms=None, extra_ms=None)
     )
     assert not (e["cause"] == "gpu_wake").any()
 
 
 def test_wake_as_a_mapping_per_run(two_boots):
-    df = datasets.load(two_boots / "sweep")
+    df = load_calibrated(two_boots / "sweep")
     e = outliers.explain(df, wake={"synthetic-other": SYNTHETIC_WAKE})
     assert e.at[_slow(e, "synthetic-other"), "cause"] == "gpu_wake"
     i = _slow(e, "synthetic-sweep")  # a run the mapping lacks has none and says the old words
@@ -157,7 +157,7 @@ def test_wake_as_a_mapping_per_run(two_boots):
 def test_the_sentence_names_each_key_that_differs(tmp_path, change, said):
     folder = synthetic_recording(tmp_path / "rec")
     _add_sweep_run(folder, "pow2-other", "synthetic-other", {**SYNTHETIC_MACHINE, **change})
-    got = datasets.load(folder / "sweep").attrs["wake_calibrations"]["synthetic-other"]
+    got = load_calibrated(folder / "sweep").attrs["wake_calibrations"]["synthetic-other"]
     assert (
         got
         == f"the recording's idle runs (rec/idle) were measured on another machine or boot {said}, so they cannot tell what a pause costs on this one"
@@ -170,7 +170,7 @@ def test_idle_runs_of_two_other_machines_name_the_nearest(tmp_path):
         env = datasets.read_env(p)
         datasets.env_path(p).write_text(json.dumps({**env, "hostname": "far-host", "platform": "far-os"}))
     _add_sweep_run(folder, "pow2-other", "synthetic-other", OTHER_BOOT)
-    cals = datasets.load(folder / "sweep").attrs["wake_calibrations"]
+    cals = load_calibrated(folder / "sweep").attrs["wake_calibrations"]
     assert cals["synthetic-other"] == (
         "the recording's idle runs (rec/idle) were measured on 2 other machines or boots (the nearest: platform "
         "synthetic-os where this run's is synthetic-os-v2), so they cannot tell what a pause costs on this one"
@@ -191,7 +191,7 @@ def test_idle_runs_of_two_other_machines_name_the_nearest(tmp_path):
 def test_a_run_that_does_not_name_its_machine_says_so(tmp_path, env, said):
     folder = synthetic_recording(tmp_path / "rec")
     _add_sweep_run(folder, "pow2-unnamed", "synthetic-unnamed", env)
-    df = datasets.load(folder / "sweep")
+    df = load_calibrated(folder / "sweep")
     assert df.attrs["wake_calibrations"]["synthetic-unnamed"] == (
         f"this run's env.json {said}, so the recording's idle runs (rec/idle) cannot be matched to its machine"
     )
@@ -232,32 +232,32 @@ def test_unusable_idle_runs_say_why_not_that_none_were_recorded(tmp_path):
     for p in (folder / "idle").iterdir():
         if "pause-0ms" not in p.name:
             p.unlink()
-    df = datasets.load(folder / "sweep")
+    df = load_calibrated(folder / "sweep")
     assert df.attrs["wake_calibrations"] == {"synthetic-other": OTHER_SAID, "synthetic-sweep": ONE_PAUSE_SAID}
     assert df.attrs["wake_calibration"] is None
     e = outliers.explain(df)
     i = _slow(e, "synthetic-sweep")
     assert e.at[i, "cause"] == "unexplained" and e.at[i, "evidence"].endswith(f"ms; {ONE_PAUSE_SAID}")
     _rewrite_idle_envs(folder, lambda env: env["spec"].update(device="cpu"))
-    df = datasets.load(folder / "sweep")
+    df = load_calibrated(folder / "sweep")
     assert df.attrs["wake_calibrations"] == dict.fromkeys(["synthetic-sweep", "synthetic-other"], ON_CPU_SAID)
     assert df.attrs["wake_calibration"] is None
     e = outliers.explain(df)
     for run in ("synthetic-sweep", "synthetic-other"):
         assert e.at[_slow(e, run), "evidence"].endswith(f"ms; {ON_CPU_SAID}")
     _rewrite_idle_envs(folder, lambda env: env.update(hostname="", spec={**env["spec"], "device": "cuda:0"}))
-    df = datasets.load(folder / "sweep")
+    df = load_calibrated(folder / "sweep")
     assert df.attrs["wake_calibrations"] == dict.fromkeys(
         ["synthetic-sweep", "synthetic-other"], UNNAMED_SAID
     )
     # a table carrying no env.json at all gets nothing (nothing to match)
-    bare = datasets.load(folder / "idle")
+    bare = load_calibrated(folder / "idle")
     bare.attrs["envs"] = {}
     assert wake_source.calibrations(df, bare, "rec/idle") == {}
 
 
 def test_a_mapping_without_the_run_says_the_old_words(two_boots):
-    df = datasets.load(two_boots / "sweep")
+    df = load_calibrated(two_boots / "sweep")
     e = outliers.explain(df, wake={})
     for run in ("synthetic-sweep", "synthetic-other"):
         assert e.at[_slow(e, run), "evidence"].endswith(
@@ -277,7 +277,7 @@ def test_a_mapping_without_the_run_says_the_old_words(two_boots):
 def test_a_mapping_value_that_is_no_calibration_nor_sentence_is_refused(two_boots, value, error, said):
     """It read as 'no idle runs recorded beside this table' (a blank sentence: a dangling
     '; ' at the evidence's end)."""
-    df = datasets.load(two_boots / "sweep")
+    df = load_calibrated(two_boots / "sweep")
     with pytest.raises(error, match=r"^wake\['synthetic-other'\] .*" + re.escape(said)):
         outliers.explain(df, wake={"synthetic-sweep": SYNTHETIC_WAKE, "synthetic-other": value})
     e = outliers.explain(df, wake={"synthetic-sweep": None, "synthetic-other": "a reason"})
@@ -301,7 +301,7 @@ def test_a_mapping_value_that_is_no_calibration_nor_sentence_is_refused(two_boot
 def test_explain_refuses_pauses_no_run_could_take(two_boots, pauses, error, said):
     """It raised "'int' object is not callable" or pandas' "could not convert string to
     float", or said '(-5 ms of it the run's --pause)'."""
-    df = datasets.load(two_boots / "sweep")
+    df = load_calibrated(two_boots / "sweep")
     with pytest.raises(error, match="^" + re.escape(said)):
         outliers.explain(df, pauses=pauses)
     e = outliers.explain(df, pauses={"synthetic-other": 2})
@@ -316,7 +316,7 @@ def test_another_machines_sentence_speaks_of_the_idle_runs_that_name_one(tmp_pat
         env = datasets.read_env(p)
         datasets.env_path(p).write_text(json.dumps({**env, "hostname": ""}))
     _add_sweep_run(folder, "pow2-other", "synthetic-other", OTHER_BOOT)
-    cals = datasets.load(folder / "sweep").attrs["wake_calibrations"]
+    cals = load_calibrated(folder / "sweep").attrs["wake_calibrations"]
     assert cals["synthetic-other"] == OTHER_SAID.replace(
         "the recording's idle runs (rec/idle)", "the recording's idle runs that name their machine (rec/idle)"
     )
@@ -329,7 +329,7 @@ def test_a_run_timed_on_the_cpu_gets_no_gpu_wake(tmp_path):
     folder = synthetic_recording(tmp_path / "rec")
     df = datasets.read(folder / "sweep" / "pow2.csv.gz").assign(run_id="synthetic-cpu")
     save(df, folder / "sweep" / "pow2-cpu.csv.gz", env={**SYNTHETIC_MACHINE, "spec": {"device": "cpu"}})
-    df = datasets.load(folder / "sweep")
+    df = load_calibrated(folder / "sweep")
     said = (
         "this run timed no CUDA GPU (its env.json's spec.device is cpu), so the recording's idle runs (rec/idle) "
         "do not speak for its copies"
@@ -344,7 +344,7 @@ def test_a_run_timed_on_the_cpu_gets_no_gpu_wake(tmp_path):
 def test_calibrations_and_shared_refuse_what_is_no_table_or_mapping(two_boots):
     """They raised AttributeError ('list' object has no attribute 'attrs'), or turned an
     idle table lacking a column into a run's 'sentence' ('not a measurement table: ...')."""
-    sweep, idle = datasets.load(two_boots / "sweep"), datasets.load(two_boots / "idle")
+    sweep, idle = load_calibrated(two_boots / "sweep"), load_calibrated(two_boots / "idle")
     with pytest.raises(
         TypeError, match=r"^table must be a measurement table \(a pandas DataFrame\), not list$"
     ):
@@ -365,6 +365,6 @@ def test_neighbours_refuses_what_is_no_table(two_boots):
     """It raised pandas' 'Index(...) must be called with a collection of some kind'."""
     with pytest.raises(TypeError, match=r"^expected a pandas DataFrame \(a measurement table\), got list$"):
         causes.neighbours([1])
-    df = datasets.load(two_boots / "sweep").drop(columns="rep")
+    df = load_calibrated(two_boots / "sweep").drop(columns="rep")
     with pytest.raises(ValueError, match=r"^not a measurement table: missing column\(s\) rep$"):
         causes.neighbours(df)

@@ -70,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
             ref = pd.concat([datasets.load(a) for a in args[1:]], ignore_index=True)
         else:
             rec = Recorded("h200")
-            ref = pd.concat([rec.table("sweep", "pow2-interleaved"), rec.table("d2h", "d2h")], ignore_index=True)
+            ref = pd.concat(
+                [rec.table("sweep", "pow2-interleaved"), rec.table("d2h", "d2h")], ignore_index=True
+            )
     except (datasets.SchemaError, ValueError, OSError) as exc:
         print(f"h2dlab: error: {exc}", file=sys.stderr)
         return 2

@@ -12,7 +12,8 @@ import torch
 from h2dlab import datasets, session
 from h2dlab.env import GIT_COMMIT_VAR
 from h2dlab.record_env import read_folder_env
-from h2dlab.record_plan import PLAN_VERSION, experiments, read_manifest
+from h2dlab.record_folder import read_manifest
+from h2dlab.record_plan import PLAN_VERSION, experiments
 from tests.conftest import ROOT
 
 
