@@ -16,6 +16,7 @@ import json
 import os
 import sys
 
+import h2dlab.cli_survey as survey_command
 import h2dlab.cli_workload as cli_workload
 from h2dlab import (
     __version__,
@@ -35,7 +36,6 @@ from h2dlab.cli_common import sizes_arg as _sizes
 from h2dlab.cli_common import whole_arg as _whole
 from h2dlab.errors import Unavailable, UsageError
 from h2dlab.spec import FORUM_ORDERS, ORDERS, ForumSpec, OverlapSpec, SweepSpec
-from h2dlab.survey import command as survey_command
 
 __all__ = [
     "EXIT_CODES",
