@@ -62,8 +62,7 @@ display(findings_workload.decision(rec.table("workload")) if rec.has("workload")
 plots.bandwidth(sweep) if sweep is not None else display(rec.lacks("sweep/pow2-interleaved"));
 
 # %% tags=["hide-input"]
-if sweep is not None:
-    display(advice.bandwidth(sweep))
+display(advice.bandwidth(sweep)) if sweep is not None else None
 
 # %% [markdown]
 # ## 2 · What does a small copy cost?
