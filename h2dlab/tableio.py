@@ -150,7 +150,9 @@ def save(df: pd.DataFrame, path: str | Path, env: dict[str, Any] | None = None) 
     elif suf == ".parquet":
         writer = lambda p: df.to_parquet(p, index=False)  # noqa: E731
     else:
-        writer = lambda p: df.to_excel(p, index=False, engine="openpyxl")  # noqa: E731
+        from h2dlab.escape import safe_excel  # text that looks like a formula stays text
+
+        writer = lambda p: safe_excel(df, p)  # noqa: E731
     try:
         atomic_write(path, writer)
     except ImportError as exc:
