@@ -155,22 +155,27 @@ def slow_stretches(
         # The run's usual pace: a lower quartile of the rolling level, not the median, which a
         # slow stretch of half the run would move.
         usual_level = float(np.nanquantile(level, BASE_QUANTILE))
+        f_all = int(f.sum())
         for a, b in _runs_of(np.nan_to_num(level, nan=0.0) >= GAP_RATIO * usual_level):
-            if b - a < MIN_ROWS:
+            if b - a < MIN_ROWS or b - a == len(g):
+                continue  # (a stretch of the whole run has no rest to compare with)
+            # The three tests, cheapest first (a long run has many candidates; each test
+            # over the rest of the run costs its length): flag rate, ratio, then gaps.
+            n_in = int(f[a:b].sum())
+            n_out = f_all - n_in
+            if n_in == 0 or n_in / (b - a) < MIN_FLAG_RATE * n_out / (len(g) - (b - a)):
                 continue
             inside = np.zeros(len(g), bool)
             inside[a:b] = True
-            usual = pd.Series(gap[~inside & ok]).groupby(cell[~inside & ok]).median()
+            r_in, r_out = float(np.median(r[inside])), float(np.median(r[~inside]))
+            if not r_in >= MIN_SLOWER * r_out:
+                continue
+            near = ~inside & ok & np.isin(cell, cell[inside])  # the rest of the run, same cells
+            usual = pd.Series(gap[near]).groupby(cell[near]).median()
             base = usual.reindex(cell[inside]).to_numpy(float)
             rel = gap[inside] / base
             rel = rel[np.isfinite(rel)]
             if len(rel) < (b - a) / 2 or not np.median(rel) >= GAP_RATIO:
-                continue
-            r_in, r_out = float(np.median(r[inside])), float(np.median(r[~inside]))
-            if not r_in >= MIN_SLOWER * r_out:
-                continue
-            n_in, n_out = int(f[inside].sum()), int(f[~inside].sum())
-            if n_in == 0 or n_in / (b - a) < MIN_FLAG_RATE * n_out / int((~inside).sum()):
                 continue
             out.append(
                 PaceStretch(

@@ -137,6 +137,12 @@ def _unprintable(text: str) -> bool:
     return any(unicodedata.category(c) in _HIDDEN and c != "\u200d" for c in text)
 
 
+def _unprintable_each(v: pd.Series) -> dict[str, bool]:
+    """:func:`_unprintable` of each distinct value of ``v``: a column of a million rows holds
+    a few names, each looked at once."""
+    return {text: _unprintable(text) for text in pd.unique(v)}
+
+
 #: Control, format (but the zero-width joiner that joins emoji), line and paragraph separators.
 _HIDDEN = ("Cc", "Cf", "Zl", "Zp")
 
@@ -174,7 +180,7 @@ def _coerce(out: pd.DataFrame, col: str, kind: str, source: str) -> None:
             _reject(
                 source,
                 raw,
-                v.map(_unprintable),
+                v.map(_unprintable_each(v)),
                 "holds a control character or an invisible format character",
                 "a name is printable text: fix or drop that row",
             )
