@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from h2dlab import episodes, model
 
@@ -78,3 +80,22 @@ def test_the_bootstrap_of_a_large_group_is_m_out_of_n_with_the_plain_spread(monk
         assert 0.6 < w_s / w_p < 1.6, (col, w_s, w_p)
         assert sampled[f"{col}_lo"] < sampled[col] < sampled[f"{col}_hi"]
     assert 49.0 < sampled["gbps_lo"] and sampled["gbps_hi"] < 51.0  # the synthetic 50 GB/s
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([0.5, 1.0, 1.0, 2.0, 3.5, float("inf")]) | st.floats(0.1, 10), min_size=1, max_size=40
+    ),
+    st.data(),
+)
+def test_the_median_of_the_rest_is_numpys(values, data):
+    from h2dlab.host_pace import _median_without
+
+    x = np.array(values, float)
+    a = data.draw(st.integers(0, len(x)))
+    b = data.draw(st.integers(a, len(x)))
+    rest = np.concatenate([x[:a], x[b:]])
+    got = _median_without(np.sort(x), x[a:b])
+    want = float(np.median(rest)) if len(rest) else float("nan")
+    assert (np.isnan(got) and np.isnan(want)) or got == want
