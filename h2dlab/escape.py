@@ -66,6 +66,13 @@ def safe_excel(df: Any, path: Any, sheet_name: str = "Sheet1", **kw: Any) -> Non
     """``df.to_excel(path, index=False)`` (openpyxl) with :func:`defuse_sheet` applied."""
     import pandas as pd
 
+    from h2dlab.schema import SchemaError
+    from h2dlab.tableio import XLSX_MAX_ROWS
+
+    if len(df) > XLSX_MAX_ROWS:  # openpyxl would fail at the end, after minutes of writing
+        raise SchemaError(
+            f"cannot write {len(df):,} rows to an .xlsx sheet (it holds {XLSX_MAX_ROWS:,}): write .csv.gz or .parquet"
+        )
     with pd.ExcelWriter(path, engine="openpyxl") as xw:
         df.to_excel(xw, sheet_name=sheet_name, index=False, **kw)
         defuse_sheet(xw.sheets[sheet_name], text_columns(df))

@@ -76,6 +76,11 @@ def _pct(values: np.ndarray, q: float) -> float:
 #: rows) is resampled m out of n (m = this), its spread scaled by sqrt(m / n), which holds
 #: for a fit whose error shrinks as 1 / sqrt(rows): memory and time stay bounded per group.
 BOOT_MAX_ROWS = 20_000
+#: What :func:`fit` gives per group, after the ``by`` columns.
+FIT_COLUMNS = (
+    "overhead_us", "overhead_us_lo", "overhead_us_hi", "gbps", "gbps_lo", "gbps_hi", "n", "sizes",
+    "median_abs_rel_err",
+)  # fmt: skip
 
 
 def fit(
@@ -130,7 +135,8 @@ def fit(
                 "median_abs_rel_err": float(np.median(np.abs(ms / pred - 1))),
             }
         )
-    return pd.DataFrame(rows)
+    # no group with two sizes: an empty table that still has its columns (callers select by them)
+    return pd.DataFrame(rows, columns=[*by, *FIT_COLUMNS])
 
 
 def predict(fitted: pd.DataFrame, size_bytes: float | np.ndarray) -> np.ndarray:

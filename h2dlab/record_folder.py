@@ -86,7 +86,7 @@ def read_manifest(folder: str | Path) -> dict[str, Any] | None:
     p = Path(folder) / MANIFEST
     try:
         m = json.loads(p.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return m if isinstance(m, dict) else None
 
@@ -211,7 +211,7 @@ def load_manifest(folder: str | Path) -> dict[str, Any]:
         raise UsageError(f"{folder} holds no {MANIFEST}: not a recording that `h2dlab record` started")
     try:
         m = json.loads(p.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise UsageError(
             f"{p} cannot be read ({exc}): it cannot be resumed; record into a new folder"
         ) from None

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_TABLE_BYTES",
     "MAX_TABLE_ROWS",
     "SUFFIXES",
+    "XLSX_MAX_ROWS",
     "atomic_write",
     "env_path",
     "max_table_bytes",
@@ -50,6 +51,8 @@ MAX_TABLE_BYTES = 2**30
 #: The most rows a parquet table may declare (its metadata, read before its data): the
 #: longest plan the kit measures (``spec.MAX_PLAN_ROWS``).
 MAX_TABLE_ROWS = 10_000_000
+#: The data rows an .xlsx sheet holds (1,048,576 rows, one of them the header).
+XLSX_MAX_ROWS = 1_048_575
 
 
 def max_table_bytes() -> int:
@@ -198,6 +201,11 @@ def save(df: pd.DataFrame, path: str | Path, env: dict[str, Any] | None = None) 
     suf = suffix_of(path)
     if suf not in SUFFIXES:
         raise SchemaError(f"cannot write {path.name}: use one of {', '.join(SUFFIXES)}")
+    if suf == ".xlsx" and len(df) > XLSX_MAX_ROWS:
+        raise SchemaError(
+            f"cannot write {path.name}: {len(df):,} rows, more than the {XLSX_MAX_ROWS:,} an .xlsx sheet "
+            "holds; write .csv.gz or .parquet"
+        )
     df = validate(df, source=str(path))
     cols = list(COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in df.columns]
     df = df[cols]
@@ -244,7 +252,7 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
             return None
     try:
         env = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, json.JSONDecodeError, RecursionError) as exc:  # nested past the parser's depth
         raise SchemaError(f"{p}: not a readable env.json ({exc})") from None
     if not isinstance(env, dict):
         raise SchemaError(f"{p}: not a readable env.json (a JSON object was expected)")
