@@ -17,7 +17,7 @@ import os
 import sys
 
 from h2dlab import __version__, cli_common, cli_compare, cli_measuring, cli_record, cli_strategies
-from h2dlab.cli_checks import check_fits, check_folder, check_out, check_plan, check_target, not_the_source
+from h2dlab.cli_checks import check_folder, check_out, check_plan, check_target, not_the_source
 from h2dlab.cli_common import EXIT_CODES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, failure, finish_measure
 from h2dlab.cli_common import Parser as _Parser
 from h2dlab.cli_common import names as names_list
@@ -203,7 +203,9 @@ def _cmd_measure(a, argv) -> int:
     spec = spec_from_args(a)
     check_plan(spec, gpus=a.gpus, max_hours=a.max_hours)
     out = check_target(check_out(a.out), resume=a.resume, force=a.force)
-    check_fits(spec.planned_rows(), out)  # an .xlsx holds 1,048,575 rows: said before measuring
+    from h2dlab.cli_checks import check_fits  # an .xlsx holds 1,048,575 rows: said before measuring
+
+    check_fits(spec.planned_rows(), out)
     cmdline = ["h2dlab", *argv]
     if a.gpus is not None:
         from h2dlab.concurrent import concurrent
