@@ -287,9 +287,11 @@ def validate(df: pd.DataFrame, *, source: str = "table") -> pd.DataFrame:
 
 def _check_duplicates(out: pd.DataFrame, source: str) -> None:
     stored = [c for c in {**COLUMNS, **OPTIONAL_COLUMNS} if c in out]
-    same = out.duplicated(subset=stored, keep="first").to_numpy()
     key = list(KEY) + [c for c in OPTIONAL_COLUMNS if c in out]
     twin = out.duplicated(subset=key, keep="first").to_numpy()
+    if not twin.any():  # the key is among the stored columns: no row repeats them all either
+        return
+    same = out.duplicated(subset=stored, keep="first").to_numpy()
     for dup, what in ((same, "repeats row {j} in every column"), (twin, "is the same copy as row {j}")):
         if dup.any():
             i = int(np.flatnonzero(dup)[0])
