@@ -71,11 +71,11 @@ def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
-#: The bootstrap resamples at most this many rows per group (every bundled group has fewer:
+#: The bootstrap resamples at most this many rows per group (every bundled group has fewer, 2,520 at most:
 #: their intervals are the plain bootstrap's). A larger group (a long recording, 1,000,000
 #: rows) is resampled m out of n (m = this), its spread scaled by sqrt(m / n), which holds
 #: for a fit whose error shrinks as 1 / sqrt(rows): memory and time stay bounded per group.
-BOOT_MAX_ROWS = 20_000
+BOOT_MAX_ROWS = 10_000
 #: What :func:`fit` gives per group, after the ``by`` columns.
 FIT_COLUMNS = (
     "overhead_us", "overhead_us_lo", "overhead_us_hi", "gbps", "gbps_lo", "gbps_hi", "n", "sizes",
