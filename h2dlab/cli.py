@@ -212,6 +212,9 @@ def _cmd_measure(a, argv) -> int:
     spec = spec_from_args(a)
     check_plan(spec, gpus=a.gpus, max_hours=a.max_hours)
     out = check_target(check_out(a.out), resume=a.resume, force=a.force)
+    from h2dlab.cli_checks import check_fits  # an .xlsx holds 1,048,575 rows: said before measuring
+
+    check_fits(spec.planned_rows(), out)
     cmdline = ["h2dlab", *argv]
     if a.gpus is not None:
         from h2dlab.concurrent import concurrent

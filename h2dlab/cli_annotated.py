@@ -57,7 +57,9 @@ def write_annotated(e, path: Path, env: dict) -> None:
     if suf == ".parquet":
         writer = lambda t: e.to_parquet(t, index=False)  # noqa: E731
     elif suf == ".xlsx":
-        writer = lambda t: e.to_excel(t, index=False, engine="openpyxl")  # noqa: E731
+        from h2dlab.escape import safe_excel  # a strategy or error text is never a formula
+
+        writer = lambda t: safe_excel(e, t)  # noqa: E731
     else:
         writer = lambda t: e.to_csv(t, index=False, compression="gzip" if suf == ".csv.gz" else None)  # noqa: E731
     datasets.atomic_write(path, writer)

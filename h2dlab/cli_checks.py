@@ -17,6 +17,7 @@ from h2dlab.spec import SweepSpec
 
 __all__ = [
     "GPUS_DEVICE_KINDS",
+    "check_fits",
     "check_folder",
     "check_out",
     "check_plan",
@@ -40,6 +41,18 @@ def check_plan(spec: SweepSpec, *, gpus: str | None, max_hours: float) -> None:
         raise UsageError(
             f"this plan ({spec.planned_rows():,} copies) would take about {hours:,.1f} hours at 1 GB/s, "
             f"more than --max-hours {max_hours:g}: lower --reps or --sizes, or raise --max-hours"
+        )
+
+
+def check_fits(rows: int, out: Path) -> None:
+    """Refuse, before measuring, a plan of more ``rows`` than an ``.xlsx`` sheet holds
+    (``tableio.XLSX_MAX_ROWS``): it measured for hours, then failed at the save."""
+    from h2dlab.tableio import XLSX_MAX_ROWS, suffix_of
+
+    if suffix_of(out) == ".xlsx" and rows > XLSX_MAX_ROWS:
+        raise UsageError(
+            f"this plan has {rows:,} copies, more than the {XLSX_MAX_ROWS:,} rows an .xlsx sheet holds: "
+            "write .csv.gz or .parquet (or lower --reps or --sizes)"
         )
 
 

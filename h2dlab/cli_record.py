@@ -79,7 +79,7 @@ def _load_plan(path: str) -> tuple[Experiment, ...]:
     try:
         rows = json.loads(Path(path).read_text())
         return tuple(experiment_from_dict(d) for d in rows)
-    except (OSError, ValueError, TypeError, AttributeError) as exc:
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError) as exc:
         raise UsageError(f"cannot read the plan {path}: {exc}") from None
 
 

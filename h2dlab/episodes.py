@@ -29,7 +29,17 @@ import pandas as pd
 
 from h2dlab.causes_wake import TIMELINE_COLUMNS
 
-__all__ = ["MAX_CURVE_SHARE", "Stretch", "across_curves", "noise_scale", "pelt_l2", "stretches", "time_order"]
+__all__ = [
+    "EXACT_MAX",
+    "MAX_CURVE_SHARE",
+    "Stretch",
+    "across_curves",
+    "noise_scale",
+    "pelt_l2",
+    "stretches",
+    "time_order",
+    "windowed_pelt",
+]
 
 #: A run's rows in time order: start time, then the plan's order; the rest only break exact
 #: ties (a bidirectional copy's two rows), so the order never depends on the table's row order.
@@ -67,7 +77,7 @@ class Stretch:
         return len(self.rows)
 
 
-def pelt_l2(x: np.ndarray, pen: float, min_size: int = 3) -> list[int]:
+def pelt_l2(x: np.ndarray, pen: float, min_size: int = 3, prune_ties: bool = False) -> list[int]:
     """Change points of ``x`` by PELT with the l2 cost (sum of squared deviations from
     each segment's mean) and a penalty ``pen`` per segment.
 
@@ -91,6 +101,11 @@ def pelt_l2(x: np.ndarray, pen: float, min_size: int = 3) -> list[int]:
         Penalty per segment.
     min_size
         Shortest segment.
+    prune_ties
+        Also drop a start that only ties the best (up to rounding): a flat series is then cut
+        in linear time, and of two segmentations of equal cost the one with the later
+        change point may be returned (``windowed_pelt`` uses it; the default keeps ruptures'
+        choice).
 
     Returns
     -------
@@ -134,12 +149,59 @@ def pelt_l2(x: np.ndarray, pen: float, min_size: int = 3) -> list[int]:
         # A start t beaten here (its cost to `end` already more than best[end] + pen) is beaten
         # at every later end by a segment from `end`, but only where that segment is allowed:
         # min_size on. Dropping it at once (as ruptures does) can lose the optimum.
-        beaten = total > best[end] + pen
+        beaten = (
+            total > best[end] + pen - 1e-9 * (abs(best[end]) + pen) if prune_ties else total > best[end] + pen
+        )
         dead[:m][beaten] = np.minimum(dead[:m][beaten], end + min_size)
     out = [n]
     while prev[out[-1]] > 0:
         out.append(int(prev[out[-1]]))
     return out[::-1]
+
+
+#: Series up to this many rows are cut by one exact PELT over the whole (every bundled
+#: timeline: the longest has 4,620 rows). PELT's pruning fails where a series has few level
+#: changes, the usual case, so its time grows with the square of the length: 51.7 s at
+#: 100,000 rows. Longer series (a long recording, a fleet's table) go to ``windowed_pelt``.
+EXACT_MAX = 20_000
+#: ``windowed_pelt`` cuts a long series in the middle of every run of at least this many
+#: rows that are not slow, and any window still longer than :data:`WINDOW_MAX` into equal parts.
+GAP_ROWS = 64
+WINDOW_MAX = 1_024
+
+
+def windowed_pelt(x: np.ndarray, hi: np.ndarray, pen: float, min_size: int = 3) -> list[int]:
+    """Segment ends of a long series ``x`` (``pelt_l2``'s output shape) in about linear time.
+
+    A slow segment needs 3/4 of its rows slow (``hi``), so a run of :data:`GAP_ROWS` rows
+    that are not slow ends any episode: the series is cut in the middle of each such run,
+    and each window solved alone by ``pelt_l2`` with the whole series' penalty ``pen``
+    (:data:`WINDOW_MAX` rows at most, so each costs a bounded time). A window holding fewer
+    than 3 slow rows, or no two adjacent ones, can hold no slow segment (3 rows or more, 3/4
+    of them slow): it stays one segment and costs nothing. Exact PELT over the whole would only move
+    where long normal stretches are cut, which ``stretches`` does not report.
+    """
+    n = len(x)
+    hi = np.asarray(hi, bool)
+    step = np.diff(np.concatenate([[1], hi.astype(np.int8), [1]]))
+    starts, ends = np.flatnonzero(step == -1), np.flatnonzero(step == 1)  # runs of rows not slow
+    mid = (starts + ends) // 2
+    cuts = [0, *mid[(ends - starts >= GAP_ROWS) & (mid > 0) & (mid < n)].tolist(), n]
+    nhi = np.concatenate([[0], np.cumsum(hi)])
+    pairs = np.concatenate([[0], np.cumsum(hi[1:] & hi[:-1]), [0]])  # adjacent slow rows up to i
+    pairs[-1] = pairs[-2]
+    out: list[int] = []
+    for s, e in zip(cuts[:-1], cuts[1:], strict=True):
+        parts = max(1, -(-(e - s) // WINDOW_MAX))
+        edges = [s + (e - s) * k // parts for k in range(parts + 1)]
+        for a, b in zip(edges[:-1], edges[1:], strict=True):
+            # 3/4 of 3 or more rows slow means two adjacent slow rows: without a pair, no
+            # segment of the window can be slow
+            if nhi[b] - nhi[a] < 3 or pairs[b - 1] - pairs[a] < 1 or b - a < 2 * min_size:
+                out.append(b)
+            else:
+                out += [a + k for k in pelt_l2(x[a:b], pen, min_size=min_size, prune_ties=True)]
+    return out
 
 
 def noise_scale(r: np.ndarray, floor: float) -> float:
@@ -178,7 +240,7 @@ def stretches(r: np.ndarray, sigma: float, min_len: int = 4) -> list[tuple[int, 
     hi = r > max(3.0 * sigma, math.log(1.25))
     rc = np.clip(r, -10 * sigma, None)  # fast rows cannot form episodes
     pen = 3.0 * (3.0 * sigma) ** 2 * math.log(n)
-    bkps = pelt_l2(rc, pen, min_size=3)
+    bkps = pelt_l2(rc, pen, min_size=3) if n <= EXACT_MAX else windowed_pelt(rc, hi, pen)
     segs: list[list[int]] = []
     start = 0
     for end in bkps:

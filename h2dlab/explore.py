@@ -13,9 +13,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from h2dlab import datasets, model, outliers, plots
+from h2dlab.escape import html_text
 from h2dlab.units import fmt_bytes
 
-__all__ = ["ALL_RUNS", "MEASURE_NOW", "SIZE_STEPS", "VIEWS", "Explorer"]
+__all__ = ["ALL_RUNS", "MEASURE_NOW", "SIZE_STEPS", "VIEWS", "Explorer", "styled"]
 
 MEASURE_NOW = "measure this machine now"
 VIEWS = ("latency", "bandwidth", "timeline")
@@ -36,6 +37,12 @@ def _runs_on_disk() -> list[str]:
         }
     )
     return found  # absolute: load() must find them from any working folder
+
+
+def styled(table: pd.DataFrame):
+    """``table`` as the explorer shows it: no index, every cell HTML-escaped (a strategy,
+    run id or evidence read from a file is text, never markup)."""
+    return table.style.hide(axis="index").format(escape="html")
 
 
 class Explorer:
@@ -118,9 +125,9 @@ class Explorer:
         try:
             df = datasets.load(text)
         except (ValueError, TypeError) as exc:  # SchemaError is a ValueError
-            self.status.value = f"<b>cannot open {text!r}:</b> {exc}"
+            self.status.value = f"<b>cannot open {html_text(repr(text))}:</b> {html_text(exc)}"
             return False
-        self.status.value = f"opened {text} ({len(df)} rows)"
+        self.status.value = f"opened {html_text(text)} ({len(df)} rows)"
         self.set_table(df)
         return True
 
@@ -248,9 +255,9 @@ class Explorer:
                 fit, flagged = self.tables(sel)
                 if fit is not None:
                     display(HTML("<b>Fitted model (latency = overhead + bytes / bandwidth)</b>"))
-                    display(fit.style.hide(axis="index"))
+                    display(styled(fit))
                 display(HTML(f"<b>Slow copies flagged ({int(sel['is_outlier'].sum())}; the first 15)</b>"))
-                display(flagged.style.hide(axis="index"))
+                display(styled(flagged))
         self.redraws += 1
 
     # --- a small live sweep ---------------------------------------------------------------
@@ -280,7 +287,7 @@ class Explorer:
         planned = plan_spec(spec)
         self.progress.max, self.progress.value = len(planned), 0
         self.measure_btn.disabled, self.stop_btn.disabled = True, False
-        self.status.value = f"measuring {len(planned)} copies into {out.name} ..."
+        self.status.value = f"measuring {len(planned)} copies into {html_text(out.name)} ..."
 
         def work():
             try:
@@ -291,12 +298,10 @@ class Explorer:
                     stop=self._stop,
                     on_row=lambda n: setattr(self.progress, "value", n),
                 )
-                self.status.value = (
-                    f"{'stopped' if df.attrs.get('stopped') else 'done'}: {len(df)} rows kept in {out}"
-                )
+                self.status.value = f"{'stopped' if df.attrs.get('stopped') else 'done'}: {len(df)} rows kept in {html_text(out)}"
                 self.set_table(df)
             except Exception as exc:  # noqa: BLE001 - shown in the widget, not lost in a thread
-                self.status.value = f"<b>measurement failed:</b> {exc}"
+                self.status.value = f"<b>measurement failed:</b> {html_text(exc)}"
             finally:
                 self.measure_btn.disabled, self.stop_btn.disabled = False, True
 

@@ -73,6 +73,36 @@ class PaceStretch:
     elsewhere: int  #: the rest of the run's timed copies
 
 
+_NONE = np.empty(0)
+
+
+def _median_without(sorted_values: np.ndarray, removed: np.ndarray) -> float:
+    """The median (as ``np.median``) of ``sorted_values`` with one occurrence of each of
+    ``removed`` (a few values, all in it) taken out: O(k log n), not a pass over n values.
+    NaN when nothing is left."""
+    n, k = len(sorted_values), len(removed)
+    m = n - k
+    if m <= 0:
+        return float("nan")
+    rem = np.sort(np.asarray(removed, float))
+    # the positions taken out: the first free occurrence of each removed value
+    left = np.searchsorted(sorted_values, rem, side="left")
+    first = np.r_[True, rem[1:] != rem[:-1]]
+    run_start = np.maximum.accumulate(np.where(first, np.arange(k), 0))
+    pos = np.sort(left + (np.arange(k) - run_start))
+
+    def at(j: int) -> float:  # the j-th value (0-based) of what is left
+        i = j
+        while True:
+            nxt = j + int(np.searchsorted(pos, i, side="right"))
+            if nxt == i:
+                return float(sorted_values[i])
+            i = nxt
+
+    lo, hi = at((m - 1) // 2), at(m // 2)
+    return lo if lo == hi else (lo + hi) / 2
+
+
 def _runs_of(mask: np.ndarray) -> list[tuple[int, int]]:
     """``[start, end)`` of each run of True values."""
     edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(int), [0]])))
@@ -155,22 +185,39 @@ def slow_stretches(
         # The run's usual pace: a lower quartile of the rolling level, not the median, which a
         # slow stretch of half the run would move.
         usual_level = float(np.nanquantile(level, BASE_QUANTILE))
+        f_all = int(f.sum())
+        r_sorted = np.sort(r)
+        ok_cell, ok_gap = cell[ok], gap[ok]
+        sort = np.lexsort((ok_gap, ok_cell))
+        ok_cell, ok_gap = ok_cell[sort], ok_gap[sort]
+        bounds = np.flatnonzero(np.diff(ok_cell)) + 1
+        by_cell = (
+            dict(zip(ok_cell[np.r_[0, bounds]].tolist(), np.split(ok_gap, bounds), strict=True))
+            if len(ok_cell)
+            else {}
+        )
         for a, b in _runs_of(np.nan_to_num(level, nan=0.0) >= GAP_RATIO * usual_level):
-            if b - a < MIN_ROWS:
+            if b - a < MIN_ROWS or b - a == len(g):
+                continue  # (a stretch of the whole run has no rest to compare with)
+            # The three tests, cheapest first (a long run has many candidates; each test
+            # over the rest of the run costs its length): flag rate, ratio, then gaps.
+            n_in = int(f[a:b].sum())
+            n_out = f_all - n_in
+            if n_in == 0 or n_in / (b - a) < MIN_FLAG_RATE * n_out / (len(g) - (b - a)):
                 continue
             inside = np.zeros(len(g), bool)
             inside[a:b] = True
-            usual = pd.Series(gap[~inside & ok]).groupby(cell[~inside & ok]).median()
-            base = usual.reindex(cell[inside]).to_numpy(float)
+            r_in, r_out = float(np.median(r[a:b])), _median_without(r_sorted, r[a:b])
+            if not r_in >= MIN_SLOWER * r_out:
+                continue
+            usual = {  # the median gap of each of its cells in the rest of the run
+                c: _median_without(by_cell.get(c, _NONE), gap[a:b][ok[a:b] & (cell[a:b] == c)])
+                for c in np.unique(cell[a:b]).tolist()
+            }
+            base = np.array([usual[c] for c in cell[a:b].tolist()], float)
             rel = gap[inside] / base
             rel = rel[np.isfinite(rel)]
             if len(rel) < (b - a) / 2 or not np.median(rel) >= GAP_RATIO:
-                continue
-            r_in, r_out = float(np.median(r[inside])), float(np.median(r[~inside]))
-            if not r_in >= MIN_SLOWER * r_out:
-                continue
-            n_in, n_out = int(f[inside].sum()), int(f[~inside].sum())
-            if n_in == 0 or n_in / (b - a) < MIN_FLAG_RATE * n_out / int((~inside).sum()):
                 continue
             out.append(
                 PaceStretch(

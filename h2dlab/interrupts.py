@@ -1,5 +1,7 @@
-"""SIGTERM as Ctrl-C: a block within which SIGTERM raises ``KeyboardInterrupt``, so that
-cleanup code runs and a command ends with its one line and exit code 130. Stdlib only."""
+"""SIGTERM and SIGHUP as Ctrl-C: a block within which they raise ``KeyboardInterrupt``, so
+that cleanup code runs (a report's kernel is shut down and its connection file removed, a
+table keeps its rows) and a command ends with its one line and exit code 130. SIGHUP comes
+when the terminal or ssh session closes. Stdlib only."""
 
 from __future__ import annotations
 
@@ -8,26 +10,29 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["terminate_raises"]
+__all__ = ["STOPPING", "terminate_raises"]
+
+#: The signals that would end the process outright and are taken as Ctrl-C instead.
+STOPPING = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 
 @contextmanager
 def terminate_raises() -> Iterator[None]:
-    """Within the block, SIGTERM (where it would kill the process outright) raises
-    ``KeyboardInterrupt`` instead, so that cleanup code runs."""
+    """Within the block, SIGTERM and SIGHUP (where they would kill the process outright)
+    raise ``KeyboardInterrupt`` instead, so that cleanup code runs."""
     if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.getsignal(signal.SIGTERM)
-    if old not in (signal.SIG_DFL, None):
         yield
         return
 
     def handler(signum, frame):  # noqa: ARG001
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, handler)
+    old = {s: signal.getsignal(s) for s in STOPPING}
+    taken = [s for s, h in old.items() if h in (signal.SIG_DFL, None)]  # another handler is kept
+    for s in taken:
+        signal.signal(s, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s in taken:
+            signal.signal(s, old[s])

@@ -79,11 +79,21 @@ def find_recording(machine: Mapping[str, Any], root: str | Path | None = None) -
     return max(found)[2] if found else None
 
 
+#: Set to 1 to let live mode resume an unfinished recording it finds in the runs folder.
+RESUME_VAR = "H2DLAB_RESUME"
+
+
 def live_recording(
-    echo: Callable[[str], object] = print, machine: Mapping[str, Any] | None = None
+    echo: Callable[[str], object] = print,
+    machine: Mapping[str, Any] | None = None,
+    resume: bool | None = None,
 ) -> tuple[Path, bool]:
     """This machine's recording: found in ``datasets.runs_dir()``, or made now with
-    ``h2dlab record --quick`` (an unfinished one is resumed). Returns (folder, made now).
+    ``h2dlab record --quick``. Returns (folder, made now).
+
+    An unfinished recording found there is resumed only when asked (``resume``, or
+    ``H2DLAB_RESUME=1``): the runs folder may hold a recording.json someone else wrote,
+    and resuming runs what it names; unasked, a UsageError says how to resume it.
 
     Parameters
     ----------
@@ -91,6 +101,8 @@ def live_recording(
         Receives the recorder's output line by line (a notebook shows it).
     machine
         This machine as :func:`this_machine` describes it (default: asked now).
+    resume
+        Whether an unfinished recording may be resumed (default: ``H2DLAB_RESUME`` is 1).
 
     Raises
     ------
@@ -104,6 +116,12 @@ def live_recording(
     if found is not None and (read_manifest(found) or {}).get("status") == "complete":
         return found, False
     if found is not None:
+        if not (resume if resume is not None else os.environ.get(RESUME_VAR, "").strip() == "1"):
+            raise UsageError(
+                f"an unfinished recording of this machine is in {found}: finish it with "
+                f"`h2dlab record --resume {found}` (or set {RESUME_VAR}=1 to let live mode resume it), "
+                "or move it out of the runs folder to record anew"
+            )
         args = ["--resume", str(found)]
     else:
         found = default_folder(here["gpu_name"])
@@ -140,6 +158,7 @@ def record_failed(rc: int, said: str, folder: Path, args: list[str]) -> UsageErr
         return UsageError(f"recording this machine was refused ({what}): {said}")
     how = "stopped" if rc == 130 else "failed"
     return Unavailable(
-        f"recording this machine {how} ({what}): {said}{see}; live mode resumes it next time, "
+        f"recording this machine {how} ({what}): {said}{see}; finish it with h2dlab record --resume "
+        f"{folder} (or {RESUME_VAR}=1 lets live mode resume it), "
         "or use replay mode (H2DLAB_MODE=replay) to read the recorded data"
     )

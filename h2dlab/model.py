@@ -71,13 +71,26 @@ def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
+#: The bootstrap resamples at most this many rows per group (every bundled group has fewer, 2,520 at most:
+#: their intervals are the plain bootstrap's). A larger group (a long recording, 1,000,000
+#: rows) is resampled m out of n (m = this), its spread scaled by sqrt(m / n), which holds
+#: for a fit whose error shrinks as 1 / sqrt(rows): memory and time stay bounded per group.
+BOOT_MAX_ROWS = 10_000
+#: What :func:`fit` gives per group, after the ``by`` columns.
+FIT_COLUMNS = (
+    "overhead_us", "overhead_us_lo", "overhead_us_hi", "gbps", "gbps_lo", "gbps_hi", "n", "sizes",
+    "median_abs_rel_err",
+)  # fmt: skip
+
+
 def fit(
     df: pd.DataFrame, *, by: tuple[str, ...] = ("run_id", "strategy"), n_boot: int = 200, seed: int = 0
 ) -> pd.DataFrame:
     """Fit ``latency = overhead + bytes / bandwidth`` per group.
 
     Uses ``event_ms`` where present, else ``wall_ms``; warm-ups and error rows are
-    excluded. Confidence intervals (95 %) come from a bootstrap over rows.
+    excluded. Confidence intervals (95 %) come from a bootstrap over rows (m out of n
+    beyond :data:`BOOT_MAX_ROWS` rows).
 
     Returns
     -------
@@ -100,9 +113,13 @@ def fit(
         a, b = fit_line(size, ms)
         bt = np.empty((0, 2))
         if n_boot and len(ms) >= 8:  # refit resamples of the rows, all at once
-            i = rng.integers(0, len(ms), (n_boot, len(ms)))
+            m = min(len(ms), BOOT_MAX_ROWS)
+            i = rng.integers(0, len(ms), (n_boot, m))
             bt = fit_lines(size[i], np.log(ms[i]), start=(a, b))
             bt = bt[np.isfinite(bt).all(axis=1)]
+            if m < len(ms):  # m out of n: the spread of a fit to m rows, shrunk to n rows
+                shrink = np.sqrt(m / len(ms))
+                bt = np.exp(np.log([a, b]) + (np.log(bt) - np.log([a, b])) * shrink)
         pred = a + size * b
         rows.append(
             {
@@ -118,7 +135,8 @@ def fit(
                 "median_abs_rel_err": float(np.median(np.abs(ms / pred - 1))),
             }
         )
-    return pd.DataFrame(rows)
+    # no group with two sizes: an empty table that still has its columns (callers select by them)
+    return pd.DataFrame(rows, columns=[*by, *FIT_COLUMNS])
 
 
 def predict(fitted: pd.DataFrame, size_bytes: float | np.ndarray) -> np.ndarray:

@@ -49,6 +49,7 @@ explain() gives every flagged row one cause from ``CAUSES`` with an evidence sen
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -275,18 +276,18 @@ def explain(
             paced.update({i: (s, next_id, own) for i in new})
             next_id += 1
 
-    for i in flagged:
+    said: dict[Any, tuple[str, str]] = {}  # written at once below: one write per row copies a
+    for i in flagged:  # text column (arrow strings), which made a long table quadratic
         row = out.loc[i]
         if i in paced:
             s, ep, own = paced[i]
-            out.at[i, "cause"] = "episode"
-            out.at[i, "evidence"] = f"{slow_text(row, v[i])}; {host_pace.pace_text(s, ep, own)}"
+            said[i] = ("episode", f"{slow_text(row, v[i])}; {host_pace.pace_text(s, ep, own)}")
             continue
-        cause, ev = specific.get(i) or generic_cause(
-            row, ctx.loc[i], v[i], int(row["episode"]), across.get(i)
-        )
-        out.at[i, "cause"] = cause
-        out.at[i, "evidence"] = ev
+        said[i] = specific.get(i) or generic_cause(row, ctx.loc[i], v[i], int(row["episode"]), across.get(i))
+    if said:
+        at = list(said)
+        out.loc[at, "cause"] = [c for c, _ in said.values()]
+        out.loc[at, "evidence"] = [e for _, e in said.values()]
     out.attrs = dict(df.attrs)
     out.attrs["stall_censuses"] = dict(censuses)  # ruled_out(out) reads them back, as the wake below
     if wake is not None:  # ruled_out(out) reads it back, one per run

@@ -39,7 +39,7 @@ def holder_pid(partial: Path) -> int | None:
         env = json.loads(partial.with_name(partial.name + ".env.json").read_text())
         pid = env.get("pid")
         return int(pid) if isinstance(pid, int) and not isinstance(pid, bool) else None
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):  # nested past the parser's depth
         return None
 
 

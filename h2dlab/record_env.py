@@ -38,7 +38,7 @@ def read_folder_env(folder: str | Path) -> dict[str, Any] | None:
     """The recording's env.json, or None where it has none (or an unreadable one)."""
     try:
         env = json.loads(folder_env_path(folder).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return None
     return env if isinstance(env, dict) else None
 

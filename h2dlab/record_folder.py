@@ -21,14 +21,17 @@ from h2dlab.places import runs_dir
 from h2dlab.record_plan import KINDS, PLAN, PLAN_VERSION, experiment_from_dict
 
 __all__ = [
+    "ALLOWED_ENV",
     "MANIFEST",
     "default_folder",
+    "experiment_problem",
     "finished",
     "is_kind_folder",
     "is_recording",
     "kinds_in",
     "load_manifest",
     "new_manifest",
+    "plan_options",
     "read_manifest",
     "run_tables",
     "write_manifest",
@@ -82,9 +85,77 @@ def read_manifest(folder: str | Path) -> dict[str, Any] | None:
     p = Path(folder) / MANIFEST
     try:
         m = json.loads(p.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return m if isinstance(m, dict) else None
+
+
+#: The environment variables a recording.json may give an experiment: what the plan sets
+#: (``PYTORCH_CUDA_ALLOC_CONF``, ``record_plan.REGISTER_CONF``) and the OpenMP settings the
+#: kit studies (``env.OPENMP_VARS``). Anything else (``PYTHONPATH``, ``LD_PRELOAD``,
+#: ``PYTHONSTARTUP``, ``BASH_ENV`` ...) would let a planted recording.json run code.
+ALLOWED_ENV = frozenset(
+    {
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "OMP_NUM_THREADS",
+        "OMP_WAIT_POLICY",
+        "GOMP_SPINCOUNT",
+        "KMP_BLOCKTIME",
+        "OMP_PROC_BIND",
+    }
+)
+#: What such a variable's value may hold: settings, never a path or a command.
+ENV_VALUE = re.compile(r"[A-Za-z0-9_.:,=+-]{0,200}")
+#: Options an experiment may give beside those the plan gives its command (``--device``:
+#: what ``record --device`` adds).
+EXTRA_OPTIONS = frozenset({"--device"})
+_ARG = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,100000}")
+
+
+def plan_options() -> dict[str, frozenset[str]]:
+    """Per command of the plan (``measure``, ``forum`` ...), the options its experiments
+    give (plus :data:`EXTRA_OPTIONS`): all a recording.json may give."""
+    from h2dlab.record_plan import PLAN
+
+    out: dict[str, set[str]] = {}
+    for e in PLAN:
+        out.setdefault(e.args[0], set(EXTRA_OPTIONS)).update(
+            a.split("=", 1)[0] for a in (*e.args[1:], *(e.quick or ())) if a.startswith("-")
+        )
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def experiment_problem(r: Any) -> str | None:
+    """What makes the stored experiment ``r`` unsafe or unusable to run, or None: its
+    ``args`` must be strings naming a command of the plan and only the options the plan
+    gives that command; its ``env`` may set only :data:`ALLOWED_ENV`, to values
+    :data:`ENV_VALUE` matches; ``seconds`` is a number."""
+    if not isinstance(r, dict):
+        return f"a JSON object was expected, not {type(r).__name__}"
+    args, env, seconds = r.get("args"), r.get("env") or {}, r.get("seconds", 0.0)
+    if not isinstance(args, list) or not args or not all(isinstance(a, str) for a in args):
+        return "its args are not a list of strings"
+    bad = next((a for a in args if not _ARG.fullmatch(a)), None)
+    if bad is not None:
+        return f"argument {bad[:40]!r} is empty or holds a control character"
+    allowed = plan_options()
+    if args[0] not in allowed:
+        return f"runs {args[0][:40]!r}, not one of {', '.join(sorted(allowed))}"
+    opt = next(
+        (a for a in args[1:] if a.startswith("-") and a.split("=", 1)[0] not in allowed[args[0]]), None
+    )
+    if opt is not None:
+        return f"option {opt[:40]!r} is not one the plan gives {args[0]}"
+    if not isinstance(env, dict):
+        return "its env is not a JSON object"
+    for k, v in env.items():
+        if k not in ALLOWED_ENV:
+            return f"environment variable {str(k)[:40]!r} is not one the kit sets ({', '.join(sorted(ALLOWED_ENV))})"
+        if not isinstance(v, str) or not ENV_VALUE.fullmatch(v):
+            return f"the value of {k} is not a setting (letters, digits, _ . : , = + - only)"
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < 1e7:
+        return f"seconds {seconds!r} is not a number of seconds"
+    return None
 
 
 def _problem(m: Any) -> str | None:
@@ -98,6 +169,9 @@ def _problem(m: Any) -> str | None:
         return "no list of experiments"
     commands = {e.args[0] for e in PLAN}  # what `h2dlab record` ever runs
     for i, r in enumerate(runs):
+        why = experiment_problem(r)  # first: the types every later step relies on
+        if why:
+            return f"experiment {i}: {why}"
         try:
             e = experiment_from_dict(r)
             float(r.get("seconds", 0.0))
@@ -108,6 +182,8 @@ def _problem(m: Any) -> str | None:
             return f"experiment {i} runs {' '.join(e.args[:1]) or 'nothing'!r}, not one of {', '.join(sorted(commands))}"
         if not isinstance(r.get("status"), str):
             return f"experiment {i} has no status"
+        if not isinstance(r.get("name"), str):
+            return f"experiment {i} has no name"
     return None
 
 
@@ -132,7 +208,7 @@ def load_manifest(folder: str | Path) -> dict[str, Any]:
         raise UsageError(f"{folder} holds no {MANIFEST}: not a recording that `h2dlab record` started")
     try:
         m = json.loads(p.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise UsageError(
             f"{p} cannot be read ({exc}): it cannot be resumed; record into a new folder"
         ) from None
@@ -191,7 +267,12 @@ def finished(table: str | Path) -> bool:
     except SchemaError:
         return False
     measured, planned = env.get("measured_rows"), env.get("planned_rows")
-    return measured is None or planned is None or int(measured) >= int(planned)
+    if measured is None or planned is None:
+        return True
+    try:
+        return int(measured) >= int(planned)
+    except (TypeError, ValueError, OverflowError):  # "abc", [], inf: vouches for nothing
+        return False
 
 
 def new_manifest(

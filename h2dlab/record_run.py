@@ -24,7 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from h2dlab.record_folder import finished, write_manifest
+from h2dlab.errors import UsageError
+from h2dlab.record_folder import MANIFEST, experiment_problem, finished, write_manifest
 
 __all__ = ["CLI_MODULE", "EXIT_FAILED", "EXIT_INTERRUPTED", "options_of", "record"]
 
@@ -33,8 +34,14 @@ EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
 CLI_MODULE = "h2dlab.cli"
 
 
+#: The signals that stop a recording: Ctrl-C, SIGTERM, and SIGHUP (a closed terminal or
+#: ssh session), which is passed on as SIGTERM: the experiment runs in its own session, so
+#: no hang-up would reach it, and it keeps its rows on SIGTERM.
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
 class _Stop:
-    """SIGINT/SIGTERM: remember, and pass the signal on to the experiment in flight."""
+    """SIGINT/SIGTERM/SIGHUP: remember, and pass the signal on to the experiment in flight."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -45,7 +52,8 @@ class _Stop:
         self.signum = signum
         if self.proc is not None and self.proc.poll() is None:
             # the first stop lets the child finish its copy in flight; a second one ends it now
-            self.proc.send_signal(signum if first else signal.SIGINT)
+            passed = signal.SIGTERM if signum == getattr(signal, "SIGHUP", None) else signum
+            self.proc.send_signal(passed if first else signal.SIGINT)
 
 
 class _Progress:
@@ -161,6 +169,12 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
     from h2dlab.tableio import read_env
 
     runs = manifest["experiments"]
+    for r in runs:  # what recording.json says is run: only the plan's commands and settings
+        why = experiment_problem(r)
+        if why:
+            raise UsageError(
+                f"{folder / MANIFEST}: experiment {r.get('name', '?')!r}: {why}: nothing was run"
+            )
     todo = [r for r in runs if r["status"] != "done"]
     kit = str(Path(h2dlab.__file__).resolve().parent.parent)  # the children import this very kit
     base_env = {
@@ -170,7 +184,7 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
     base_env.pop("PYTORCH_CUDA_ALLOC_CONF", None)  # the plan says where it applies; none inherited
     log = folder / "record.log"
     stop = _Stop()
-    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
     bar = _Progress(sum(r["seconds"] for r in todo), len(todo))
     t_all = time.time()
     try:

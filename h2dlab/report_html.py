@@ -58,7 +58,34 @@ def exporter():
     ex.register_preprocessor(
         TagRemovePreprocessor(remove_input_tags={HIDE_INPUT}, remove_cell_tags={REMOVE_CELL}), enabled=True
     )
+    ex.register_preprocessor(inert_markdown_outputs, enabled=True)
     return ex
+
+
+_CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
+
+
+def inert_markdown(text: str) -> str:
+    """Markdown computed by a cell, with no raw HTML left: every ``<`` outside a code span
+    becomes ``&lt;`` (shown as ``<``). The kit's sentences hold no HTML; what a data file
+    puts in them (a GPU name, a run id) must not become a tag in a shared page."""
+    out, at = [], 0
+    for m in _CODE_SPAN.finditer(text):
+        out += [text[at : m.start()].replace("<", "&lt;"), m.group(0)]
+        at = m.end()
+    out.append(text[at:].replace("<", "&lt;"))
+    return "".join(out)
+
+
+def inert_markdown_outputs(nb: Any, resources: Any) -> tuple[Any, Any]:
+    """nbconvert preprocessor: :func:`inert_markdown` on every ``text/markdown`` output."""
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            data = out.get("data") or {}
+            if "text/markdown" in data:
+                md = data["text/markdown"]
+                data["text/markdown"] = inert_markdown("".join(md) if isinstance(md, list) else str(md))
+    return nb, resources
 
 
 def title_of(nb: Any, default: str) -> str:

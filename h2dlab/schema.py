@@ -140,6 +140,12 @@ def _unprintable(text: str) -> bool:
     return any(unicodedata.category(c) in _HIDDEN and c != "\u200d" for c in text)
 
 
+def _unprintable_each(v: pd.Series) -> dict[str, bool]:
+    """:func:`_unprintable` of each distinct value of ``v``: a column of a million rows holds
+    a few names, each looked at once."""
+    return {text: _unprintable(text) for text in pd.unique(v)}
+
+
 #: Control, format (but the zero-width joiner that joins emoji), line and paragraph separators.
 _HIDDEN = ("Cc", "Cf", "Zl", "Zp")
 
@@ -177,7 +183,7 @@ def _coerce(out: pd.DataFrame, col: str, kind: str, source: str) -> None:
             _reject(
                 source,
                 raw,
-                v.map(_unprintable),
+                v.map(_unprintable_each(v)),
                 "holds a control character or an invisible format character",
                 "a name is printable text: fix or drop that row",
             )
@@ -284,9 +290,11 @@ def validate(df: pd.DataFrame, *, source: str = "table") -> pd.DataFrame:
 
 def _check_duplicates(out: pd.DataFrame, source: str) -> None:
     stored = [c for c in {**COLUMNS, **OPTIONAL_COLUMNS} if c in out]
-    same = out.duplicated(subset=stored, keep="first").to_numpy()
     key = list(KEY) + [c for c in OPTIONAL_COLUMNS if c in out]
     twin = out.duplicated(subset=key, keep="first").to_numpy()
+    if not twin.any():  # the key is among the stored columns: no row repeats them all either
+        return
+    same = out.duplicated(subset=stored, keep="first").to_numpy()
     for dup, what in ((same, "repeats row {j} in every column"), (twin, "is the same copy as row {j}")):
         if dup.any():
             i = int(np.flatnonzero(dup)[0])

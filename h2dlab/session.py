@@ -277,16 +277,18 @@ class Recorded:
     def banner(self) -> Markdown:
         """Markdown naming the data shown: machine, GPU, date, and replay or live."""
         from h2dlab.env import describe
+        from h2dlab.escape import md_code, md_text
 
+        # every field below comes from files anyone can edit, and the page is shared: plain text only
         m = self.machine()
-        cores = f", {m['cpu_count']} cores" if m.get("cpu_count") else ""
-        where = f"{describe({**m, 'date': None})} on host `{m.get('hostname', '?')}`{cores}"
-        what = "the bundled recording `h200`" if self.bundled else f"the recording `{self.folder}`"
+        cores = f", {md_text(m['cpu_count'])} cores" if m.get("cpu_count") else ""
+        where = f"{md_text(describe({**m, 'date': None}))} on host {md_code(m.get('hostname', '?'))}{cores}"
+        what = "the bundled recording `h200`" if self.bundled else f"the recording {md_code(self.folder)}"
         if self.mode == "live":
             how = "made just now by `h2dlab record --quick`" if self.made_now else "made by `h2dlab record`"
-            text = f"**Live**: this machine, {what} ({how}): {where}, recorded {self.date()}."
+            text = f"**Live**: this machine, {what} ({how}): {where}, recorded {md_text(self.date())}."
         else:
-            text = f"**Replay** of {what}: {where}, recorded {self.date()}."
+            text = f"**Replay** of {what}: {where}, recorded {md_text(self.date())}."
             text += (
                 " Nothing is measured here (this machine has no CUDA GPU);"
                 if not _cuda()

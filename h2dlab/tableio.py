@@ -27,9 +27,13 @@ from h2dlab.interrupts import terminate_raises
 from h2dlab.schema import COLUMNS, OPTIONAL_COLUMNS, SchemaError, validate
 
 __all__ = [
+    "MAX_TABLE_BYTES",
+    "MAX_TABLE_ROWS",
     "SUFFIXES",
+    "XLSX_MAX_ROWS",
     "atomic_write",
     "env_path",
+    "max_table_bytes",
     "read",
     "read_env",
     "remove_stale_temporaries",
@@ -39,6 +43,61 @@ __all__ = [
 ]
 
 SUFFIXES = (".csv", ".csv.gz", ".parquet", ".xlsx")
+#: The most bytes a table may hold once decompressed (CSV text, or the xlsx's unzipped parts):
+#: 1 GiB, about 4 million rows of the kit's CSV, which pandas holds in a few GB. A 2 MB
+#: ``.csv.gz`` or ``.xlsx`` can unpack to far more (a decompression bomb): refused before it
+#: is read. ``H2DLAB_MAX_TABLE_BYTES`` raises it for a machine with the memory.
+MAX_TABLE_BYTES = 2**30
+#: The most rows a parquet table may declare (its metadata, read before its data): the
+#: longest plan the kit measures (``spec.MAX_PLAN_ROWS``).
+MAX_TABLE_ROWS = 10_000_000
+#: The data rows an .xlsx sheet holds (1,048,576 rows, one of them the header).
+XLSX_MAX_ROWS = 1_048_575
+
+
+def max_table_bytes() -> int:
+    """:data:`MAX_TABLE_BYTES`, or ``H2DLAB_MAX_TABLE_BYTES`` where that is a whole number."""
+    text = os.environ.get("H2DLAB_MAX_TABLE_BYTES", "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else MAX_TABLE_BYTES
+
+
+def _too_big(path: Path, what: str, limit: int) -> SchemaError:
+    return SchemaError(
+        f"{path}: {what} over the {limit / 2**30:.3g} GiB a table may unpack to (a decompression bomb, "
+        "or a table too large for this machine): split it, or raise H2DLAB_MAX_TABLE_BYTES"
+    )
+
+
+def _check_size(path: Path, suf: str) -> None:
+    """Refuse a table that would unpack past :func:`max_table_bytes`, before reading it."""
+    limit = max_table_bytes()
+    if suf == ".csv" and path.stat().st_size > limit:
+        raise _too_big(path, f"{path.stat().st_size:,} bytes of text is", limit)
+    if suf == ".xlsx":
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as z:  # each part reads no more than it declares
+                unpacked = sum(i.file_size for i in z.infolist())
+        except (zipfile.BadZipFile, OSError, ValueError) as exc:
+            raise SchemaError(f"{path}: not a readable .xlsx table ({exc})") from None
+        if unpacked > limit:
+            raise _too_big(path, f"its parts unpack to {unpacked:,} bytes,", limit)
+    if suf == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+
+            meta = pq.ParquetFile(path).metadata
+        except ImportError:
+            return
+        except Exception as exc:  # noqa: BLE001 - a damaged footer is a bad file, said in one line
+            raise SchemaError(f"{path}: not a readable .parquet table ({str(exc).splitlines()[0]})") from None
+        if meta.num_rows > MAX_TABLE_ROWS:
+            raise SchemaError(
+                f"{path}: {meta.num_rows:,} rows, over the {MAX_TABLE_ROWS:,} a table may hold: split it"
+            )
+
+
 # Names stay text when read: a run id of digits only ("0123...") must not become a number.
 _TEXT = {c: str for c, kind in COLUMNS.items() if kind == "str"}
 
@@ -142,6 +201,11 @@ def save(df: pd.DataFrame, path: str | Path, env: dict[str, Any] | None = None) 
     suf = suffix_of(path)
     if suf not in SUFFIXES:
         raise SchemaError(f"cannot write {path.name}: use one of {', '.join(SUFFIXES)}")
+    if suf == ".xlsx" and len(df) > XLSX_MAX_ROWS:
+        raise SchemaError(
+            f"cannot write {path.name}: {len(df):,} rows, more than the {XLSX_MAX_ROWS:,} an .xlsx sheet "
+            "holds; write .csv.gz or .parquet"
+        )
     df = validate(df, source=str(path))
     cols = list(COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in df.columns]
     df = df[cols]
@@ -150,7 +214,9 @@ def save(df: pd.DataFrame, path: str | Path, env: dict[str, Any] | None = None) 
     elif suf == ".parquet":
         writer = lambda p: df.to_parquet(p, index=False)  # noqa: E731
     else:
-        writer = lambda p: df.to_excel(p, index=False, engine="openpyxl")  # noqa: E731
+        from h2dlab.escape import safe_excel  # text that looks like a formula stays text
+
+        writer = lambda p: safe_excel(df, p)  # noqa: E731
     try:
         atomic_write(path, writer)
     except ImportError as exc:
@@ -186,7 +252,7 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
             return None
     try:
         env = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, json.JSONDecodeError, RecursionError) as exc:  # nested past the parser's depth
         raise SchemaError(f"{p}: not a readable env.json ({exc})") from None
     if not isinstance(env, dict):
         raise SchemaError(f"{p}: not a readable env.json (a JSON object was expected)")
@@ -214,6 +280,7 @@ def read(path: str | Path) -> pd.DataFrame:
     if not path.exists():
         raise SchemaError(f"{path}: no such file")
     suf = suffix_of(path)
+    _check_size(path, suf)
     try:
         if suf in (".csv", ".csv.gz"):
             df = pd.read_csv(io.StringIO(_whole_lines(path, suf)), keep_default_na=True, dtype=_TEXT)
@@ -254,8 +321,12 @@ def read(path: str | Path) -> pd.DataFrame:
 def _whole_lines(path: Path, suf: str) -> str:
     """The CSV text up to its last newline: a row cut off mid-write is dropped."""
     if suf == ".csv.gz":
+        limit = max_table_bytes()
         with gzip.open(path, "rt", newline="", encoding="utf-8") as fh:  # as written, whatever the locale
-            text = fh.read()
+            text = fh.read(limit + 1)  # no further: a small file may unpack to any size
+        if len(text) > limit:
+            del text
+            raise _too_big(path, "its text unpacks to more than that,", limit)
     else:
         with open(path, newline="", encoding="utf-8") as fh:
             text = fh.read()

@@ -161,6 +161,8 @@ def _style(ws, df: pd.DataFrame, header_row: int = 1) -> None:
 
 def write(path: str | Path, data: str | Path = session.BUNDLED) -> Path:
     """Write the workbook of the recording ``data`` to ``path`` (atomically); returns it."""
+    from h2dlab.escape import defuse_sheet, text_columns
+
     tables, env, commands = sheets(data)
     readme = _readme(tables, env, commands, data)
 
@@ -168,9 +170,11 @@ def write(path: str | Path, data: str | Path = session.BUNDLED) -> Path:
         with pd.ExcelWriter(p, engine="openpyxl") as xw:
             readme.to_excel(xw, sheet_name="README", index=False)
             _style(xw.sheets["README"], readme)
+            defuse_sheet(xw.sheets["README"])  # commands and env text are never formulas
             for name, (df, _) in tables.items():
                 df.to_excel(xw, sheet_name=name[:31], index=False)
                 _style(xw.sheets[name[:31]], df)
+                defuse_sheet(xw.sheets[name[:31]], text_columns(df))
 
     path = Path(path)
     datasets.atomic_write(path, writer)

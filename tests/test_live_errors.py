@@ -32,6 +32,7 @@ def _damaged_unfinished(runs):
 
 def test_a_refused_resume_is_a_usage_error_with_the_recorders_line(tmp_path, monkeypatch):
     monkeypatch.setenv("H2DLAB_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("H2DLAB_RESUME", "1")  # live mode resumes only when asked
     folder = _damaged_unfinished(tmp_path / "runs")
     said = []
     with pytest.raises(UsageError) as exc:
@@ -73,13 +74,15 @@ def test_a_failed_recording_is_unavailable(tmp_path, monkeypatch, rc, how):
         live.live_recording(echo=lambda line: None, machine=MACHINE)
     text = str(exc.value)
     assert text.startswith(f"recording this machine {how} (h2dlab record --quick --out {tmp_path / 'runs'}/")
-    assert f"exited with {rc}): CUDA error: synthetic failure; live mode resumes it next time" in text
+    assert f"exited with {rc}): CUDA error: synthetic failure; finish it with h2dlab record --resume " in text
+    assert "H2DLAB_RESUME=1 lets live mode resume it" in text
     assert "\n" not in text and "record.log" not in text  # no log was written: none is named
 
 
 def test_report_live_says_it_in_one_line(tmp_path, monkeypatch, capsys):
     """Through the command (a pretend CUDA machine): before, a RuntimeError traceback, exit 1."""
     monkeypatch.setenv("H2DLAB_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("H2DLAB_RESUME", "1")  # live mode resumes only when asked
     monkeypatch.delenv("H2DLAB_DATA", raising=False)
     folder = _damaged_unfinished(tmp_path / "runs")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -197,7 +197,8 @@ def test_live_records_once_then_reuses(live_box):
     assert len(_FakePopen.calls) == 1 and again.folder == rec.folder and not again.made_now
 
 
-def test_live_resumes_an_unfinished_recording_of_this_machine(live_box):
+def test_live_resumes_an_unfinished_recording_of_this_machine_when_asked(live_box, monkeypatch):
+    monkeypatch.setenv("H2DLAB_RESUME", "1")  # asked: unasked, tests/test_live_resume_consent.py
     live_box.mkdir()
     unfinished = shutil.copytree(_FakePopen.template, live_box / "box-old")
     rec = session.recording("h200", mode="live", environ={})

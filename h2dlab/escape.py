@@ -1,0 +1,89 @@
+"""Text read from a data file, made safe where it is shown: HTML, Markdown, a spreadsheet.
+
+Fields of an env.json (``gpu_name``, ``torch``, ``hostname``), run ids, paths and error
+messages come from files anyone can edit, and reports are shared. Here they become
+inert text: :func:`html_text` for HTML, :func:`md_text` for Markdown a notebook renders
+(raw HTML in Markdown is passed through by Jupyter and nbconvert), and :func:`defuse_sheet`
+for an openpyxl worksheet, so that a cell starting with ``=`` (or ``+ - @``, tab, CR:
+OWASP's list for CSV injection) is stored as a string, never a formula, and reads back
+as the same text.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+__all__ = ["FORMULA_STARTS", "defuse_sheet", "html_text", "md_code", "md_text", "safe_excel", "text_columns"]
+
+#: First characters that make a spreadsheet treat a cell as a formula (OWASP, CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~<>&])")  # mid-line: what can start markup there
+
+
+def html_text(value: Any) -> str:
+    """``value`` as text in HTML: ``& < > " '`` escaped."""
+    return html.escape(str(value), quote=True)
+
+
+def md_text(value: Any) -> str:
+    """``value`` as plain text inside Markdown: HTML markup escaped as entities and every
+    Markdown mark (backticks, emphasis, links, tables) backslash-escaped, on one line."""
+    text = " ".join(str(value).split())  # no line break can start a heading or a block
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return text.replace("\\<", "&lt;").replace("\\>", "&gt;").replace("\\&", "&amp;")
+
+
+def md_code(value: Any) -> str:
+    """``value`` as a Markdown code span: Markdown renders its content as literal text (HTML
+    escaped); a backtick in it, which would end the span, becomes ``'``, a line break a space."""
+    return "`" + " ".join(str(value).replace("`", "'").split()) + "`"
+
+
+def defuse_sheet(ws: Any, columns: list[int] | None = None) -> int:
+    """Store every text cell of the openpyxl worksheet ``ws`` that a spreadsheet would take
+    for a formula (:data:`FORMULA_STARTS`) as a string with Excel's quote prefix; returns
+    how many cells were changed. The text is kept as it was: reading it back gives it.
+    ``columns``: the 1-based columns that may hold text (default all); the header row is
+    always looked at."""
+    n = 0
+    cols = range(1, ws.max_column + 1) if columns is None else sorted(set(columns))
+    rows = [ws[1]]  # the header
+    for j in cols:
+        rows.extend(ws.iter_rows(min_row=2, min_col=j, max_col=j))
+    for row in rows:
+        for cell in row:
+            v = cell.value
+            if isinstance(v, str) and v.startswith(FORMULA_STARTS):
+                cell.data_type = "s"
+                cell.quotePrefix = True
+                n += 1
+    return n
+
+
+def safe_excel(df: Any, path: Any, sheet_name: str = "Sheet1", **kw: Any) -> None:
+    """``df.to_excel(path, index=False)`` (openpyxl) with :func:`defuse_sheet` applied."""
+    import pandas as pd
+
+    from h2dlab.schema import SchemaError
+    from h2dlab.tableio import XLSX_MAX_ROWS
+
+    if len(df) > XLSX_MAX_ROWS:  # openpyxl would fail at the end, after minutes of writing
+        raise SchemaError(
+            f"cannot write {len(df):,} rows to an .xlsx sheet (it holds {XLSX_MAX_ROWS:,}): write .csv.gz or .parquet"
+        )
+    with pd.ExcelWriter(path, engine="openpyxl") as xw:
+        df.to_excel(xw, sheet_name=sheet_name, index=False, **kw)
+        defuse_sheet(xw.sheets[sheet_name], text_columns(df))
+
+
+def text_columns(df: Any) -> list[int]:
+    """The 1-based columns of ``df`` (as written with ``index=False``) that may hold text."""
+    import pandas as pd
+
+    return [
+        j
+        for j, (_, s) in enumerate(df.items(), 1)
+        if not (pd.api.types.is_numeric_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype))
+    ]

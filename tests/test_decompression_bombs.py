@@ -1,0 +1,85 @@
+"""A table that unpacks past a stated limit is refused in one line, before it fills memory
+(issue #35). Before: a 2 MB ``.csv.gz`` drove ``explain`` to 10.6 GB, a 2 MB ``.xlsx`` to
+2.2 GB. The limit is ``tableio.MAX_TABLE_BYTES`` (1 GiB), lowered here through
+``H2DLAB_MAX_TABLE_BYTES`` so that the files stay small. Files are SYNTHETIC.
+"""
+
+from __future__ import annotations
+
+import gzip
+import tracemalloc
+import zipfile
+
+import pytest
+
+from h2dlab import cli, datasets, tableio
+from h2dlab.schema import SchemaError
+
+LIMIT = 1_000_000
+
+
+@pytest.fixture
+def low_limit(monkeypatch):
+    monkeypatch.setenv("H2DLAB_MAX_TABLE_BYTES", str(LIMIT))
+
+
+def _gz_bomb(path, unpacked=60_000_000):
+    header = ",".join(tableio.COLUMNS) + "\n"
+    with gzip.open(path, "wb", compresslevel=9) as fh:
+        fh.write(header.encode())
+        block = b"0" * 1_000_000
+        for _ in range(unpacked // len(block)):
+            fh.write(block)
+    return path
+
+
+def _xlsx_bomb(path, unpacked=60_000_000):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", "<Types/>")
+        z.writestr("xl/worksheets/sheet1.xml", " " * unpacked)
+    return path
+
+
+def test_the_default_limit_is_stated():
+    assert tableio.MAX_TABLE_BYTES == 2**30 and tableio.max_table_bytes() == 2**30
+
+
+def test_a_csv_gz_bomb_is_refused_before_it_fills_memory(tmp_path, low_limit):
+    p = _gz_bomb(tmp_path / "bomb.csv.gz")
+    assert p.stat().st_size < 200_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(SchemaError, match="a decompression bomb"):
+            datasets.read(p)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * LIMIT  # it read about the limit, never the 60 MB
+
+
+def test_an_xlsx_bomb_is_refused_unopened(tmp_path, low_limit, capsys):
+    p = _xlsx_bomb(tmp_path / "bomb.xlsx")
+    assert cli.main(["explain", str(p)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "its parts unpack to 60,000,0" in err[0] and "decompression bomb" in err[0]
+
+
+def test_a_plain_csv_over_the_limit_is_refused(tmp_path, low_limit):
+    p = tmp_path / "big.csv"
+    p.write_text(",".join(tableio.COLUMNS) + "\n" + "x" * (LIMIT + 10))
+    with pytest.raises(SchemaError, match="over the"):
+        datasets.read(p)
+
+
+def test_a_table_under_the_limit_still_reads(tmp_path, low_limit):
+    df = datasets.load("h200_forum").head(200)
+    for ext in (".csv", ".csv.gz", ".xlsx"):
+        back = datasets.read(datasets.save(df, tmp_path / f"t{ext}"))
+        assert len(back) == 200 and list(back["wall_ms"]) == pytest.approx(list(df["wall_ms"]))
+
+
+def test_a_damaged_xlsx_is_one_line(tmp_path, capsys):
+    p = tmp_path / "bad.xlsx"
+    p.write_bytes(b"PK\x03\x04 not a zip")
+    assert cli.main(["explain", str(p)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
