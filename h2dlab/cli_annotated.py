@@ -57,7 +57,7 @@ def write_annotated(e, path: Path, env: dict) -> None:
     if suf == ".parquet":
         writer = lambda t: e.to_parquet(t, index=False)  # noqa: E731
     elif suf == ".xlsx":
-        from h2dlab.escape import safe_excel  # a strategy or error text is never a formula
+        from h2dlab.tableio import safe_excel  # a strategy or error text is never a formula
 
         writer = lambda t: safe_excel(e, t)  # noqa: E731
     else:

@@ -4,7 +4,7 @@ Fields of an env.json (``gpu_name``, ``torch``, ``hostname``), run ids, paths an
 messages come from files anyone can edit, and reports are shared. Here they become
 inert text: :func:`html_text` for HTML, :func:`md_text` for Markdown a notebook renders
 (raw HTML in Markdown is passed through by Jupyter and nbconvert), and :func:`defuse_sheet`
-for an openpyxl worksheet, so that a cell starting with ``=`` (or ``+ - @``, tab, CR:
+for an openpyxl worksheet (``tableio.safe_excel`` writes a table through it), so that a cell starting with ``=`` (or ``+ - @``, tab, CR:
 OWASP's list for CSV injection) is stored as a string, never a formula, and reads back
 as the same text.
 """
@@ -15,7 +15,7 @@ import html
 import re
 from typing import Any
 
-__all__ = ["FORMULA_STARTS", "defuse_sheet", "html_text", "md_code", "md_text", "safe_excel", "text_columns"]
+__all__ = ["FORMULA_STARTS", "defuse_sheet", "html_text", "md_code", "md_text", "text_columns"]
 
 #: First characters that make a spreadsheet treat a cell as a formula (OWASP, CSV injection).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -60,22 +60,6 @@ def defuse_sheet(ws: Any, columns: list[int] | None = None) -> int:
                 cell.quotePrefix = True
                 n += 1
     return n
-
-
-def safe_excel(df: Any, path: Any, sheet_name: str = "Sheet1", **kw: Any) -> None:
-    """``df.to_excel(path, index=False)`` (openpyxl) with :func:`defuse_sheet` applied."""
-    import pandas as pd
-
-    from h2dlab.schema import SchemaError
-    from h2dlab.tableio import XLSX_MAX_ROWS
-
-    if len(df) > XLSX_MAX_ROWS:  # openpyxl would fail at the end, after minutes of writing
-        raise SchemaError(
-            f"cannot write {len(df):,} rows to an .xlsx sheet (it holds {XLSX_MAX_ROWS:,}): write .csv.gz or .parquet"
-        )
-    with pd.ExcelWriter(path, engine="openpyxl") as xw:
-        df.to_excel(xw, sheet_name=sheet_name, index=False, **kw)
-        defuse_sheet(xw.sheets[sheet_name], text_columns(df))
 
 
 def text_columns(df: Any) -> list[int]:

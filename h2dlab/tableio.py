@@ -37,6 +37,7 @@ __all__ = [
     "read",
     "read_env",
     "remove_stale_temporaries",
+    "safe_excel",
     "save",
     "suffix_of",
     "write_env",
@@ -214,8 +215,6 @@ def save(df: pd.DataFrame, path: str | Path, env: dict[str, Any] | None = None) 
     elif suf == ".parquet":
         writer = lambda p: df.to_parquet(p, index=False)  # noqa: E731
     else:
-        from h2dlab.escape import safe_excel  # text that looks like a formula stays text
-
         writer = lambda p: safe_excel(df, p)  # noqa: E731
     try:
         atomic_write(path, writer)
@@ -352,3 +351,16 @@ def _refuse_repeats(path: Path, names: list[str], *, renamed: bool = False) -> N
     if twice or mangled:
         shown = ", ".join(c if c else "an empty name" for c in twice + mangled)
         raise SchemaError(f"{path}: the header names {shown} more than once: keep one of each")
+
+
+def safe_excel(df: Any, path: Any, sheet_name: str = "Sheet1", **kw: Any) -> None:
+    """``df.to_excel(path, index=False)`` (openpyxl) with ``escape.defuse_sheet`` applied."""
+    from h2dlab.escape import defuse_sheet, text_columns
+
+    if len(df) > XLSX_MAX_ROWS:  # openpyxl would fail at the end, after minutes of writing
+        raise SchemaError(
+            f"cannot write {len(df):,} rows to an .xlsx sheet (it holds {XLSX_MAX_ROWS:,}): write .csv.gz or .parquet"
+        )
+    with pd.ExcelWriter(path, engine="openpyxl") as xw:
+        df.to_excel(xw, sheet_name=sheet_name, index=False, **kw)
+        defuse_sheet(xw.sheets[sheet_name], text_columns(df))

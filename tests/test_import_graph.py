@@ -26,6 +26,7 @@ TABLE_LAYER = {
     "h2dlab.errors",
     "h2dlab.interrupts",
     "h2dlab.places",
+    "h2dlab.escape",  # stdlib only: a table written as xlsx keeps formula-like text as text
     "h2dlab.record_folder",
     "h2dlab.record_plan",
     "h2dlab.schema",

@@ -19,7 +19,7 @@ import nbclient
 import pytest
 
 from h2dlab import cli, report
-from h2dlab.record_plan import read_manifest
+from h2dlab.record_folder import read_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW = {"kind": "sweep", "run": "slow", "args": ["measure", "--sizes", "1KiB..64KiB", "--reps", "100", "--warmup", "0", "--strategies", "pageable"], "seconds": 9}  # fmt: skip

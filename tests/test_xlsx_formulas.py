@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 openpyxl = pytest.importorskip("openpyxl")
 
 from h2dlab import cli, datasets  # noqa: E402
-from h2dlab.escape import FORMULA_STARTS, safe_excel  # noqa: E402
+from h2dlab.escape import FORMULA_STARTS  # noqa: E402
+from h2dlab.tableio import safe_excel  # noqa: E402
 
 HOSTILE = [
     '=HYPERLINK("http://example.invalid","x")',
