@@ -16,6 +16,21 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 #: 29). A test is fast unless it is listed here, marked
 #: ``@pytest.mark.slow`` itself, or uses a fixture in :data:`SLOW_FIXTURES`.
 SLOW = {
+    # Processes of their own (torchrun, the CLI, a recorder), a rendered workbook: the slow tier.
+    "test_survey_torchrun.py": {
+        "test_a_killed_and_a_hung_rank_cost_their_own_rows_only",
+        "test_two_torchrun_agents_of_two_ranks_make_one_table_of_four_ranks",
+    },
+    "test_workload.py": {"test_cli_writes_the_table_and_refuses_a_bad_shape_in_one_line"},
+    "test_recipes.py": {"test_every_recipe_script_runs_as_pasted_on_a_cpu_only_torch"},
+    "test_xlsx_formulas.py": {"test_the_report_workbook_writes_no_formula"},
+    "test_sighup.py": {"test_sighup_to_record_stops_its_experiment_and_keeps_its_rows"},
+    "test_closed_streams_and_damaged_files.py": {
+        "test_measure_with_stdout_closed_still_writes_its_table",
+        "test_a_closed_stream_is_no_traceback",
+    },
+    "test_survey_parts.py": {"test_one_process_writes_a_fleet_table_that_the_kit_reads_and_a_page"},
+    "test_doctor.py": {"test_profile_writes_a_trace_of_the_recorded_steps_on_cpu"},
     "test_analysis.py": {
         "test_advise_h200",
         "test_decaying_episode_is_one_episode",

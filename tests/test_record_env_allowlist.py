@@ -126,7 +126,7 @@ def test_the_recorder_itself_refuses_before_running_anything(tmp_path, no_child)
                      command="h2dlab record")  # fmt: skip
     (tmp_path / "rec").mkdir()
     with pytest.raises(UsageError, match="environment variable 'PYTHONPATH' is not one the kit sets"):
-        record_run.record(tmp_path / "rec", m)
+        record_run.record(tmp_path / "rec", m, options=lambda command: set())
 
 
 def test_every_variable_the_plan_sets_and_every_openmp_knob_is_allowed():
