@@ -12,6 +12,8 @@ loaded when first used (:data:`__all__`, through the module's ``__getattr__``)::
 modules                   ``datasets`` (tables by name), ``session`` (a recording in a
                           notebook), ``outliers``, ``model``, ``advice``, ``factors``,
                           ``findings_speed``, ``findings_transfer``, ``forum_claims``,
+                          ``findings_spacing`` (back to back or after a gap),
+                          ``findings_tutorial``, ``findings_workload`` (the answer),
                           ``compare_machines``, ``plots``
 measure                   ``sweep``, ``SweepSpec``, ``strategies`` (the registry)
 the fast path             ``to_device``, ``pinned``
@@ -36,6 +38,9 @@ _PUBLIC = {
     "factors": "h2dlab.factors",
     "findings_speed": "h2dlab.findings_speed",
     "findings_transfer": "h2dlab.findings_transfer",
+    "findings_spacing": "h2dlab.findings_spacing",
+    "findings_tutorial": "h2dlab.findings_tutorial",
+    "findings_workload": "h2dlab.findings_workload",
     "forum_claims": "h2dlab.forum_claims",
     "model": "h2dlab.model",
     "outliers": "h2dlab.outliers",
