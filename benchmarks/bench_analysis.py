@@ -12,7 +12,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from h2dlab import stager_plan as stg  # noqa: E402
+from h2dlab.transfer import stager_plan as stg  # noqa: E402
 
 __all__ = [
     "CFG_KEYS",

@@ -39,9 +39,9 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 
 from bench_analysis import settle  # noqa: E402
 
-from h2dlab import timing  # noqa: E402
-from h2dlab.threadstat import others_cpu_ns, others_wait_ns, sched_state  # noqa: E402
-from h2dlab.timing import Timer  # noqa: E402
+from h2dlab.measure import timing  # noqa: E402
+from h2dlab.measure.threadstat import others_cpu_ns, others_wait_ns, sched_state  # noqa: E402
+from h2dlab.measure.timing import Timer  # noqa: E402
 
 __all__ = ["TARGETS", "loop_gap_ms", "main", "measure", "per_call_us", "readers", "verdicts"]
 
@@ -66,7 +66,7 @@ def per_call_us(fn: Callable[[], object], *, blocks: int, calls: int) -> float:
 
 def _row_writer(folder: Path):
     """A RowWriter on a scratch table, and a row as the loop writes it (from a real Timer)."""
-    from h2dlab.recorder import RowWriter
+    from h2dlab.measure.recorder import RowWriter
 
     _, rec = Timer(torch.device("cpu"))(lambda: None)
     row = {"run_id": "bench", "order": 1, "strategy": "pinned_reuse", "size_bytes": 1024, "shape": "(1024,)",
@@ -109,9 +109,9 @@ def readers(dev: torch.device, folder: Path) -> dict[str, Callable[[], object] |
 
 def loop_gap_ms(dev: torch.device, evidence: str, reps: int) -> float:
     """Median host time (ms) between two timed 1 KiB copies of a ``measure`` run on ``dev``."""
-    from h2dlab.causes_wake import idle_gap_ms
-    from h2dlab.measure import sweep
-    from h2dlab.spec import SweepSpec
+    from h2dlab.explain.causes_wake import idle_gap_ms
+    from h2dlab.measure.harness import sweep
+    from h2dlab.measure.spec import SweepSpec
 
     name = "pinned_reuse" if dev.type == "cuda" else "pageable"
     spec = SweepSpec((name,), (1024,), device=str(dev), reps=reps, warmup=2, evidence=evidence)

@@ -39,7 +39,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from bench_analysis import settle  # noqa: E402
 
-from h2dlab import datasets  # noqa: E402
+from h2dlab.recording import datasets  # noqa: E402
 
 __all__ = [
     "SCALE_TARGETS",

@@ -17,9 +17,9 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 
 from bench_analysis import bound_figures, cfg_name, cfg_of, pick, plan_candidates, plan_name  # noqa: E402  (benchmarks/ is on sys.path)
 
-from h2dlab import stager as stg  # noqa: E402
-from h2dlab import transfer  # noqa: E402
-from h2dlab.device import random_source  # noqa: E402
+from h2dlab.measure.device import random_source  # noqa: E402
+from h2dlab.transfer import fastpath as transfer  # noqa: E402
+from h2dlab.transfer import stager as stg  # noqa: E402
 
 __all__ = [
     "DEV",
@@ -62,7 +62,7 @@ def stats(ms: list[float], nbytes: int) -> dict:
 
 
 class WallTimer:
-    """h2dlab.timing.Timer's timed region (synchronise, clock, event, call, event, synchronise,
+    """h2dlab.measure.timing.Timer's timed region (synchronise, clock, event, call, event, synchronise,
     clock) without the evidence it reads around it (allocator statistics, page faults, NVML):
     this benchmark uses only ``wall_ms``, and those reads cost a noticeable share of a grid
     that times thousands of ~50 us copies."""

@@ -1,4 +1,4 @@
-"""h2dlab.transfer.to_device against PyTorch's own ways, and the bounds of any staged copy,
+"""h2dlab.transfer.fastpath.to_device against PyTorch's own ways, and the bounds of any staged copy,
 all measured in one run and one process (except the cudaHostRegister-pinning variant).
 
     python3 benchmarks/bench_transfer.py --out $OUT/h200.json --fastpath $OUT/fastpath.json
@@ -23,7 +23,7 @@ compared they alternate, and each timed call comes right after an untimed call o
 2. crossover: x.to("cuda") and the staged copy (forced) at every size of the grid, alternating;
    min_bytes = the smallest grid size from which the staged copy beats .to() by MARGIN at
    every larger size too. Written with the tuned settings to --fastpath (the file
-   h2dlab/fastpath.json ships) and applied in this process.
+   h2dlab/transfer/fastpath.json ships) and applied in this process.
 3. grid: to_device (as shipped: settings from step 2) against .to() at every size, the two
    alternating; the ratio is the median of per-round ratios (.to() time / to_device time)
    with its quartiles, over many rounds at small sizes: below the threshold the two are the
@@ -88,9 +88,10 @@ from bench_analysis import (  # noqa: E402
 from bench_staging import DEV, T0, WallTimer, bounds, log, repeated, src, stats, timed, timeline, tune  # noqa: E402
 from bench_staging import tune_sizes as tune_by_size  # noqa: E402
 
-from h2dlab import reference, transfer  # noqa: E402
-from h2dlab import stager as stg  # noqa: E402
-from h2dlab.env import collect_env  # noqa: E402
+from h2dlab.measure import reference  # noqa: E402
+from h2dlab.recording.env import collect_env  # noqa: E402
+from h2dlab.transfer import fastpath as transfer  # noqa: E402
+from h2dlab.transfer import stager as stg  # noqa: E402
 from h2dlab.units import parse_size  # noqa: E402
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
@@ -232,8 +233,8 @@ def reg_child(a) -> list[dict]:
 def reference_rows() -> list[dict]:
     """Section 9: the kit's measure loop, then torch.utils.benchmark, on REF_STRATEGIES x
     REF_SIZES in this process; one entry (REF_KEYS) per cell both timed."""
-    from h2dlab.measure import sweep
-    from h2dlab.spec import SweepSpec
+    from h2dlab.measure.harness import sweep
+    from h2dlab.measure.spec import SweepSpec
 
     spec = SweepSpec(strategies=REF_STRATEGIES, sizes=REF_SIZES, device=str(DEV), reps=30, reps_large=5,
                      warmup=2, order="shuffled", seed=0)  # fmt: skip
@@ -278,7 +279,9 @@ def reference_only(out: Path) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/h200.json"), help="results JSON")
-    ap.add_argument("--fastpath", help="also write the measured settings here (h2dlab/fastpath.json format)")
+    ap.add_argument(
+        "--fastpath", help="also write the measured settings here (h2dlab/transfer/fastpath.json format)"
+    )
     ap.add_argument("--min", default="1KiB")
     ap.add_argument("--max", default="4GiB")
     ap.add_argument("--reps-small", type=int, default=25, help="reps below 64 MiB (x3 below 1 MiB)")

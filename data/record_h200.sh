@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How the bundled H200 recording data/h200 is made: the one recording plan (h2dlab/record_plan.py,
+# How the bundled H200 recording data/h200 is made: the one recording plan (h2dlab/recording/plan.py,
 # `h2dlab record --dry-run` prints it) run by `h2dlab record` into a new folder, which is then
 # copied over data/h200: recording.json, the folder's env.json, record.log and every
 # <kind>/<run> table with its env.json. Tables of retired runs (record_plan.RETIRED) are removed
@@ -12,7 +12,7 @@
 # Extra arguments go to `h2dlab record`. An interrupted recording is finished with
 # `h2dlab record --resume <folder>` and then copied with MOVE_ONLY=<folder>.
 set -euo pipefail
-H2D=${H2D:-"python3 -m h2dlab.cli"}
+H2D=${H2D:-"python3 -m h2dlab"}
 rec=${MOVE_ONLY:-}
 if [ -z "$rec" ]; then
   rec=$(mktemp -d "${TMPDIR:-/tmp}/h200-recording.XXXXXX")/h200
@@ -35,7 +35,7 @@ if [ "$kinds" = "concurrent " ]; then  # the 2-GPU host's run joins the first se
 fi
 mkdir -p data/h200
 PY=${PY:-python3}
-for t in $($PY -c 'from h2dlab.record_plan import RETIRED; print(" ".join(f"{k}/{r}" for k, r in RETIRED))'); do
+for t in $($PY -c 'from h2dlab.recording.plan import RETIRED; print(" ".join(f"{k}/{r}" for k, r in RETIRED))'); do
   rm -f "data/h200/$t.csv.gz" "data/h200/$t.csv.gz.env.json"
 done
 for kind in $kinds; do

@@ -17,10 +17,10 @@ def _closed_streams_to_devnull() -> None:
 
 
 def run() -> None:
-    """Import the command line, then run it (``h2dlab.cli.run``)."""
+    """Import the command line, then run it (``h2dlab.cli.main.run``)."""
     _closed_streams_to_devnull()
     try:
-        from h2dlab.cli import run as cli_run
+        from h2dlab.cli.main import run as cli_run
     except KeyboardInterrupt:
         sys.stderr.write("h2dlab: interrupted\n")
         sys.stderr.flush()

@@ -30,7 +30,8 @@ MODE = "replay"
 # %%
 from IPython.display import Code, Markdown, display
 
-from h2dlab import advice, datasets, factors, findings, forum_claims, outliers, plots, session
+from h2dlab import advice, datasets, factors, forum_claims, outliers, plots, session
+from h2dlab.findings import claims as findings
 
 rec = session.recording(DATA, mode=MODE)
 forum, a100 = rec.get("forum"), datasets.load("forum_a100")

@@ -25,7 +25,7 @@
 # | `pin_then_copy` | `x.pin_memory().to("cuda")`: the forum's pattern, pinning included |
 # | `pinned_reuse` | data already in a pinned buffer, copied into a preallocated device buffer |
 # | `host_register` | pin the existing buffer in place (`cudaHostRegister`), copy, unregister |
-# | `staged` | `h2dlab.transfer.to_device(x)`: threads copy chunks into a pinned ring while earlier chunks are in flight |
+# | `staged` | `h2dlab.transfer.fastpath.to_device(x)`: threads copy chunks into a pinned ring while earlier chunks are in flight |
 
 # %% tags=["parameters"]
 DATA = "h200"

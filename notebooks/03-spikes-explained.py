@@ -12,7 +12,7 @@
 # %% [markdown]
 # # 03 · Spikes, explained
 #
-# `h2dlab.outliers.detect()` flags a copy when it is much slower than its size should cost
+# `h2dlab.explain.outliers.detect()` flags a copy when it is much slower than its size should cost
 # (many robust noise scales above the fitted expectation, and well over it in ratio).
 # `explain()` then gives each flagged copy one cause, with evidence a person can check:
 #
@@ -26,9 +26,9 @@
 # | `other_threads` | the process's other threads ran far more CPUs' worth during the copy than during copies of its size (tables that read each thread's own CPU clock name the busiest; older ones cannot say which) |
 # | `host_parallel` | the extra time went into the timed host call, the timing thread on its CPU throughout, while PyTorch's worker threads ran (or spun) beside it, the busiest on a CPU nearly the whole copy (a fixed bar: copies just under it stay `unexplained`): a parallel CPU copy (`pin_memory()`, `torch.cat`, `copy_` into pinned memory) waits for its slowest worker (tables that read each thread's own CPU clock only). Busy workers are no reason (spinning workers look busy through any long copy): the sentence says the label places the time, not its reason, unless (in tables that record it) one worker waited to run for at least half the extra time, longer than any ordinary copy's workers did: consistent with a worker that lost its CPU to another thread |
 # | `host_crowded` | the timed host call ran long; the timing thread waited to run for part of the extra and spent the rest on its CPU while PyTorch's worker threads ran beside it, the busiest nearly the whole copy: consistent with the workers taking the CPUs; fewer intra-op threads (`torch.set_num_threads`) would leave it one (tables that read each thread's own CPU clock only) |
-# | `episode` | part of a stretch of slow copies in time order, found by change-point detection, or a stretch in which the host itself ran slow: the kit's own loop took longer between copies than before copies of the same strategy and size elsewhere in the run, while the copies there ran slower and were flagged more often (`h2dlab.host_pace`) |
+# | `episode` | part of a stretch of slow copies in time order, found by change-point detection, or a stretch in which the host itself ran slow: the kit's own loop took longer between copies than before copies of the same strategy and size elsewhere in the run, while the copies there ran slower and were flagged more often (`h2dlab.explain.host_pace`) |
 # | `gpu_wake` | a small copy a little slow after a spell without copies (the copy after a long gap, sometimes the next one too), consistent with some part waking up (the GPU's copy engine, its PCIe link, the driver or the host: not shown which); named only where idle runs recorded beside the table (`h2dlab measure --pause`) show after how long a spell, and at what cost, on this machine (likely, not certain: only the gap points to it) |
-# | `host_stall` | a copy a few tens of microseconds slow, on its CPU the whole time with every counter clean, its extra time within the sizes of the stalls a thread spinning in the run's own process met: each CUDA run ends with a one-second stall census (`h2dlab.census`) that counts how often, and for how long, a spinning thread loses time with its CPU clock running on (time taken from a running vCPU where the guest cannot see it); named only where the run has a census (likely, not certain: only the size of the extra points to it) |
+# | `host_stall` | a copy a few tens of microseconds slow, on its CPU the whole time with every counter clean, its extra time within the sizes of the stalls a thread spinning in the run's own process met: each CUDA run ends with a one-second stall census (`h2dlab.measure.census`) that counts how often, and for how long, a spinning thread loses time with its CPU clock running on (time taken from a running vCPU where the guest cannot see it); named only where the run has a census (likely, not certain: only the size of the extra points to it) |
 # | `unexplained` | none of the above; the evidence says what was ruled out |
 #
 # **Words the evidence uses.** *Noise scale*: how far a strategy's copies usually fall from
@@ -56,7 +56,8 @@ MODE = "replay"
 import pandas as pd
 from IPython.display import Code, Markdown, display
 
-from h2dlab import datasets, factors, findings, forum_claims, outliers, plots, session
+from h2dlab import datasets, factors, forum_claims, outliers, plots, session
+from h2dlab.findings import claims as findings
 
 rec = session.recording(DATA, mode=MODE)
 tables = {"forum_a100": datasets.load("forum_a100"),
@@ -153,7 +154,7 @@ if kept is not None and dropped is not None:
 # it: between two copies the kit's own loop does the same small work each time, so a stretch
 # in which that work took longer than before copies of the same strategy and size elsewhere,
 # while the copies there ran slower and were flagged more often, is a stretch in which the
-# host itself ran slow (`h2dlab.host_pace`). So there are two kinds of stretch: one of slow
+# host itself ran slow (`h2dlab.explain.host_pace`). So there are two kinds of stretch: one of slow
 # copies (found within one strategy, or across strategies) and one of a slow host. Each
 # episode's evidence gives its span and figures and says which kind it is. In the tables
 # below, `rows` counts every copy of the stretch and `flagged` those flagged slow: only these
@@ -197,7 +198,7 @@ display(*(Markdown(f"**{name}.** {factors.host_parallel(e)}") for name, e in exp
 # per piece of evidence the table records, each cell quoting that copy's numbers. A blank
 # cell is a check the table could not make for that copy; a recording without the scheduler
 # columns (run-queue wait, context switches, time in the call) has none of those columns.
-# A run recorded with a stall census (`h2dlab.census`, every CUDA run since the census was
+# A run recorded with a stall census (`h2dlab.measure.census`, every CUDA run since the census was
 # added) gets a `stall census` column: how many stalls a thread spinning in that run's own
 # process met with its CPU clock running on, how long the longest was, and why this copy's
 # extra time is not one of them.

@@ -85,7 +85,7 @@ if ov is not None:
 # %% tags=["hide-input"]
 if ov is not None:
     display(Markdown(f"In the timeline above the window lasted {ov['in_flight_ms']['min']:.1f}–"
-                     f"{ov['in_flight_ms']['max']:.1f} ms per copy. `h2dlab.transfer.to_device(..., non_blocking=True)` "
+                     f"{ov['in_flight_ms']['max']:.1f} ms per copy. `h2dlab.transfer.fastpath.to_device(..., non_blocking=True)` "
                      "differs on purpose: it returns once every byte has left the pageable source for its own pinned "
                      "ring, so the source may change at once."))
 

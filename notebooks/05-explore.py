@@ -21,7 +21,7 @@
 MODE = "auto"
 
 # %%
-from h2dlab.explore import Explorer
+from h2dlab.show.explore import Explorer
 
 explorer = Explorer(MODE)
 explorer

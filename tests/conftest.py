@@ -553,7 +553,7 @@ def run_cli(*args, timeout=300, env=None, cwd=None):
     if env:
         e.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "h2dlab.cli", *args],
+        [sys.executable, "-m", "h2dlab.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -571,7 +571,7 @@ def refused_in_one_line(argv, needles, capsys, folder):
     """Run ``h2dlab argv`` in this process and check the refusal of a user mistake: exit
     code 2, ONE line on stderr naming every needle (case-insensitive), no traceback, and
     nothing added to or removed from ``folder``. Returns that line."""
-    from h2dlab import cli
+    from h2dlab.cli import main as cli
 
     before = sorted(p.name for p in folder.iterdir())
     try:
@@ -592,7 +592,7 @@ def refused_in_one_line(argv, needles, capsys, folder):
 @pytest.fixture(scope="session")
 def rendered(tmp_path_factory):
     """Execute the reported notebooks in replay mode and render them, once per session."""
-    from h2dlab import report
+    from h2dlab.show import report
 
     out = tmp_path_factory.mktemp("reports")
     old = os.environ.get("H2DLAB_MODE")

@@ -4,8 +4,8 @@ around chosen medians, in the schema, for the findings tests. Not a measurement.
 import numpy as np
 import pandas as pd
 
-from h2dlab import datasets
-from h2dlab.workload import WAYS
+from h2dlab.measure.workload import WAYS
+from h2dlab.recording import datasets
 
 #: Chosen medians (ms) per way: invented for tests, shaped like the issue's description.
 SYNTHETIC_MS = {

@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import datasets, model, outliers
+from h2dlab.explain import model, outliers
+from h2dlab.recording import datasets
 from tests.test_outliers_synthetic import back_to_back_t_s
 
 GiB = 1024**3

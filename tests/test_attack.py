@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-from h2dlab import cli, datasets
-from h2dlab.strategies import REGISTRY
+from h2dlab.cli import main as cli
+from h2dlab.measure.strategies import REGISTRY
+from h2dlab.recording import datasets
 from tests.conftest import refused_in_one_line
 
 
@@ -115,8 +116,8 @@ def test_an_interrupted_batch_resumes_to_the_whole_plan(tmp_path, capsys):
     """An interrupted `h2dlab batch` said "run it again to finish", and running it again
     refused (the table exists; batch had neither --resume nor --force): its rows could
     never be completed, nor could `h2dlab record --resume` finish a batch experiment."""
-    from h2dlab.batch import BatchSpec, batch, plan_batch
-    from h2dlab.recorder import StopFlag
+    from h2dlab.measure.batch import BatchSpec, batch, plan_batch
+    from h2dlab.measure.recorder import StopFlag
 
     spec = BatchSpec(counts=(1, 4), totals=(4096, 65536), reps=2, warmup=1, device="cpu")
     out = tmp_path / "b.csv"
@@ -184,7 +185,7 @@ def test_resume_on_a_damaged_table_is_one_line(tmp_path, capsys, damage):
 
 def _recording(folder, **change):
     """A SYNTHETIC recording folder as `h2dlab record --device cpu` starts it (one tiny sweep)."""
-    from h2dlab.record_folder import new_manifest, write_manifest
+    from h2dlab.recording.folder import new_manifest, write_manifest
 
     run = {"kind": "sweep", "run": "tiny", "args": ["measure", "--sizes", "1KiB", "--reps", "1", "--warmup", "0",
            "--strategies", "pageable", "--device", "cpu"], "env": {}, "seconds": 2, "fresh": False,
@@ -262,7 +263,7 @@ def test_record_folder_mistakes_are_one_line(tmp_path, capsys, monkeypatch, args
 def test_a_recording_whose_table_env_is_damaged_fails_with_its_own_reason(tmp_path, capsys):
     """A run table whose env.json is unreadable: record --resume gave a SchemaError
     traceback (finished() read it); the FAILED line then quoted the previous attempt's log."""
-    from h2dlab.record_folder import finished
+    from h2dlab.recording.folder import finished
 
     folder = _recording(tmp_path / "rec")
     table = folder / "sweep" / "tiny.csv.gz"
@@ -283,7 +284,7 @@ def test_a_failed_notebook_is_named_without_terminal_colours(tmp_path, capsys, m
     import nbclient
     from nbclient.exceptions import CellExecutionError
 
-    from h2dlab import report
+    from h2dlab.show import report
 
     def fail(self, **kw):
         tb = "Cell In[3], line 1\n\x1b[31mValueError\x1b[39m: synthetic failure"  # as nbclient words it
@@ -396,8 +397,8 @@ def test_live_mode_refuses_a_runs_variable_naming_a_file_before_recording(tmp_pa
     and no recorder started."""
     import subprocess
 
-    from h2dlab import live
     from h2dlab.errors import UsageError
+    from h2dlab.recording import live
 
     (tmp_path / "afile").write_text("not a folder")
     monkeypatch.setenv("H2DLAB_RUNS", str(tmp_path / "afile"))

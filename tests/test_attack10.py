@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from h2dlab import cli, datasets
+from h2dlab.cli import main as cli
+from h2dlab.recording import datasets
 from tests.conftest import refused_in_one_line
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -182,7 +183,7 @@ def _terminated(*args) -> tuple[int, str]:
     """Run ``h2dlab args`` and send SIGTERM once main() has installed its handler (the
     process's SigCgt says so), long before it ends; its exit code and stderr."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "h2dlab.cli", *args],
+        [sys.executable, "-m", "h2dlab.cli.main", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -5,7 +5,8 @@ import shlex
 import pandas as pd
 import pytest
 
-from h2dlab import cli, cli_common
+from h2dlab.cli import common as cli_common
+from h2dlab.cli import main as cli
 
 
 def test_the_resume_line_after_a_forced_run_can_be_run_as_printed(capsys, tmp_path):
@@ -57,7 +58,7 @@ def test_without_cuda_overlap_and_duplex_name_their_recorded_data(capsys, tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1
     assert f"(the dataset {dataset})" in err[0] and "device cpu" not in err[0]
-    from h2dlab import datasets
+    from h2dlab.recording import datasets
 
     assert dataset in datasets.names()  # the hint names a dataset that exists
 
@@ -81,7 +82,7 @@ def test_an_ascii_terminal_gets_the_table_not_a_traceback():
 
 def test_a_utf8_table_reads_under_an_ascii_locale(tmp_path):
     """The kit writes UTF-8; reading used the locale's encoding (LC_ALL=C: ASCII)."""
-    from h2dlab import sources, tableio
+    from h2dlab.recording import sources, tableio
 
     df = sources.load("h200:sweep:pow2-interleaved")
     df = df[df.strategy == "pageable"].assign(strategy="pagé")
@@ -94,7 +95,7 @@ def test_a_utf8_table_reads_under_an_ascii_locale(tmp_path):
 def test_explain_and_compare_say_when_a_table_was_stopped_early(tmp_path, capsys):
     """An interrupted measure keeps its rows and says so in env.json (measured < planned);
     explain and compare showed the sizes it reached as if they were the plan."""
-    from h2dlab import sources, tableio
+    from h2dlab.recording import sources, tableio
 
     df = sources.load("h200:sweep:pow2-interleaved")
     env = {**df.attrs["env"], "planned_rows": len(df) + 500, "measured_rows": len(df)}
@@ -122,7 +123,7 @@ def test_explain_and_compare_say_when_a_table_was_stopped_early(tmp_path, capsys
 )
 def test_a_blank_or_invisible_strategy_name_is_refused(tmp_path, capsys, name, says):
     """explain printed '[run #208]  256 KiB' with no strategy; a U+202E name reversed the line."""
-    from h2dlab import datasets
+    from h2dlab.recording import datasets
 
     df = datasets.read(datasets.DATA_DIR / "h200/d2h/d2h.csv.gz")
     df["strategy"] = df["strategy"].astype(object)
@@ -138,7 +139,7 @@ def test_a_blank_or_invisible_strategy_name_is_refused(tmp_path, capsys, name, s
 @pytest.mark.parametrize("kind", ["timedelta", "datetime"])
 def test_a_time_column_stored_as_a_time_span_or_date_is_refused(tmp_path, capsys, kind):
     """A parquet wall_ms stored as a timedelta read as nanoseconds: '24.0 s' for a 24 µs copy."""
-    from h2dlab import datasets
+    from h2dlab.recording import datasets
 
     df = datasets.read(datasets.DATA_DIR / "h200/d2h/d2h.csv.gz")
     if kind == "timedelta":
@@ -163,7 +164,7 @@ def test_a_ctrl_c_while_the_kit_imports_ends_in_one_line():
         "import builtins\n"
         "real = builtins.__import__\n"
         "def imp(name, *a, **k):\n"
-        "    if name == 'h2dlab.cli':\n"
+        "    if name == 'h2dlab.cli.main':\n"
         "        raise KeyboardInterrupt\n"
         "    return real(name, *a, **k)\n"
         "builtins.__import__ = imp\n"
@@ -186,7 +187,7 @@ def test_the_command_enters_through_the_guarded_entry_point():
 def test_a_file_of_two_runs_names_each_by_its_run_id_and_compare_refuses_a_run_twice(tmp_path, capsys):
     """pd.concat of two runs saved as one file showed both as the file's name: explain said
     'run(s) mix, mix' and `compare mix.csv:a` could pick neither; `compare t t` said 1.00x."""
-    from h2dlab import datasets, sources, tableio
+    from h2dlab.recording import datasets, sources, tableio
 
     d = sources.load("h200:sweep:pow2-interleaved")
     d = d[d.strategy.isin(["pageable", "pinned_reuse"])]
@@ -223,7 +224,7 @@ def test_the_resume_line_drops_an_abbreviated_force_too(capsys, tmp_path, flag):
 
 
 def test_the_stopped_note_speaks_only_for_the_run_its_env_names():
-    from h2dlab import sources
+    from h2dlab.recording import sources
 
     df = pd.DataFrame({"run_id": ["a", "b"]})
     env = {"run_id": "a", "measured_rows": 5, "planned_rows": 9}
@@ -236,6 +237,6 @@ def test_the_stopped_note_speaks_only_for_the_run_its_env_names():
     ("name", "ok"), [("👩\u200d💻", True), ("🏳️\u200d🌈", True), ("page\u2028able", False)]
 )
 def test_emoji_joined_by_zwj_pass_and_line_separators_do_not(name, ok):
-    from h2dlab.schema import _unprintable
+    from h2dlab.recording.schema import _unprintable
 
     assert _unprintable(name) is (not ok)

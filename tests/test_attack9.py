@@ -3,7 +3,8 @@
 import pandas as pd
 import pytest
 
-from h2dlab import datasets, findings_speed
+from h2dlab.findings import speed as findings_speed
+from h2dlab.recording import datasets
 
 
 @pytest.fixture(scope="module")

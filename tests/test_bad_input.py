@@ -8,12 +8,15 @@ import pandas as pd
 import pytest
 import torch
 
-from h2dlab import cli, datasets, model, transfer
-from h2dlab.concurrent import parse_gpus
+from h2dlab.cli import main as cli
 from h2dlab.errors import UsageError
-from h2dlab.partial import partial_path
-from h2dlab.recorder import Recording
-from h2dlab.spec import ForumSpec, OverlapSpec, SweepSpec
+from h2dlab.explain import model
+from h2dlab.measure.concurrent import parse_gpus
+from h2dlab.measure.recorder import Recording
+from h2dlab.measure.spec import ForumSpec, OverlapSpec, SweepSpec
+from h2dlab.recording import datasets
+from h2dlab.recording.partial import partial_path
+from h2dlab.transfer import fastpath as transfer
 from h2dlab.units import parse_int, parse_size, parse_sizes
 from tests.conftest import refused_in_one_line
 
@@ -252,14 +255,14 @@ def test_ctrl_c_while_the_command_starts_is_exit_130_without_a_traceback(delay):
     from tests.conftest import ROOT
 
     p = subprocess.Popen(
-        [sys.executable, "-X", "importtime", "-m", "h2dlab.cli", "explain", "forum_a100"],
+        [sys.executable, "-X", "importtime", "-m", "h2dlab.cli.main", "explain", "forum_a100"],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
     for line in p.stderr:  # the command's own module is imported: main() runs next
-        if line.rstrip().endswith("h2dlab.cli_checks"):  # the last of cli.py's own imports
+        if line.rstrip().endswith("h2dlab.cli.checks"):  # the last of cli.py's own imports
             break
     time.sleep(delay)
     p.send_signal(signal.SIGINT)
@@ -294,9 +297,9 @@ def test_a_read_only_out_is_named_in_one_line(tmp_path, capsys):
 def test_a_gpu_index_this_machine_lacks_is_a_usage_error(monkeypatch, capsys):
     """cuda:N past the last GPU is a wrong input (exit 2, like --gpus), not a missing
     capability (exit 1 is for no CUDA at all); checked with a pretend 1-GPU machine."""
-    from h2dlab import cli
-    from h2dlab.device import resolve_device
+    from h2dlab.cli import main as cli
     from h2dlab.errors import Unavailable, UsageError
+    from h2dlab.measure.device import resolve_device
     from tests.fake_cuda import install
 
     install(monkeypatch)
@@ -351,7 +354,7 @@ def test_an_interrupted_command_exits_130_without_winding_the_interpreter_down(m
     """cli._exit: 130 leaves through os._exit (a Ctrl-C that landed during start-up could end
     the wind-down by the signal: exit -2 in 3 of 24 runs before); other codes through
     sys.exit, as before."""
-    from h2dlab import cli
+    from h2dlab.cli import main as cli
 
     seen = []
 

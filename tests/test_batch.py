@@ -8,10 +8,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab import batch_methods, datasets
-from h2dlab.batch import BatchSpec, batch, plan_batch
-from h2dlab.batch_methods import METHODS, batch_sizes, make_batch
 from h2dlab.errors import UsageError
+from h2dlab.measure import batch_methods
+from h2dlab.measure.batch import BatchSpec, batch, plan_batch
+from h2dlab.measure.batch_methods import METHODS, batch_sizes, make_batch
+from h2dlab.recording import datasets
 from tests.conftest import run_cli
 
 CPU = torch.device("cpu")

@@ -37,7 +37,7 @@ def test_verdicts_follow_the_targets(bench):
 def test_per_call_us_is_the_median_of_the_block_means(bench, monkeypatch):
     ticks = iter([0.0, 1.0, 1.0, 4.0, 4.0, 6.0])  # blocks of 2 calls: 0.5, 1.5, 1.0 s per call
     # Only the benchmark's own clock: patching time.perf_counter itself also fed the ticks to
-    # h2dlab.timing's gc callback whenever a collection ran (a StopIteration there, or a stolen tick).
+    # h2dlab.measure.timing's gc callback whenever a collection ran (a StopIteration there, or a stolen tick).
     monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
     assert bench.per_call_us(lambda: None, blocks=3, calls=2) == pytest.approx(1.0e6)
 
@@ -106,7 +106,7 @@ def test_explain_refuses_bad_arguments_before_measuring(bench_explain, monkeypat
 
 
 def test_explain_reads_a_relative_path_from_where_it_is_run(bench_explain, monkeypatch, tmp_path):
-    from h2dlab import datasets
+    from h2dlab.recording import datasets
 
     datasets.load(datasets.DATA_DIR / "h200" / "bidir").to_csv(tmp_path / "b.csv", index=False)
     monkeypatch.chdir(tmp_path)

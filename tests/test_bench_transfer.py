@@ -12,7 +12,8 @@ import time
 import pytest
 import torch
 
-from h2dlab import stager, transfer
+from h2dlab.transfer import fastpath as transfer
+from h2dlab.transfer import stager
 from tests.conftest import ROOT
 from tests.test_transfer import fake_cuda  # noqa: F401 - the fixture
 
@@ -365,12 +366,12 @@ def test_reference_only_writes_the_issues_entries_and_keeps_the_other_keys(
 ):
     """--reference-only on synthetic medians: one entry per strategy x size with the kit's and
     the reference's median in us, the verdict on their ratios, the results' other keys kept."""
-    import h2dlab.measure
+    import h2dlab.measure.harness
 
     kit = {(s, n): (1.1 * n / KiB, "event") for s in bench.REF_STRATEGIES for n in bench.REF_SIZES}
     ref = {(s, n): {"reference_median_us": n / KiB, "reference_iqr_us": 0.0} for (s, n) in kit}
     specs = []
-    monkeypatch.setattr(h2dlab.measure, "sweep", lambda spec, **k: specs.append(spec))
+    monkeypatch.setattr(h2dlab.measure.harness, "sweep", lambda spec, **k: specs.append(spec))
     monkeypatch.setattr(bench.reference, "kit_medians_us", lambda df: kit)
     monkeypatch.setattr(bench.reference, "reference_medians_us", lambda names, sizes, dev, **k: ref)
     monkeypatch.setattr(bench, "collect_env", lambda argv=None: {"gpu_name": "synthetic"})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from h2dlab import datasets
+from h2dlab.recording import datasets
 from h2dlab.units import fmt_bytes
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,7 +4,7 @@ network, no request leaving the machine), titled, with a table of contents."""
 
 import pytest
 
-from h2dlab import report, report_html
+from h2dlab.show import report, report_html
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab.causes_faults import MAX_MS_PER_MINOR_FAULT, MIN_EXTRA_FAULTS, fault_cause
+from h2dlab.explain.causes_faults import MAX_MS_PER_MINOR_FAULT, MIN_EXTRA_FAULTS, fault_cause
 
 
 def _row(faults, majflt=0.0, *, size=393216, expected=0.5, host_allocs=0.0, proc=True):
@@ -57,6 +57,6 @@ def test_unmeasured_faults_give_no_cause():
 
 
 def test_the_checks_an_unexplained_copy_names_as_not_made_are_checks():
-    from h2dlab.causes_evidence import CHECKS, UNCHECKED
+    from h2dlab.explain.causes_evidence import CHECKS, UNCHECKED
 
     assert list(UNCHECKED) == [c for c in CHECKS if c in UNCHECKED] and len(UNCHECKED) == 5

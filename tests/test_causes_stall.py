@@ -8,8 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import census, datasets, outliers
-from h2dlab.causes_stall import census_of, expected_hits, run_censuses
+from h2dlab.explain import outliers
+from h2dlab.explain.causes_stall import census_of, expected_hits, run_censuses
+from h2dlab.measure import census
+from h2dlab.recording import datasets
 from tests.test_outliers_synthetic import back_to_back_t_s, cause_scores, lookalike_counts, timed_columns
 
 #: A synthetic census (made up): 40 on-CPU stalls of 20-100 us in one second.
@@ -255,7 +257,7 @@ def test_host_stall_evidence_quotes_the_census_and_the_copy(explained_stalls):
 
 
 def test_a_duplex_copys_two_rows_count_its_time_once():
-    from h2dlab.causes_stall import run_copy_seconds
+    from h2dlab.explain.causes_stall import run_copy_seconds
 
     # As the duplex recorder writes them: each direction its own order, one start time.
     df = pd.DataFrame(
@@ -274,8 +276,8 @@ def test_a_duplex_copys_two_rows_count_its_time_once():
 
 
 def test_the_bundled_duplex_run_counts_each_copy_once():
-    from h2dlab.causes_stall import run_copy_seconds
-    from h2dlab.rows import timed
+    from h2dlab.explain.causes_stall import run_copy_seconds
+    from h2dlab.explain.rows import timed
 
     df = datasets.load(datasets.DATA_DIR / "h200" / "bidir")
     ok = df.index.isin(timed(df).index)

@@ -1,4 +1,4 @@
-"""The ``other_threads`` rule (h2dlab.causes_threads) on rows and neighbours built by hand
+"""The ``other_threads`` rule (h2dlab.explain.causes_threads) on rows and neighbours built by hand
 (synthetic: made-up numbers, not measured): its readers of the other threads' CPU time,
 each threshold at its boundary and its evidence sentences word for word."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab.causes_threads import MIN_OTHERS_RATIO, others_cause, others_ms, others_share, usual_share
+from h2dlab.explain.causes_threads import MIN_OTHERS_RATIO, others_cause, others_ms, others_share, usual_share
 
 #: The candidates both sentences name.
 CANDIDATES = (

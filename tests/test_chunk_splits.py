@@ -12,7 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab import stager, transfer
+from h2dlab.transfer import fastpath as transfer
+from h2dlab.transfer import stager
 from tests.test_transfer import fake_cuda, made_stagers  # noqa: F401 - the fixtures
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from h2dlab import datasets
+from h2dlab.recording import datasets
 from tests.conftest import ROOT, refused_in_one_line, run_cli
 
 NO_CUDA = not torch.cuda.is_available()
@@ -182,7 +182,7 @@ def _start_and_interrupt(tmp_path, sig):
         str(out),
     ]
     p = subprocess.Popen(
-        [sys.executable, "-m", "h2dlab.cli", *args],
+        [sys.executable, "-m", "h2dlab.cli.main", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -249,7 +249,7 @@ def test_env_command_is_json():
 def _run_main_with(command_body: str):
     """Run h2dlab's main() in a subprocess with the env command replaced by ``command_body``."""
     code = (
-        "import sys\nimport h2dlab.cli as c\nfrom h2dlab.errors import UsageError\n"
+        "import sys\nimport h2dlab.cli.main as c\nfrom h2dlab.errors import UsageError\n"
         f"def fake(a, argv):\n    {command_body}\n"
         "c.COMMANDS['env'] = fake\nsys.exit(c.main(['env']))\n"
     )
@@ -302,7 +302,7 @@ def test_gpus_run_honours_options_and_prints_the_stopped_summary(tmp_path):
         str(out),
     ]
     # The command refuses --gpus with --device cpu; widened here to run its code path on CPUs.
-    code = f"import sys, h2dlab.cli as c, h2dlab.cli_checks as k\nk.GPUS_DEVICE_KINDS = ('cuda', 'cpu')\nsys.exit(c.main({args!r}))"
+    code = f"import sys, h2dlab.cli.main as c, h2dlab.cli.checks as k\nk.GPUS_DEVICE_KINDS = ('cuda', 'cpu')\nsys.exit(c.main({args!r}))"
     p = subprocess.Popen(
         [sys.executable, "-c", code],
         cwd=ROOT,

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from h2dlab import datasets
-from h2dlab.cli_compare import fmt_ms
+from h2dlab.cli.compare import fmt_ms
+from h2dlab.recording import datasets
 from tests.conftest import run_cli
 
 

@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 import torch
 
-from h2dlab import __version__, datasets
-from h2dlab.cli import build_parser
-from h2dlab.cli_explain import JSON_SCHEMA
+from h2dlab import __version__
+from h2dlab.cli.explain import JSON_SCHEMA
+from h2dlab.cli.main import build_parser
+from h2dlab.recording import datasets
 from tests.conftest import ROOT, run_cli
 
 NO_CUDA = not torch.cuda.is_available()
@@ -91,7 +92,7 @@ def test_every_option_has_help():
 
 def _main_raising(body: str):
     code = (
-        "import sys\nimport h2dlab.cli as c\nfrom h2dlab.errors import Unavailable, UsageError\n"
+        "import sys\nimport h2dlab.cli.main as c\nfrom h2dlab.errors import Unavailable, UsageError\n"
         f"def fake(a, argv):\n    {body}\n"
         "c.COMMANDS['env'] = fake\nsys.exit(c.main(['env']))\n"
     )
@@ -137,7 +138,7 @@ def test_missing_cuda_is_a_failure_of_the_machine_not_of_the_command_line(tmp_pa
 
 
 def test_strategies_lists_each_with_what_it_times_and_whether_it_runs_here():
-    from h2dlab import strategies
+    from h2dlab.measure import strategies
 
     r = run_cli("strategies", "--device", "cpu", "--json")
     assert r.returncode == 0, r.stderr
@@ -271,10 +272,13 @@ def test_make_test_gpu_fails_plainly_without_cuda():
 
 def test_building_the_parser_imports_no_torch():
     # Every command builds the whole parser: a torch import there costs seconds on each.
-    code = "import sys\nfrom h2dlab.cli import build_parser\nbuild_parser()\nprint('torch' in sys.modules)"
+    code = (
+        "import sys\nfrom h2dlab.cli.main import build_parser\nbuild_parser()\nprint('torch' in sys.modules)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=_env())
     assert r.stdout.strip() == "False", r.stderr
-    from h2dlab import batch_methods, cli_measuring
+    from h2dlab.cli import measuring as cli_measuring
+    from h2dlab.measure import batch_methods
 
     assert cli_measuring.LAYOUTS == batch_methods.LAYOUTS
 
@@ -283,7 +287,7 @@ def test_building_the_parser_imports_no_torch():
 
 
 def _main(capsys, *argv):
-    from h2dlab import cli
+    from h2dlab.cli import main as cli
 
     rc = cli.main(list(argv))
     out, err = capsys.readouterr()
@@ -379,7 +383,7 @@ def test_a_tilde_the_shell_left_is_the_home_folder(tmp_path, capsys, monkeypatch
 @pytest.mark.parametrize("value,traceback", [("0", False), ("", False), ("no", False), ("1", True)])
 def test_debug_variable_set_to_0_is_off(monkeypatch, capsys, value, traceback):
     """H2DLAB_DEBUG=0 showed the traceback of a user mistake (any value counted as on)."""
-    from h2dlab import cli
+    from h2dlab.cli import main as cli
     from h2dlab.errors import UsageError
 
     monkeypatch.setenv("H2DLAB_DEBUG", value)
@@ -395,7 +399,7 @@ def test_a_kind_leaves_out_a_run_stopped_early(tmp_path, capsys):
     """A SYNTHETIC recording: one whole sweep run and one stopped early (its env.json says 3 of
     30 rows). FOLDER:sweep:half said "no sweep run 'half'" while FOLDER:sweep (and the
     notebooks' rec.table('sweep')) mixed its 3 rows in; now the kind leaves it out and says so."""
-    from h2dlab import session
+    from h2dlab.recording import session
 
     forum = datasets.load("forum_a100")
     (tmp_path / "rec" / "sweep").mkdir(parents=True)
@@ -414,7 +418,7 @@ def test_a_kind_leaves_out_a_run_stopped_early(tmp_path, capsys):
 
 def test_datasets_names_the_bundled_recordings_kinds(capsys):
     """`h2dlab datasets` listed no name for data/h200's kinds, which compare and explain take."""
-    from h2dlab.sources import resolve
+    from h2dlab.recording.sources import resolve
 
     rc, out, _ = _main(capsys, "datasets")
     line = next(ln for ln in out.splitlines() if ln.startswith("h200:KIND "))

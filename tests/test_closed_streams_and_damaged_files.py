@@ -22,8 +22,11 @@ import pytest
 
 matplotlib.use("Agg")
 
-from h2dlab import cli, datasets, model, plots  # noqa: E402
-from h2dlab.schema import SchemaError  # noqa: E402
+from h2dlab.cli import main as cli
+from h2dlab.explain import model
+from h2dlab.recording import datasets
+from h2dlab.recording.schema import SchemaError  # noqa: E402
+from h2dlab.show import plots  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -76,8 +79,8 @@ def test_a_deeply_nested_recording_json_is_refused_in_one_line(tmp_path, capsys)
     assert cli.main(["record", "--resume", str(tmp_path / "rec")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot be read" in err[0]
-    from h2dlab.record_env import read_folder_env
-    from h2dlab.record_folder import read_manifest
+    from h2dlab.recording.env_folder import read_folder_env
+    from h2dlab.recording.folder import read_manifest
 
     (tmp_path / "rec" / "env.json").write_text(DEEP)
     assert read_manifest(tmp_path / "rec") is None and read_folder_env(tmp_path / "rec") is None
@@ -103,7 +106,7 @@ def test_latency_draws_a_table_with_one_size_per_strategy():
 
 
 def test_measure_to_xlsx_past_a_sheet_is_refused_before_measuring(tmp_path, capsys, monkeypatch):
-    from h2dlab import measure
+    from h2dlab.measure import harness as measure
 
     monkeypatch.setattr(measure, "sweep", lambda *a, **k: pytest.fail("it measured"))
     out = tmp_path / "big.xlsx"
@@ -114,7 +117,7 @@ def test_measure_to_xlsx_past_a_sheet_is_refused_before_measuring(tmp_path, caps
 
 
 def test_saving_past_a_sheet_is_one_line(tmp_path, monkeypatch):
-    from h2dlab import tableio
+    from h2dlab.recording import tableio
 
     monkeypatch.setattr(tableio, "XLSX_MAX_ROWS", 10)
     with pytest.raises(SchemaError, match="more than the 10 an .xlsx sheet holds"):

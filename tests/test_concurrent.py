@@ -6,10 +6,11 @@ import dataclasses
 
 import pytest
 
-from h2dlab import cli, datasets
-from h2dlab.concurrent import concurrent
-from h2dlab.plan import plan_spec
-from h2dlab.spec import SweepSpec
+from h2dlab.cli import main as cli
+from h2dlab.measure.concurrent import concurrent
+from h2dlab.measure.plan import plan_spec
+from h2dlab.measure.spec import SweepSpec
+from h2dlab.recording import datasets
 
 
 def test_every_spec_option_reaches_every_process(tmp_path):

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import datasets
+from h2dlab.recording import datasets
 
 
 def _synthetic_table(n=6):
@@ -262,7 +262,7 @@ def _copy_table(src, dst):
 def test_a_run_in_two_files_of_a_folder_is_refused(tmp_path, capsys):
     """The same run (a copy of a table) in two files would count its rows twice: refused in
     one line naming both files (real tables of data/h200, copied)."""
-    from h2dlab import cli
+    from h2dlab.cli import main as cli
 
     src = datasets.DATA_DIR / "h200" / "sweep" / "forum-sizes.csv.gz"
     _copy_table(src, tmp_path / "a.csv.gz")
@@ -278,7 +278,8 @@ def test_explain_reads_a_folder_mixing_an_annotated_table_with_a_plain_one(tmp_p
     """explain --out's table (with detect()'s columns) beside a plain table of another run:
     the plain run's rows are flagged afresh, and every row gets a verdict (real tables of
     data/h200, one annotated by explain)."""
-    from h2dlab import cli, outliers
+    from h2dlab.cli import main as cli
+    from h2dlab.explain import outliers
 
     plain = datasets.DATA_DIR / "h200" / "sweep" / "forum-sizes.csv.gz"
     annotated = datasets.DATA_DIR / "h200" / "sweep" / "pow2-interleaved.csv.gz"

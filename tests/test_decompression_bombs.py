@@ -12,8 +12,9 @@ import zipfile
 
 import pytest
 
-from h2dlab import cli, datasets, tableio
-from h2dlab.schema import SchemaError
+from h2dlab.cli import main as cli
+from h2dlab.recording import datasets, tableio
+from h2dlab.recording.schema import SchemaError
 
 LIMIT = 1_000_000
 

@@ -5,10 +5,11 @@ bytes chunk by chunk (run on a fake CUDA)."""
 import pytest
 import torch
 
-from h2dlab import datasets, strategies
-from h2dlab.measure import sweep
-from h2dlab.spec import SweepSpec
-from h2dlab.strategies_d2h import D2HStaged
+from h2dlab.measure import strategies
+from h2dlab.measure.harness import sweep
+from h2dlab.measure.spec import SweepSpec
+from h2dlab.measure.strategies_d2h import D2HStaged
+from h2dlab.recording import datasets
 from tests.fake_cuda import FakeEvent, FakeStream, fake_cuda  # noqa: F401 - fixture
 
 D2H = {"d2h_pageable", "d2h_pinned_reuse", "d2h_non_blocking", "d2h_staged"}

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from synthetic_traces import SyntheticTrace
 
-from h2dlab import cli
+from h2dlab.cli import main as cli
 from h2dlab.doctor import diagnose, trace
 from h2dlab.doctor.sites import analyse, parse_copy_name
 from h2dlab.doctor.trace import read_trace

@@ -4,8 +4,8 @@ check, and the command's answer on a machine without CUDA."""
 
 import torch
 
-from h2dlab import datasets
-from h2dlab.duplex import DuplexSpec, duplex, plan_duplex
+from h2dlab.measure.duplex import DuplexSpec, duplex, plan_duplex
+from h2dlab.recording import datasets
 from tests.conftest import run_cli
 from tests.fake_cuda import fake_cuda  # noqa: F401 - fixture
 
@@ -39,7 +39,7 @@ def test_duplex_rows_on_a_fake_cuda(fake_cuda, tmp_path):  # noqa: F811
 
 
 def test_duplex_byte_check(fake_cuda, monkeypatch):  # noqa: F811
-    from h2dlab import duplex as mod
+    from h2dlab.measure import duplex as mod
 
     real = mod._Pair.one
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from h2dlab import env as envmod
-from h2dlab.env import GIT_COMMIT_VAR, collect_env, git_commit
+from h2dlab.recording import env as envmod
+from h2dlab.recording.env import GIT_COMMIT_VAR, collect_env, git_commit
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

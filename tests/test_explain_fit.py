@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab.cli_explain import FAR_FROM_MEASURED, POOR_FIT_ERR, judged_fits, load_source
+from h2dlab.cli.explain import FAR_FROM_MEASURED, POOR_FIT_ERR, judged_fits, load_source
 from tests.test_outliers_synthetic import timed_columns
 
 MIB = 2**20

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab import episodes, model
+from h2dlab.explain import episodes, model
 
 
 def _series(seed: int) -> np.ndarray:
@@ -90,7 +90,7 @@ def test_the_bootstrap_of_a_large_group_is_m_out_of_n_with_the_plain_spread(monk
     st.data(),
 )
 def test_the_median_of_the_rest_is_numpys(values, data):
-    from h2dlab.host_pace import _median_without
+    from h2dlab.explain.host_pace import _median_without
 
     x = np.array(values, float)
     a = data.draw(st.integers(0, len(x)))

@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from h2dlab import datasets  # noqa: E402
-from h2dlab.explore import ALL_RUNS, Explorer  # noqa: E402
+from h2dlab.recording import datasets  # noqa: E402
+from h2dlab.show.explore import ALL_RUNS, Explorer  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The missing factors (h2dlab.factors) on the bundled recordings, checked against values
+"""The missing factors (h2dlab.findings.factors) on the bundled recordings, checked against values
 computed here with plain pandas, and on synthetic tables (named synthetic) where the
 verdict flips."""
 
@@ -6,8 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import datasets, factors, outliers
-from h2dlab.env import collect_env
+from h2dlab.explain import outliers
+from h2dlab.findings import factors
+from h2dlab.recording import datasets
+from h2dlab.recording.env import collect_env
 
 MiB, GiB = 2**20, 2**30
 

@@ -4,7 +4,9 @@ policy in each run's env.json): every number of its sentence recomputed here."""
 
 import pytest
 
-from h2dlab import datasets, factors, outliers
+from h2dlab.explain import outliers
+from h2dlab.findings import factors
+from h2dlab.recording import datasets
 from h2dlab.units import fmt_bytes
 
 

@@ -15,7 +15,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab import stager, transfer
+from h2dlab.transfer import fastpath as transfer
+from h2dlab.transfer import stager
 from tests.conftest import ROOT
 from tests.fake_cuda import FakeStream
 from tests.test_transfer import _cpu_stager, _fp, fake_cuda, made_stagers  # noqa: F401 - fixtures

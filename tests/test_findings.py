@@ -7,7 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import datasets, findings, forum_claims, outliers
+from h2dlab.explain import outliers
+from h2dlab.findings import claims as findings
+from h2dlab.findings import forum_claims
+from h2dlab.recording import datasets
 
 
 @pytest.fixture(scope="module")
@@ -286,7 +289,7 @@ def test_size_pair_larger_faster_because_the_smaller_made_a_new_pinned_block_is_
 
 
 def test_link_estimate(a100, h200, forum_sizes):
-    from h2dlab import model
+    from h2dlab.explain import model
 
     f = forum_claims.link_estimate(a100, h200, forum_sizes)
     g = model.fit(a100[a100.strategy == "pinned_to_cuda"], by=("strategy",), n_boot=0).gbps.iloc[0]
@@ -434,7 +437,7 @@ def test_device_alloc_cost_names_the_sizes_that_did_not_pay():
 def test_context_startup_says_mostly_where_a_first_operation_itself_ran_long():
     """data/h200's forum: in shuffled-1 the first pin_memory() also made a new pinned block,
     so start-up was 72 % of its time, not all of it (reader, session 29)."""
-    from h2dlab import sources
+    from h2dlab.recording import sources
 
     forum = sources.load("h200:forum")
     f = findings.context_startup(forum)

@@ -5,7 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import advice, datasets, findings_speed
+from h2dlab.findings import advice
+from h2dlab.findings import speed as findings_speed
+from h2dlab.recording import datasets
 from h2dlab.units import fmt_bytes
 
 GiB, MiB, KiB = 2**30, 2**20, 2**10
@@ -327,7 +329,7 @@ def test_advice_extra_case_without_its_plain_way_gives_no_rows(inter):
 
 
 def test_staged_bounds_quotes_the_file_and_judges_from_1_gib():
-    from h2dlab import findings_speed
+    from h2dlab.findings import speed as findings_speed
 
     for name in ("h200", "h200x2"):
         b = datasets.load_benchmark(name)
@@ -404,7 +406,7 @@ def test_pin_cached_pays_from_a_size_on():
 
 
 def test_pin_cached_pays_on_the_bundled_sweep():
-    from h2dlab import session
+    from h2dlab.recording import session
 
     s = session.recording("h200").table("sweep", "pow2-interleaved")
     f = advice.pin_cached_pays(s)
@@ -418,7 +420,7 @@ def test_pin_cached_pays_on_the_bundled_sweep():
 
 
 def test_staged_timeline_busy_dma_and_its_rate():
-    from h2dlab import findings_speed
+    from h2dlab.findings import speed as findings_speed
 
     b = datasets.load_benchmark("h200")
     tl = b["timeline_256MiB"]

@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import findings_transfer as ft
-from h2dlab import plots
+from h2dlab.findings import transfer as ft
+from h2dlab.show import plots
 
 MiB = 2**20
 
@@ -210,7 +210,7 @@ def test_pageable_back_without_faults_or_counts_names_no_cause():
 
 
 def test_pageable_back_on_the_bundled_d2h_run():
-    from h2dlab import session
+    from h2dlab.recording import session
 
     d = session.recording("h200").table("d2h")
     f = ft.pageable_back(d)
@@ -235,7 +235,7 @@ def test_best_batch_method_names_a_runner_up_within_the_tie():
 def test_duplex_summary_judges_the_largest_size_it_can_compare_and_reads_a_plain_csv_table():
     """Without 'alone' rows at the largest size it said 'nan% ... (nan + nan = nan GB/s)'; a
     table with NaN errors had 'no complete pair' (helper attack, eighth session)."""
-    from h2dlab import datasets
+    from h2dlab.recording import datasets
 
     bd = datasets.load(datasets.DATA_DIR / "h200" / "bidir")
     top = bd.size_bytes.max()

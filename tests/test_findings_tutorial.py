@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import datasets, session
-from h2dlab import findings_tutorial as ft
-from h2dlab.rows import timed, value_ms
+from h2dlab.explain.rows import timed, value_ms
+from h2dlab.findings import tutorial as ft
+from h2dlab.recording import datasets, session
 from tests.synthetic_workload import SYNTHETIC_MS, synthetic_workload
 
 

@@ -6,8 +6,8 @@ import re
 import numpy as np
 import pytest
 
-from h2dlab import findings_workload as fw
-from h2dlab import tableio
+from h2dlab.findings import workload as fw
+from h2dlab.recording import tableio
 from tests.synthetic_workload import SYNTHETIC_MS, synthetic_workload
 
 
@@ -113,7 +113,7 @@ def test_generator_refuses_in_one_line(tmp_path, capsys):
 
 
 def test_readme_opens_with_the_answer_and_its_block_follows_the_recording():
-    from h2dlab import session
+    from h2dlab.recording import session
     from tests.conftest import ROOT
 
     text = (ROOT / "README.md").read_text()
@@ -125,6 +125,6 @@ def test_readme_opens_with_the_answer_and_its_block_follows_the_recording():
     rec = session.recording("h200")
     if rec.has("workload"):  # once recorded, the block is what the generator makes of it
         block = fw.readme_block(rec.table("workload"), f"{rec.name} (workload)")
-        assert block in text, "regenerate: python -m h2dlab.findings_workload data/h200 --readme README.md"
+        assert block in text, "regenerate: python -m h2dlab.findings.workload data/h200 --readme README.md"
     else:
         assert "no `workload` run yet" in top and "step ms" not in top

@@ -8,11 +8,11 @@ import gc
 
 import pytest
 
-from h2dlab import timing
-from h2dlab.batch import BatchSpec, batch
-from h2dlab.gc_steady import steady_gc
-from h2dlab.measure import sweep
-from h2dlab.spec import SweepSpec
+from h2dlab.measure import timing
+from h2dlab.measure.batch import BatchSpec, batch
+from h2dlab.measure.gc_steady import steady_gc
+from h2dlab.measure.harness import sweep
+from h2dlab.measure.spec import SweepSpec
 
 
 class _Marker:

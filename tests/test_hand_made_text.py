@@ -7,7 +7,7 @@ from a comparison. Synthetic tables only (tests/test_outliers_crowded.py's build
 import numpy as np
 import pytest
 
-from h2dlab import outliers, rows
+from h2dlab.explain import outliers, rows
 from tests.test_outliers_crowded import synthetic_crowded_run
 
 EVIDENCE = ("others_cpu_ms", "others_window_ms", "busiest_cpu_ms", "issue_ms", "run_delay_ms", "cpu_ms",

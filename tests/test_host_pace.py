@@ -6,10 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import datasets, host_pace, outliers
-from h2dlab.causes import group_columns
-from h2dlab.causes_wake import idle_gap_ms
-from h2dlab.model import value_ms
+from h2dlab.explain import host_pace, outliers
+from h2dlab.explain.causes import group_columns
+from h2dlab.explain.causes_wake import idle_gap_ms
+from h2dlab.explain.model import value_ms
+from h2dlab.recording import datasets
 from tests.test_outliers_synthetic import cause_scores, timed_columns
 
 PACE = "the host itself ran slow"

@@ -8,10 +8,13 @@ import json
 
 import pytest
 
-from h2dlab import cli, datasets, factors, outliers
-from h2dlab.factors_idle import wake_calibration
-from h2dlab.machines import MACHINE_KEYS, describe_runs, machine_of, missing_keys, off_gpu, on_cuda
-from h2dlab.tableio import save
+from h2dlab.cli import main as cli
+from h2dlab.explain import outliers
+from h2dlab.explain.idle import wake_calibration
+from h2dlab.findings import factors
+from h2dlab.recording import datasets
+from h2dlab.recording.machines import MACHINE_KEYS, describe_runs, machine_of, missing_keys, off_gpu, on_cuda
+from h2dlab.recording.tableio import save
 from tests.test_idle_wake_gaps import synthetic_idle
 from tests.test_wake_calibration import load_calibrated, synthetic_recording
 

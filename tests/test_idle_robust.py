@@ -13,11 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from h2dlab import cli, datasets, outliers, session
-from h2dlab.causes_wake import run_pauses
-from h2dlab.factors_idle import pauses
-from h2dlab.record_folder import read_manifest
-from h2dlab.spec import MAX_PAUSE_MS, SweepSpec
+from h2dlab.cli import main as cli
+from h2dlab.explain import outliers
+from h2dlab.explain.causes_wake import run_pauses
+from h2dlab.explain.idle import pauses
+from h2dlab.measure.spec import MAX_PAUSE_MS, SweepSpec
+from h2dlab.recording import datasets, session
+from h2dlab.recording.folder import read_manifest
 from tests.test_wake_calibration import load_calibrated, synthetic_recording
 
 BAD_PAUSES = [

@@ -9,10 +9,12 @@ import matplotlib
 import pandas as pd
 import pytest
 
-from h2dlab import cli, factors, plots
-from h2dlab.factors_idle import wake_calibration
-from h2dlab.record_folder import new_manifest, write_manifest
-from h2dlab.session import Recorded
+from h2dlab.cli import main as cli
+from h2dlab.explain.idle import wake_calibration
+from h2dlab.findings import factors
+from h2dlab.recording.folder import new_manifest, write_manifest
+from h2dlab.recording.session import Recorded
+from h2dlab.show import plots
 from tests.test_wake_calibration import synthetic_recording
 
 matplotlib.use("Agg")

@@ -13,24 +13,25 @@ PKG = ROOT / "h2dlab"
 #: The layers, lowest first (docs/ARCHITECTURE.md): a module may import its own layer and
 #: those below. measure/, transfer/ and recording/ are one layer: the tables' side.
 LAYERS = {"measure": 0, "transfer": 0, "recording": 0, "explain": 1, "findings": 2, "show": 3, "cli": 4}
-#: doctor/ reads traces with what the recording, explain and findings layers offer; only
+#: doctor/ reads traces with what the recording, explain and findings layers offer and draws in
+#: the house style of show/; only
 #: the command line imports it.
-DOCTOR_READS = {"measure", "transfer", "recording", "explain", "findings", "doctor"}
+DOCTOR_READS = {"measure", "transfer", "recording", "explain", "findings", "show", "doctor"}
 
 #: What reading a table may import: the table layer and the kit's base (``h2dlab``, errors).
 #: A module name here is the module's dotted name (the folder move rewrites them).
 TABLE_LAYER = {
     "h2dlab",
-    "h2dlab.catalog",
-    "h2dlab.datasets",
+    "h2dlab.recording.catalog",
+    "h2dlab.recording.datasets",
     "h2dlab.errors",
     "h2dlab.interrupts",
-    "h2dlab.places",
+    "h2dlab.recording.places",
     "h2dlab.escape",  # stdlib only: a table written as xlsx keeps formula-like text as text
-    "h2dlab.record_folder",
-    "h2dlab.record_plan",
-    "h2dlab.schema",
-    "h2dlab.tableio",
+    "h2dlab.recording.folder",
+    "h2dlab.recording.plan",
+    "h2dlab.recording.schema",
+    "h2dlab.recording.tableio",
     "h2dlab.units",
 }
 
@@ -217,7 +218,7 @@ def test_modules_outside_the_layers_are_the_kits_base():
 
 #: Measuring modules the explaining side reads at import time: the run's settings
 #: (``spec.MAX_PAUSE_MS``) and, through ``env``, the optional NVML binding.
-EXPLAIN_READS_FROM_MEASURE = {"h2dlab.spec", "h2dlab.nvml"}
+EXPLAIN_READS_FROM_MEASURE = {"h2dlab.measure.spec", "h2dlab.measure.nvml"}
 
 
 def test_explaining_a_table_walks_explain_and_the_table_layer_only():

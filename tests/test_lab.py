@@ -236,7 +236,7 @@ def test_opening_and_saving_a_notebook_in_lab_changes_nothing(lab, browser):
     they were, byte for byte."""
     from jupyter_client.kernelspec import KernelSpecManager
 
-    from h2dlab import report
+    from h2dlab.show import report
 
     if report.KERNELSPEC["name"] not in KernelSpecManager().find_kernel_specs():
         pytest.skip("the h2dlab kernel is not registered here (make install registers it)")

@@ -15,32 +15,32 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 #: (old home, name, new home): names that moved when a module was split, still reachable from
 #: where notebooks, the README and the CLI import them.
 MOVED = [
-    ("h2dlab.model", "check_values", "h2dlab.rows"),
-    ("h2dlab.model", "timed", "h2dlab.rows"),
-    ("h2dlab.model", "value_ms", "h2dlab.rows"),
-    ("h2dlab.model", "MODEL_COLUMNS", "h2dlab.rows"),
-    ("h2dlab.model", "MEASURED_COLUMNS", "h2dlab.rows"),
-    ("h2dlab.findings", "Finding", "h2dlab.finding"),
-    ("h2dlab.findings", "spread", "h2dlab.finding"),
-    ("h2dlab.findings", "clocks", "h2dlab.findings_clocks"),
-    ("h2dlab.advice", "size_text", "h2dlab.finding"),
-    ("h2dlab.advice", "bandwidth", "h2dlab.findings_speed"),
-    ("h2dlab.advice", "memory_kind", "h2dlab.findings_speed"),
-    ("h2dlab.advice", "small_copy_floor", "h2dlab.findings_speed"),
-    ("h2dlab.advice", "host_copy_ceiling", "h2dlab.findings_speed"),
-    ("h2dlab.findings_speed", "small_copy_floor", "h2dlab.findings_spacing"),
+    ("h2dlab.explain.model", "check_values", "h2dlab.explain.rows"),
+    ("h2dlab.explain.model", "timed", "h2dlab.explain.rows"),
+    ("h2dlab.explain.model", "value_ms", "h2dlab.explain.rows"),
+    ("h2dlab.explain.model", "MODEL_COLUMNS", "h2dlab.explain.rows"),
+    ("h2dlab.explain.model", "MEASURED_COLUMNS", "h2dlab.explain.rows"),
+    ("h2dlab.findings.claims", "Finding", "h2dlab.explain.finding"),
+    ("h2dlab.findings.claims", "spread", "h2dlab.explain.finding"),
+    ("h2dlab.findings.claims", "clocks", "h2dlab.findings.clocks"),
+    ("h2dlab.findings.advice", "size_text", "h2dlab.explain.finding"),
+    ("h2dlab.findings.advice", "bandwidth", "h2dlab.findings.speed"),
+    ("h2dlab.findings.advice", "memory_kind", "h2dlab.findings.speed"),
+    ("h2dlab.findings.advice", "small_copy_floor", "h2dlab.findings.speed"),
+    ("h2dlab.findings.advice", "host_copy_ceiling", "h2dlab.findings.speed"),
+    ("h2dlab.findings.speed", "small_copy_floor", "h2dlab.explain.spacing"),
     *[
-        ("h2dlab.plots", name, "h2dlab.plots_style")
+        ("h2dlab.show.plots", name, "h2dlab.show.plots_style")
         for name in (
             "PALETTE", "CAUSE_COLORS", "SHORT_CAUSE", "subplots", "axes_or_new", "size_label", "size_axis",
             "provenance", "footnote", "legend_outside", "place_labels", "timed_rows", "palette_for",
             "pcie_limit_gbps", "hline_label", "pow2_boundaries",
         )
     ],
-    ("h2dlab.plots", "staged_timeline", "h2dlab.plots_fastpath"),
-    ("h2dlab.plots", "advice_bars", "h2dlab.plots_compare"),
-    ("h2dlab.plots", "batch_overhead", "h2dlab.plots_transfer"),
-    *[("h2dlab.timing", name, "h2dlab.failures") for name in ("CudaFault", "error_text", "is_cuda_fault", "is_oom")],
+    ("h2dlab.show.plots", "staged_timeline", "h2dlab.show.plots_fastpath"),
+    ("h2dlab.show.plots", "advice_bars", "h2dlab.show.plots_compare"),
+    ("h2dlab.show.plots", "batch_overhead", "h2dlab.show.plots_transfer"),
+    *[("h2dlab.measure.timing", name, "h2dlab.measure.failures") for name in ("CudaFault", "error_text", "is_cuda_fault", "is_oom")],
 ]  # fmt: skip
 
 
@@ -57,14 +57,14 @@ def test_moved_name_is_the_same_object_in_its_old_home(old, name, new):
 @pytest.mark.parametrize(
     "module",
     [
-        "h2dlab.rows",
-        "h2dlab.finding",
-        "h2dlab.findings_speed",
-        "h2dlab.plots_style",
-        "h2dlab.plots_frame",
-        "h2dlab.plots_compare",
-        "h2dlab.plots_transfer",
-        "h2dlab.plots_fastpath",
+        "h2dlab.explain.rows",
+        "h2dlab.explain.finding",
+        "h2dlab.findings.speed",
+        "h2dlab.show.plots_style",
+        "h2dlab.show.plots_frame",
+        "h2dlab.show.plots_compare",
+        "h2dlab.show.plots_transfer",
+        "h2dlab.show.plots_fastpath",
     ],
 )
 def test_module_imports_first_in_a_fresh_interpreter(module):

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from h2dlab import model
-from h2dlab.linefit import fit_lines
+from h2dlab.explain import model
+from h2dlab.explain.linefit import fit_lines
 
 
 def _scipy_fit(size, ms):
@@ -96,7 +96,7 @@ def test_long_tables_are_fitted_in_blocks_with_the_same_result(monkeypatch):
     size, ms = _sample(rng, 0.1, 20.0, n=200)
     idx = rng.integers(0, 200, (9, 200))
     whole = fit_lines(size[idx], np.log(ms[idx]), start=(0.1, 5e-8))
-    import h2dlab.linefit as lf
+    import h2dlab.explain.linefit as lf
 
     monkeypatch.setattr(lf, "_CHUNK", 450)  # two fits per block
     np.testing.assert_array_equal(fit_lines(size[idx], np.log(ms[idx]), start=(0.1, 5e-8)), whole)

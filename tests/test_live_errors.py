@@ -14,8 +14,9 @@ import subprocess
 import pytest
 import torch
 
-from h2dlab import cli, live, session
+from h2dlab.cli import main as cli
 from h2dlab.errors import Unavailable, UsageError
+from h2dlab.recording import live, session
 
 MACHINE = {"hostname": "synthetic-host", "gpu_name": "Synthetic GPU", "gpu_count": 1}
 

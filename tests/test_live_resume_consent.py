@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 
-from h2dlab import live
 from h2dlab.errors import UsageError
+from h2dlab.recording import live
 
 MACHINE = {"hostname": "synthetic-host", "gpu_name": "Synthetic GPU", "gpu_count": 1}
 

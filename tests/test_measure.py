@@ -6,14 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from h2dlab import datasets, strategies
-from h2dlab.concurrent import concurrent, parse_gpus
-from h2dlab.device import resolve_device
 from h2dlab.errors import UsageError
-from h2dlab.measure import sweep
-from h2dlab.plan import plan_sweep
-from h2dlab.spec import SweepSpec
-from h2dlab.timing import CudaFault
+from h2dlab.measure import strategies
+from h2dlab.measure.concurrent import concurrent, parse_gpus
+from h2dlab.measure.device import resolve_device
+from h2dlab.measure.harness import sweep
+from h2dlab.measure.plan import plan_sweep
+from h2dlab.measure.spec import SweepSpec
+from h2dlab.measure.timing import CudaFault
+from h2dlab.recording import datasets
 from h2dlab.units import parse_size, parse_sizes
 
 

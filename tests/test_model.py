@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab import datasets, model, outliers, rows
+from h2dlab.explain import model, outliers, rows
+from h2dlab.recording import datasets
 
 MiB, GiB = 2**20, 2**30
 #: Synthetic GB/s and overhead (ms) per strategy: made-up numbers.

@@ -11,7 +11,7 @@ from pathlib import Path
 import jupytext
 import pytest
 
-from h2dlab import report
+from h2dlab.show import report
 
 NB = Path(__file__).resolve().parent.parent / "notebooks"
 NAMES = report.NOTEBOOKS

@@ -1,11 +1,11 @@
-"""Which NVML device is CUDA device N (h2dlab.nvml), with a synthetic (made-up) NVML:
+"""Which NVML device is CUDA device N (h2dlab.measure.nvml), with a synthetic (made-up) NVML:
 CUDA_VISIBLE_DEVICES hides and reorders CUDA's devices, never NVML's."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from h2dlab import nvml
+from h2dlab.measure import nvml
 
 
 class _FakeNvml:

@@ -8,7 +8,8 @@ import shutil
 
 import pytest
 
-from h2dlab import cli, datasets, session
+from h2dlab.cli import main as cli
+from h2dlab.recording import datasets, session
 from tests.conftest import refused_in_one_line
 
 

@@ -1,4 +1,4 @@
-"""explain()'s ``host_crowded`` cause (h2dlab.causes_crowded) on synthetic (made-up, not
+"""explain()'s ``host_crowded`` cause (h2dlab.explain.causes_crowded) on synthetic (made-up, not
 measured) schema-4 tables with injected crowded copies among look-alikes that must not be
 labelled; each threshold at its boundary; the evidence sentence word for word; and
 synthetic rows built from the numbers of three copies of an H200 recording that the rule
@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import causes_parallel, datasets, outliers
-from h2dlab.causes_crowded import (
+from h2dlab.explain import causes_parallel, outliers
+from h2dlab.explain.causes_crowded import (
     MAX_ON_CPU,
     MAX_WAIT_SHARE,
     MIN_AWAKE,
@@ -20,7 +20,8 @@ from h2dlab.causes_crowded import (
     MIN_WAIT_SHARE,
     crowded_cause,
 )
-from h2dlab.causes_evidence import EXPLAINED_SHARE, evidence_cause, run_delay_inside, slow_text
+from h2dlab.explain.causes_evidence import EXPLAINED_SHARE, evidence_cause, run_delay_inside, slow_text
+from h2dlab.recording import datasets
 from tests.test_outliers_synthetic import back_to_back_t_s, cause_scores, lookalike_counts, timed_columns
 
 #: Injected slow rows per kind in one synthetic run: the cause, and its look-alikes.

@@ -7,7 +7,8 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab import datasets, episodes, outliers
+from h2dlab.explain import episodes, outliers
+from h2dlab.recording import datasets
 from tests.test_outliers_synthetic import timed_columns
 
 STRATEGIES = ("loop_to", "loop_non_blocking", "foreach_copy", "pinned_flat", "pinned_each", "packed")

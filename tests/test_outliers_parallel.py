@@ -1,4 +1,4 @@
-"""explain()'s ``host_parallel`` cause (h2dlab.causes_parallel) on synthetic (made-up, not
+"""explain()'s ``host_parallel`` cause (h2dlab.explain.causes_parallel) on synthetic (made-up, not
 measured) schema-4 tables with injected host-parallel stretches among look-alikes that must
 not be labelled; each threshold at its boundary; and the two copies of the bundled
 h200_omp it labels."""
@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import causes, datasets, outliers
-from h2dlab.causes_evidence import slow_text
-from h2dlab.causes_parallel import (
+from h2dlab.explain import causes, outliers
+from h2dlab.explain.causes_evidence import slow_text
+from h2dlab.explain.causes_parallel import (
     AS_USUAL,
     LAGGED,
     MAX_WAIT_SHARE,
@@ -21,6 +21,7 @@ from h2dlab.causes_parallel import (
     parallel_cause,
     wait_baseline,
 )
+from h2dlab.recording import datasets
 from tests.test_outliers_synthetic import back_to_back_t_s, cause_scores, lookalike_counts, timed_columns
 
 #: Injected slow rows per kind in one synthetic run: the cause, and its look-alikes.

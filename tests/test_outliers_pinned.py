@@ -31,7 +31,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from h2dlab import datasets, outliers
+from h2dlab.explain import outliers
+from h2dlab.recording import datasets
 
 FLAGS = Path(__file__).resolve().parent / "data" / "explain_flags.csv"
 DATASETS = ("forum_a100", "h200_forum", "h200_sweep", "h200_allocator")

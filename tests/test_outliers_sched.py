@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab import causes, datasets, outliers
-from h2dlab.causes_evidence import MIN_OTHERS_RATIO, evidence_cause, run_delay_inside, slow_text
+from h2dlab.explain import causes, outliers
+from h2dlab.explain.causes_evidence import MIN_OTHERS_RATIO, evidence_cause, run_delay_inside, slow_text
+from h2dlab.recording import datasets
 from tests.test_outliers_synthetic import back_to_back_t_s, cause_scores, timed_columns
 
 SCHED_CAUSES = ("host_preempted", "host_blocked", "page_faults", "gc_pause", "other_threads")
@@ -439,7 +440,7 @@ NOT_RECORDED = (
 def test_ruled_out_on_recorded_tables_matches_each_evidence(name):
     """On real recordings (old and new schema): one row per unexplained copy, and each
     check's sentence is part of that copy's evidence, in the order of CHECKS."""
-    from h2dlab.causes_evidence import CHECKS
+    from h2dlab.explain.causes_evidence import CHECKS
 
     e = outliers.explain(datasets.load(name))
     table = outliers.ruled_out(e)
@@ -537,7 +538,7 @@ def test_h200_batch_other_threads_at_their_usual_rate_are_not_the_cause():
 def test_ruled_out_shows_the_host_clock_that_time_in_the_call_splits():
     """``ms`` is the CUDA events' time; the "time in the call" sentence splits the host clock,
     so the table shows that too (reader, session 29: 1.41 ms beside "1.42 ms in the call")."""
-    from h2dlab import sources
+    from h2dlab.recording import sources
 
     e = outliers.explain(sources.load("h200:forum"))
     table = outliers.ruled_out(e)

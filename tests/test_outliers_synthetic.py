@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab import datasets, outliers
+from h2dlab.explain import outliers
+from h2dlab.recording import datasets
 
 NEW_CAUSES = ("page_faults", "host_preempted", "gc_pause", "gpu_clock_low", "gpu_shared")
 #: Rows per injected event kind in one synthetic run.
@@ -395,7 +396,7 @@ def test_growth_inferred_only_for_a_new_block_without_counters():
 
 
 def test_neighbours_buckets_and_typical_values():
-    from h2dlab import causes
+    from h2dlab.explain import causes
 
     sizes = [1, 1024, 1025, 2048, 3000, 1024]
     df = pin_run_without_counters(sizes, slow_at=[]).assign(

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab import causes, datasets, outliers
-from h2dlab.causes_evidence import CHECKS, slow_text
-from h2dlab.causes_wake import WakeCalibration, idle_gap_ms, run_pauses, wake_cause, wake_check
+from h2dlab.explain import causes, outliers
+from h2dlab.explain.causes_evidence import CHECKS, slow_text
+from h2dlab.explain.causes_wake import WakeCalibration, idle_gap_ms, run_pauses, wake_cause, wake_check
+from h2dlab.recording import datasets
 from tests.test_outliers_synthetic import NEW_CAUSES, cause_scores, synthetic_v2_run
 
 #: A synthetic calibration (made up, as if from idle runs): a wake-up after 2 ms idle,

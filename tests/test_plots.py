@@ -7,7 +7,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from h2dlab import advice, compare_machines, datasets, model, outliers, plots  # noqa: E402
+from h2dlab.explain import model, outliers
+from h2dlab.findings import advice, compare_machines
+from h2dlab.recording import datasets
+from h2dlab.show import plots  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +267,8 @@ def test_advice_bars_colour_each_case():
 def test_the_bandwidth_figure_draws_the_numbers_the_sentence_states():
     """Line = GB/s of the median time, as findings_speed.bandwidth says it (reader, session 29:
     the figure drew the median of per-copy GB/s, 36.9 for staged at 2 GiB beside the text's 30.7)."""
-    from h2dlab import findings_speed, sources
+    from h2dlab.findings import speed as findings_speed
+    from h2dlab.recording import sources
 
     sweep = sources.load("h200:sweep:pow2-interleaved")
     f = findings_speed.bandwidth(sweep)
@@ -281,7 +285,7 @@ def test_the_bandwidth_figure_draws_the_numbers_the_sentence_states():
 def test_names_without_a_house_colour_get_distinct_colours():
     """Batch methods and benchmark ways have no PALETTE colour; they were all dark grey, so two
     lines of one figure could not be told apart (reader, session 29: loop_to, to_device_packed)."""
-    from h2dlab.plots_style import PALETTE, palette_for
+    from h2dlab.show.plots_style import PALETTE, palette_for
 
     names = ["pinned_reuse", "loop_to", "to_device_packed", "cat_then_copy", "tensordict_pin"]
     got = palette_for(names)

@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from h2dlab import plots, plots_fastpath  # noqa: E402
+from h2dlab.show import plots, plots_fastpath  # noqa: E402
 
 MiB = 1024**2
 

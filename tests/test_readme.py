@@ -1,5 +1,5 @@
 """README's "What it found" table says what the bundled recording says: every figure in it is
-recomputed here with the same functions the notebooks use (h2dlab.advice, findings,
+recomputed here with the same functions the notebooks use (h2dlab.findings.advice, findings,
 forum_claims, factors) and must appear, formatted the same way, in its row."""
 
 import re
@@ -7,18 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from h2dlab import (
-    advice,
-    datasets,
-    factors,
-    factors_idle,
-    findings,
-    findings_transfer,
-    forum_claims,
-    outliers,
-    session,
-)
-from h2dlab.env import PCIE_X16_GBPS
+from h2dlab.explain import idle as factors_idle
+from h2dlab.explain import outliers
+from h2dlab.findings import advice, factors, forum_claims
+from h2dlab.findings import claims as findings
+from h2dlab.findings import transfer as findings_transfer
+from h2dlab.recording import datasets, session
+from h2dlab.recording.env import PCIE_X16_GBPS
 from h2dlab.units import fmt_bytes
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -56,7 +51,7 @@ def expected():
             f"{a.loc['pin_cached', 'gbps']:.1f} GB/s with its pinned block cached",
             f"{a.loc['pin_cold', 'gbps']:.1f} GB/s on its first call",
         ],
-        "`h2dlab.transfer.to_device(x)` (staged), 1 GiB": [
+        "`h2dlab.transfer.fastpath.to_device(x)` (staged), 1 GiB": [
             f"{a.loc['staged', 'gbps']:.1f} GB/s, {a.loc['staged', 'vs_pageable']:.1f}x"
         ],
         "pinning 1 GiB in place (`cudaHostRegister`)": [
@@ -113,7 +108,7 @@ def expected():
             f"{f['of_ideal']:.0%} of the two directions alone",
         ]
     if rec.has("batch", "equal"):
-        from h2dlab.names import PINNED_BEFOREHAND
+        from h2dlab.measure.names import PINNED_BEFOREHAND
 
         f = findings_transfer.best_batch_method(rec.table("batch", "equal"))
         note = (

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from h2dlab import cli, datasets, session
-from h2dlab.plan import plan_sweep
-from h2dlab.record_folder import MANIFEST, read_manifest
-from h2dlab.record_plan import PLAN_VERSION, experiments, select, total_seconds
+from h2dlab.cli import main as cli
+from h2dlab.measure.plan import plan_sweep
+from h2dlab.recording import datasets, session
+from h2dlab.recording.folder import MANIFEST, read_manifest
+from h2dlab.recording.plan import PLAN_VERSION, experiments, select, total_seconds
 from h2dlab.units import parse_sizes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +43,7 @@ def _record(*args, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "H2DLAB_GIT_COMMIT": COMMIT}
     env.pop("H2DLAB_DEBUG", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "h2dlab.cli", "record", *args],
+        [sys.executable, "-m", "h2dlab.cli.main", "record", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -176,7 +177,7 @@ def test_a_failed_experiment_does_not_stop_the_others(tmp_path):
 def test_folder_env_without_one_is_written_on_resume(tmp_path):
     """A recording made before the kit wrote <folder>/env.json gets one when resumed;
     a second resume adds to its list and keeps the rest."""
-    from h2dlab.record_env import note_resume, read_folder_env, write_folder_env
+    from h2dlab.recording.env_folder import note_resume, read_folder_env, write_folder_env
 
     assert read_folder_env(tmp_path) is None
     note_resume(tmp_path, command="h2dlab record --resume x", quick=True, device="cpu")
@@ -202,7 +203,7 @@ def test_a_cuda_recording_starts_its_env_json_without_a_cuda_context(tmp_path, m
     torch call that starts a context is made (they would raise)."""
     import torch
 
-    from h2dlab import cli_record
+    from h2dlab.cli import record as cli_record
 
     monkeypatch.setattr(cli_record, "_gpus", lambda device: (1, "NVIDIA Synthetic"))
     monkeypatch.setattr(cli_record, "record", lambda folder, manifest, options: 0)

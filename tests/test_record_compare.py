@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import compare_machines, datasets, session
-from h2dlab.record_folder import write_manifest
+from h2dlab.findings import compare_machines
+from h2dlab.recording import datasets, session
+from h2dlab.recording.folder import write_manifest
 
 
 @pytest.fixture(scope="module")

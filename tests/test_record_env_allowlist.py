@@ -1,7 +1,7 @@
 """What a recording.json may make ``h2dlab record --resume`` run (issue #35).
 
 Before: each experiment's ``env`` went to its child process unchecked, so a planted
-``PYTHONPATH`` ran a planted ``h2dlab/cli.py`` (``LD_PRELOAD``, ``PYTHONSTARTUP``,
+``PYTHONPATH`` ran a planted ``h2dlab/cli/main.py`` (``LD_PRELOAD``, ``PYTHONSTARTUP``,
 ``BASH_ENV`` passed too), and damaged values (an int argument, ``seconds`` as text, a NUL,
 ``measured_rows: "abc"``) ended in tracebacks. Now: only :data:`record_folder.ALLOWED_ENV`
 with plain setting values, only the options the plan gives its command, refused in one
@@ -18,10 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab import cli, record_run
-from h2dlab.env import OPENMP_VARS
-from h2dlab.record_folder import ALLOWED_ENV, experiment_problem, finished, new_manifest, write_manifest
-from h2dlab.record_plan import PLAN
+from h2dlab.cli import main as cli
+from h2dlab.recording import run as record_run
+from h2dlab.recording.env import OPENMP_VARS
+from h2dlab.recording.folder import ALLOWED_ENV, experiment_problem, finished, new_manifest, write_manifest
+from h2dlab.recording.plan import PLAN
 
 
 def _run(**change):

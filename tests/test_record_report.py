@@ -8,9 +8,11 @@ import shutil
 import pandas as pd
 import pytest
 
-from h2dlab import cli, datasets, report, session
-from h2dlab.record_folder import write_manifest
-from h2dlab.record_plan import experiments
+from h2dlab.cli import main as cli
+from h2dlab.recording import datasets, session
+from h2dlab.recording.folder import write_manifest
+from h2dlab.recording.plan import experiments
+from h2dlab.show import report
 
 
 def _folder(tmp_path):
@@ -104,7 +106,7 @@ def _plan_shaped(tmp_path, quick):
     """SYNTHETIC: the bundled H200 runs cut to the rows ``record`` (``--quick`` or full) makes
     (its sizes and repetitions), to check that every notebook renders from a recording of
     that shape. The numbers are the bundled ones, subset; nothing is made up."""
-    from h2dlab.record_plan import FORUM_PAIR, QUICK_CAP_BYTES, experiments
+    from h2dlab.recording.plan import FORUM_PAIR, QUICK_CAP_BYTES, experiments
     from h2dlab.units import forum_nbytes
 
     bundled = session.recording("h200", environ={})

@@ -3,7 +3,8 @@ what the issue asked them to show."""
 
 import pytest
 
-from h2dlab import datasets, model
+from h2dlab.explain import model
+from h2dlab.recording import datasets
 
 H200 = ["h200_forum", "h200_sweep", "h200_allocator", "h200x2_concurrent"]
 

@@ -7,11 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import datasets
 from h2dlab.errors import UsageError
-from h2dlab.measure import sweep
-from h2dlab.plan import plan_sweep
-from h2dlab.recorder import (
+from h2dlab.measure.harness import sweep
+from h2dlab.measure.plan import plan_sweep
+from h2dlab.measure.recorder import (
     Recording,
     RowWriter,
     StopFlag,
@@ -20,7 +19,8 @@ from h2dlab.recorder import (
     partial_path,
     progress_bar,
 )
-from h2dlab.spec import SweepSpec
+from h2dlab.measure.spec import SweepSpec
+from h2dlab.recording import datasets
 
 PLAN = plan_sweep(["pageable"], [1024, 2048], reps=2, warmup=1, seed=3)
 

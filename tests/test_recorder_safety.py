@@ -12,13 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import datasets
 from h2dlab.errors import UsageError
-from h2dlab.measure import sweep
-from h2dlab.partial import OutputBusy, partial_path
-from h2dlab.plan import plan_spec
-from h2dlab.recorder import Recording, RowWriter, StopFlag
-from h2dlab.spec import SweepSpec
+from h2dlab.measure.harness import sweep
+from h2dlab.measure.plan import plan_spec
+from h2dlab.measure.recorder import Recording, RowWriter, StopFlag
+from h2dlab.measure.spec import SweepSpec
+from h2dlab.recording import datasets
+from h2dlab.recording.partial import OutputBusy, partial_path
 from tests.conftest import ROOT
 
 SPEC = SweepSpec(("pageable",), (1024, 2048, 4096), device="cpu", reps=3, warmup=1, seed=5)
@@ -88,7 +88,7 @@ def test_a_second_process_refuses_at_once_naming_the_first(tmp_path):
     first = Recording(out, SPEC.to_dict(), PLAN)
     first.write(synthetic_row(PLAN[0], 0))
     code = (
-        "import sys; from h2dlab.measure import sweep; from h2dlab.spec import SweepSpec\n"
+        "import sys; from h2dlab.measure.harness import sweep; from h2dlab.measure.spec import SweepSpec\n"
         f"sweep(SweepSpec(('pageable',), (1024,), device='cpu', reps=1), out={str(out)!r}, progress=False)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -168,7 +168,7 @@ def test_a_run_that_fails_at_once_leaves_the_tables_fingerprint_alone(tmp_path, 
     out = tmp_path / "r.csv.gz"
     sweep(SPEC, out=out, progress=False)
     env_before = datasets.env_path(out).read_text()
-    from h2dlab import strategies
+    from h2dlab.measure import strategies
 
     def broken(self, x):
         raise TypeError("a bug in the strategy")
@@ -289,7 +289,7 @@ def test_resuming_a_run_whose_rows_cover_the_plan_keeps_them_all(tmp_path):
 
 
 def test_a_partial_file_with_todays_header_is_appended_to_not_rewritten(tmp_path, monkeypatch):
-    from h2dlab import recorder
+    from h2dlab.measure import recorder
 
     calls = []
     original = recorder.replace_locked
@@ -341,7 +341,7 @@ def test_the_env_is_taken_without_the_gpu_at_the_start_and_as_asked_at_the_finis
     CUDA inside its first timed step); ``finish`` queries it only when asked."""
     import inspect
 
-    from h2dlab import recorder
+    from h2dlab.measure import recorder
 
     real = recorder.collect_env
     default = inspect.signature(real).parameters["gpu"].default

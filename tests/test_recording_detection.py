@@ -13,9 +13,10 @@ import json
 
 import pytest
 
-from h2dlab import cli_record, datasets, session, sources
+from h2dlab.cli import record as cli_record
 from h2dlab.errors import UsageError
-from h2dlab.record_folder import is_kind_folder, is_recording, kinds_in, new_manifest, write_manifest
+from h2dlab.recording import datasets, session, sources
+from h2dlab.recording.folder import is_kind_folder, is_recording, kinds_in, new_manifest, write_manifest
 
 
 def _table(path, **env):

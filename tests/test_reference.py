@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import cli, reference
-from h2dlab.cli import build_parser, spec_from_args
-from h2dlab.record_plan import PLAN
+from h2dlab.cli import main as cli
+from h2dlab.cli.main import build_parser, spec_from_args
+from h2dlab.measure import reference
+from h2dlab.recording.plan import PLAN
 
 
 def _table(event_ms, wall_ms, *, warmup=False, error=""):  # synthetic rows of one cell
@@ -55,7 +56,7 @@ def test_compare_pairs_cells_both_timed_with_their_ratio():
 
 def test_the_reference_times_the_strategys_own_copy(monkeypatch):
     calls = []
-    from h2dlab import strategies
+    from h2dlab.measure import strategies
 
     real = strategies.Pageable.copy
     monkeypatch.setattr(strategies.Pageable, "copy", lambda self, x: calls.append(x.numel()) or real(self, x))

@@ -5,9 +5,9 @@ import os
 import pytest
 import torch
 
-from h2dlab import report
 from h2dlab.errors import UsageError
-from h2dlab.session import MODES, resolve_mode
+from h2dlab.recording.session import MODES, resolve_mode
+from h2dlab.show import report
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -84,7 +84,7 @@ def test_live_build_times_the_recording_and_hands_it_to_every_kernel(tiny_root, 
     import time
     from pathlib import Path
 
-    from h2dlab import session
+    from h2dlab.recording import session
 
     folder = tiny_root / "box-rec"
     folder.mkdir()

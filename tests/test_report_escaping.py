@@ -19,10 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nbconvert.filters.markdown import markdown2html
 
-from h2dlab import datasets, session
 from h2dlab.escape import html_text, md_code, md_text
-from h2dlab.record_folder import write_manifest
-from h2dlab.report_html import inert_markdown, inert_markdown_outputs
+from h2dlab.recording import datasets, session
+from h2dlab.recording.folder import write_manifest
+from h2dlab.show.report_html import inert_markdown, inert_markdown_outputs
 
 PLANTED = {
     "gpu_name": "<script>alert('gpu')</script>",
@@ -72,7 +72,7 @@ def test_the_report_leaves_no_raw_html_in_computed_markdown():
 
 
 def test_the_report_exporter_runs_the_escaping_preprocessor():
-    from h2dlab.report_html import exporter
+    from h2dlab.show.report_html import exporter
 
     assert any(getattr(p, "__name__", "") == "inert_markdown_outputs" for p in exporter()._preprocessors)
 
@@ -93,7 +93,7 @@ def test_html_text_leaves_no_markup(value):
 
 def test_the_explorer_escapes_its_status_line_and_tables(tmp_path):
     pytest.importorskip("ipywidgets")
-    from h2dlab.explore import Explorer, styled
+    from h2dlab.show.explore import Explorer, styled
 
     ex = Explorer("replay")
     assert not ex.open_path(str(tmp_path / "<img src=x onerror=alert(1)>.csv"))

@@ -5,7 +5,7 @@ synthetic notebook here, on every rendered report in tests/test_browser.py."""
 import nbformat
 import pytest
 
-from h2dlab import report_html
+from h2dlab.show import report_html
 
 
 @pytest.fixture(scope="module")

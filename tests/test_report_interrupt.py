@@ -11,7 +11,8 @@ import threading
 import nbclient
 import pytest
 
-from h2dlab import cli, report
+from h2dlab.cli import main as cli
+from h2dlab.show import report
 
 
 def _fake(sig, then, gone):

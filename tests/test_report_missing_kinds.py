@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from h2dlab import datasets, report, session
-from h2dlab.record_folder import write_manifest
+from h2dlab.recording import datasets, session
+from h2dlab.recording.folder import write_manifest
+from h2dlab.show import report
 
 FORUM = "This recording has no forum runs: this section is skipped."  # a CUDA recording: no reason known
 FORUM_CPU = (

@@ -5,7 +5,9 @@ names instead of ids and readable sizes beside bytes; values equal to the packag
 import openpyxl
 import pytest
 
-from h2dlab import datasets, model, report, session
+from h2dlab.explain import model
+from h2dlab.recording import datasets, session
+from h2dlab.show import report
 from h2dlab.units import fmt_bytes
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab.row_line import csv_line
+from h2dlab.measure.row_line import csv_line
 
 VALUES = st.one_of(
     st.none(),

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from h2dlab import datasets, live, session
 from h2dlab.errors import UsageError
-from h2dlab.record_folder import MANIFEST, write_manifest
+from h2dlab.recording import datasets, live, session
+from h2dlab.recording.folder import MANIFEST, write_manifest
 
 
 def test_bundled_recording_holds_every_kind_and_run():
@@ -181,7 +181,7 @@ def live_box(tmp_path, monkeypatch):
     """Live mode on a pretend GPU machine 'box' (no CUDA needed): runs folder in tmp_path."""
     monkeypatch.setattr(session, "resolve_mode", lambda mode, env=None: "live")
     monkeypatch.setattr(session, "this_machine", lambda: {"hostname": "box", "gpu_name": "NVIDIA Synthetic"})
-    monkeypatch.setattr(live.subprocess, "Popen", _FakePopen)  # the recorder runs from h2dlab.live
+    monkeypatch.setattr(live.subprocess, "Popen", _FakePopen)  # the recorder runs from h2dlab.recording.live
     monkeypatch.setenv("H2DLAB_RUNS", str(tmp_path / "runs"))
     _FakePopen.calls = []
     _FakePopen.template = _folder_recording(tmp_path / "t", status="incomplete")
@@ -202,7 +202,9 @@ def test_live_resumes_an_unfinished_recording_of_this_machine_when_asked(live_bo
     live_box.mkdir()
     unfinished = shutil.copytree(_FakePopen.template, live_box / "box-old")
     rec = session.recording("h200", mode="live", environ={})
-    assert _FakePopen.calls == [[sys.executable, "-m", "h2dlab.cli", "record", "--resume", str(unfinished)]]
+    assert _FakePopen.calls == [
+        [sys.executable, "-m", "h2dlab.cli.main", "record", "--resume", str(unfinished)]
+    ]
     assert rec.folder == unfinished.resolve()
 
 
@@ -231,9 +233,10 @@ def test_an_idle_kind_loads_where_a_recording_has_it(tmp_path):
     """Plan 3's ``idle`` runs (``measure --pause``), made here on the CPU (synthetic as
     data: nothing idles on a CPU), load by kind, as a dataset folder and in explain; the
     bundled recording has them (plan 3)."""
-    from h2dlab import cli, factors_idle
-    from h2dlab.measure import sweep
-    from h2dlab.spec import SweepSpec
+    from h2dlab.cli import main as cli
+    from h2dlab.explain import idle as factors_idle
+    from h2dlab.measure.harness import sweep
+    from h2dlab.measure.spec import SweepSpec
 
     assert session.recording("h200").has("idle")
     folder = tmp_path / "rec"

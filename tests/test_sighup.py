@@ -18,8 +18,9 @@ from pathlib import Path
 import nbclient
 import pytest
 
-from h2dlab import cli, report
-from h2dlab.record_folder import read_manifest
+from h2dlab.cli import main as cli
+from h2dlab.recording.folder import read_manifest
+from h2dlab.show import report
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW = {"kind": "sweep", "run": "slow", "args": ["measure", "--sizes", "1KiB..64KiB", "--reps", "100", "--warmup", "0", "--strategies", "pageable"], "seconds": 9}  # fmt: skip
@@ -55,7 +56,7 @@ def test_sighup_to_record_stops_its_experiment_and_keeps_its_rows(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("H2DLAB_DEBUG", None)
     p = subprocess.Popen(
-        [sys.executable, "-m", "h2dlab.cli", "record", "--device", "cpu", "--plan", str(tmp_path / "plan.json"),
+        [sys.executable, "-m", "h2dlab.cli.main", "record", "--device", "cpu", "--plan", str(tmp_path / "plan.json"),
          "--out", str(folder)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
     )  # fmt: skip
@@ -77,7 +78,7 @@ def test_sighup_to_record_stops_its_experiment_and_keeps_its_rows(tmp_path):
     assert not _alive(child), "the experiment was orphaned"
     m = read_manifest(folder)
     assert [(r["name"], r["status"]) for r in m["experiments"]] == [("sweep/slow", "interrupted")]
-    kept = len(__import__("h2dlab.datasets").datasets.read(folder / "sweep" / "slow.csv.gz"))
+    kept = len(__import__("h2dlab.recording.datasets").datasets.read(folder / "sweep" / "slow.csv.gz"))
     assert 5 < kept < 700
 
 

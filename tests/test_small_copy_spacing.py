@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import advice, findings_spacing, sources
+from h2dlab.explain import spacing as findings_spacing
+from h2dlab.findings import advice
+from h2dlab.recording import sources
 
 
 def _synthetic(gap_ms: float, n: int = 12) -> pd.DataFrame:
@@ -77,7 +79,7 @@ def test_no_reference_rows_is_said_not_passed():
 def test_the_idle_runs_name_each_pauses_cost(monkeypatch):
     """Synthetic gaps: a pause whose copies left at most 0.2 ms between them is back to back,
     a longer one a cost after an idle gap; all of one kind is said in one sentence."""
-    from h2dlab.findings_spacing import spacing_words as _spacing_text
+    from h2dlab.explain.spacing import spacing_words as _spacing_text
 
     mixed = _spacing_text({0.0: 0.12, 3.0: 3.2, 10.0: 10.2}, [0.0, 3.0, 10.0])
     assert (

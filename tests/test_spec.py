@@ -8,9 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab import strategies
 from h2dlab.errors import UsageError
-from h2dlab.spec import (
+from h2dlab.measure import strategies
+from h2dlab.measure.spec import (
     DEFAULT_SIZES,
     MAX_PAUSE_MS,
     MAX_PLAN_ROWS,
@@ -92,7 +92,7 @@ def test_a_spec_recorded_before_light_evidence_reads_back_as_full():
 
 
 def test_recorded_spec_reads_back():
-    from h2dlab import datasets
+    from h2dlab.recording import datasets
 
     env = datasets.load("h200_sweep").attrs["envs"]
     for e in env.values():

@@ -10,13 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from h2dlab import datasets, strategies
 from h2dlab.errors import UsageError
-from h2dlab.measure import sweep
-from h2dlab.partial import partial_path
-from h2dlab.plan import plan_spec
-from h2dlab.recorder import StopFlag
-from h2dlab.spec import MAX_PLAN_ROWS, ORDERS, SEED_RANGE, SweepSpec, spec_from_dict
+from h2dlab.measure import strategies
+from h2dlab.measure.harness import sweep
+from h2dlab.measure.plan import plan_spec
+from h2dlab.measure.recorder import StopFlag
+from h2dlab.measure.spec import MAX_PLAN_ROWS, ORDERS, SEED_RANGE, SweepSpec, spec_from_dict
+from h2dlab.recording import datasets
+from h2dlab.recording.partial import partial_path
 from h2dlab.units import UNITS, parse_size, parse_sizes
 
 UNIT_NAMES = sorted(UNITS, key=len)

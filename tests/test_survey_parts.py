@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from h2dlab import cli_survey as command
-from h2dlab import datasets
-from h2dlab.cli import main
+from h2dlab.cli import survey as command
+from h2dlab.cli.main import main
 from h2dlab.errors import UsageError
+from h2dlab.recording import datasets
 from h2dlab.survey import fleet, rank
 from h2dlab.survey.launch import place_from_env
 from h2dlab.survey.probe import cpu_numa_nodes, link_from_sysfs, numa_node_of

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from h2dlab import datasets
+from h2dlab.recording import datasets
 from h2dlab.survey.verdicts import gpu_table, judge
 
 ROOT = Path(__file__).resolve().parents[1]

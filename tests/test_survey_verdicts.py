@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab.schema import validate
+from h2dlab.recording.schema import validate
 from h2dlab.survey.verdicts import gpu_table, judge
 
 KiB, GiB, MiB = 2**10, 2**30, 2**20

@@ -16,10 +16,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from h2dlab import threadstat, timing
-from h2dlab.schema import ADDED_V3
-from h2dlab.threadstat import parse_cpu, parse_run_delay_ns, sched_state
-from h2dlab.timing import RUSAGE_SCOPE, Timer
+from h2dlab.measure import threadstat, timing
+from h2dlab.measure.threadstat import parse_cpu, parse_run_delay_ns, sched_state
+from h2dlab.measure.timing import RUSAGE_SCOPE, Timer
+from h2dlab.recording.schema import ADDED_V3
 
 CPU = torch.device("cpu")
 SCHED = ("run_delay_ms", "nivcsw", "nvcsw", "cpu_moved", "proc_cpu_ms", "proc_faults", "issue_ms", "gc_ms")

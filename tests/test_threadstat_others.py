@@ -13,9 +13,9 @@ import time
 import pytest
 import torch
 
-from h2dlab import threadstat
-from h2dlab.schema import ADDED_V4, ADDED_V5
-from h2dlab.timing import Timer
+from h2dlab.measure import threadstat
+from h2dlab.measure.timing import Timer
+from h2dlab.recording.schema import ADDED_V4, ADDED_V5
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread CPU clocks are Linux's")
 CPU = torch.device("cpu")
@@ -193,7 +193,7 @@ def test_the_timers_window_holds_only_the_clock_reads(monkeypatch):
     """others_window_ms is what others_cpu_ms falls in: the wait reads (about 0.35 ms for 33
     threads on the H200, where schema 5 first read them inside it) and the busiest thread's
     name are read outside it. Each is made to take 50 ms here: none may land in the window."""
-    from h2dlab import timing
+    from h2dlab.measure import timing
 
     slow_wait = timing.others_wait_ns
 

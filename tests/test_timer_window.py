@@ -19,8 +19,9 @@ import pandas as pd
 import pytest
 import torch
 
-from h2dlab import measure, recorder, strategies, timing
-from h2dlab.spec import SweepSpec
+from h2dlab.measure import harness as measure
+from h2dlab.measure import recorder, strategies, timing
+from h2dlab.measure.spec import SweepSpec
 from tests import fake_cuda
 
 CUDA = torch.device("cuda")

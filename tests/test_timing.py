@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from h2dlab import timing
-from h2dlab.schema import ADDED_V2
-from h2dlab.timing import RUSAGE_SCOPE, Timer
+from h2dlab.measure import timing
+from h2dlab.measure.timing import RUSAGE_SCOPE, Timer
+from h2dlab.recording.schema import ADDED_V2
 
 CPU = torch.device("cpu")
 EVIDENCE = ("minflt", "majflt", "cpu_ms", "gc_count", "sm_clock_mhz", "gpu_procs")
@@ -150,7 +150,7 @@ class _FakePci:
     ],
 )
 def test_nvml_device_is_matched_by_pci_bus_id(monkeypatch, known, masked, want):
-    import h2dlab.nvml
+    import h2dlab.measure.nvml
 
     fake = _FakePci(known)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
@@ -159,7 +159,7 @@ def test_nvml_device_is_matched_by_pci_bus_id(monkeypatch, known, masked, want):
         "get_device_properties",
         lambda i: SimpleNamespace(pci_domain_id=0, pci_bus_id=0x3B, pci_device_id=0),
     )
-    monkeypatch.setattr(h2dlab.nvml, "nvml_handle", lambda i: (fake, "index-handle"))
+    monkeypatch.setattr(h2dlab.measure.nvml, "nvml_handle", lambda i: (fake, "index-handle"))
     monkeypatch.setattr(timing, "_NVML", {})
     if masked:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")

@@ -14,7 +14,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2dlab import copyargs, stager, transfer
+from h2dlab.transfer import copyargs, stager
+from h2dlab.transfer import fastpath as transfer
 from tests.fake_cuda import install as install_fake_cuda
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3

@@ -10,10 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import causes, cli, datasets, outliers, session, wake_source
-from h2dlab.factors_idle import wake_calibration
-from h2dlab.record_folder import new_manifest, write_manifest
-from h2dlab.tableio import save
+from h2dlab.cli import main as cli
+from h2dlab.explain import causes, outliers, wake_source
+from h2dlab.explain.idle import wake_calibration
+from h2dlab.recording import datasets, session
+from h2dlab.recording.folder import new_manifest, write_manifest
+from h2dlab.recording.tableio import save
 from tests.test_outliers_wake import SYNTHETIC_WAKE, synthetic_wake_run
 
 

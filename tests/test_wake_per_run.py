@@ -11,8 +11,11 @@ import re
 import pandas as pd
 import pytest
 
-from h2dlab import causes, cli, cli_explain, datasets, outliers, session, wake_source
-from h2dlab.tableio import save
+from h2dlab.cli import explain as cli_explain
+from h2dlab.cli import main as cli
+from h2dlab.explain import causes, outliers, wake_source
+from h2dlab.recording import datasets, session
+from h2dlab.recording.tableio import save
 from tests.test_outliers_wake import SYNTHETIC_WAKE
 from tests.test_wake_calibration import SYNTHETIC_MACHINE, load_calibrated, synthetic_recording
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from h2dlab import datasets
+from h2dlab.recording import datasets
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = (".csv", ".csv.gz", ".env.json", ".json", ".md")
@@ -31,7 +31,7 @@ PROBE = """
 import json, sys, h2dlab
 from h2dlab import datasets
 sys.modules["torch"] = None  # the fingerprint without torch: fast, and enough here
-from h2dlab.env import collect_env
+from h2dlab.recording.env import collect_env
 fingerprint = collect_env(gpu=False)
 rows = {n: len(datasets.timeline(n) if n in datasets.TIMELINES else datasets.load(n)) for n in datasets.names()}
 envs = {n: sorted(k for k, v in datasets.load(n).attrs["envs"].items() if v) for n in datasets.DATASETS}
@@ -153,7 +153,7 @@ def test_installed_wheel_loads_every_bundled_dataset(tmp_path):
 
 FINGERPRINT = (
     "import sys; sys.modules['torch'] = None; sys.path.insert(0, sys.argv[1]); "
-    "from h2dlab.env import collect_env; e = collect_env(gpu=False); "
+    "from h2dlab.recording.env import collect_env; e = collect_env(gpu=False); "
     "print(e['git_commit'], e['kit_version'] is None or isinstance(e['kit_version'], str))"
 )
 

@@ -3,10 +3,11 @@ whose every step checks the data that arrived."""
 
 import pytest
 
-from h2dlab import datasets, recipes
+from h2dlab import recipes
 from h2dlab.errors import UsageError
-from h2dlab.recorder import StopFlag
-from h2dlab.workload import WAYS, WorkloadSpec, _Ways, plan_workload, workload
+from h2dlab.measure.recorder import StopFlag
+from h2dlab.measure.workload import WAYS, WorkloadSpec, _Ways, plan_workload, workload
+from h2dlab.recording import datasets
 
 SMALL = dict(
     shape=(64, 1, 32, 32), steps=2, warmup=1, passes=1, compute_ms=1.0, matmuls=1, workers=0, device="cpu"
@@ -76,7 +77,7 @@ def test_a_recipe_that_corrupts_the_batch_is_caught_in_its_rows(monkeypatch):
 
 
 def test_a_loader_batch_that_is_not_the_pool_s_images_is_caught(monkeypatch):
-    import h2dlab.workload as w
+    import h2dlab.measure.workload as w
 
     real = w._Ways.step
 

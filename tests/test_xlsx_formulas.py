@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 openpyxl = pytest.importorskip("openpyxl")
 
-from h2dlab import cli, datasets  # noqa: E402
+from h2dlab.cli import main as cli  # noqa: E402
 from h2dlab.escape import FORMULA_STARTS  # noqa: E402
-from h2dlab.tableio import safe_excel  # noqa: E402
+from h2dlab.recording import datasets  # noqa: E402
+from h2dlab.recording.tableio import safe_excel  # noqa: E402
 
 HOSTILE = [
     '=HYPERLINK("http://example.invalid","x")',
@@ -70,7 +71,7 @@ def test_explain_out_xlsx_writes_no_formula(tmp_path, capsys):
 
 
 def test_the_report_workbook_writes_no_formula(tmp_path, monkeypatch):
-    from h2dlab import workbook
+    from h2dlab.show import workbook
 
     real = workbook.sheets
 

@@ -33,7 +33,7 @@ def lanes(dx: Any, ax: Any = None, step: int | None = None) -> Any:
     -------
     matplotlib.axes.Axes
     """
-    from h2dlab.plots_style import axes_or_new
+    from h2dlab.show.plots_style import axes_or_new
 
     ax = axes_or_new(ax)
     a = dx.analysis

@@ -2,8 +2,8 @@
 
 The estimates come from a recording's ``sweep`` and ``d2h`` tables: the median time per copy
 of each strategy at the site's copy size, interpolated in log-log between the recorded sizes
-(:func:`h2dlab.model.interpolate_ms`, as ``advise()`` reads them), and the fitted line
-``latency = overhead + bytes / bandwidth`` (:func:`h2dlab.model.fit`) for a strategy the
+(:func:`h2dlab.explain.model.interpolate_ms`, as ``advise()`` reads them), and the fitted line
+``latency = overhead + bytes / bandwidth`` (:func:`h2dlab.explain.model.fit`) for a strategy the
 tables have no medians of. The medians come first because ``pageable``'s time is not a
 straight line in size (13-15 GB/s at 16-64 MiB, 7 GB/s at 1 GiB on the H200): its line
 would misjudge a 64 MiB batch by half. The doctor predicts each recipe's copy time per step
@@ -56,7 +56,7 @@ class Machine:
         if not (size_bytes > 0):
             return float("nan")
         if self.medians is not None and (self.medians["strategy"] == strategy).any():
-            from h2dlab.model import interpolate_ms
+            from h2dlab.explain.model import interpolate_ms
 
             return interpolate_ms(self.medians, strategy, size_bytes)
         if strategy not in self.lines:
@@ -70,7 +70,8 @@ def load_machine(recording: Any = "h200") -> Machine:
 
     ``recording``: ``"h200"`` (bundled), a recording folder, or a ``session.Recorded``.
     """
-    from h2dlab import model, session
+    from h2dlab.explain import model
+    from h2dlab.recording import session
 
     rec = (
         recording if isinstance(recording, session.Recorded) else session.recording(recording, mode="replay")

@@ -57,8 +57,8 @@ def against_recording(fleet: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFr
 
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison; 0 when every checked copy is within 3 %, 1 otherwise, 2 for bad input."""
-    from h2dlab import datasets
-    from h2dlab.session import Recorded
+    from h2dlab.recording import datasets
+    from h2dlab.recording.session import Recorded
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:

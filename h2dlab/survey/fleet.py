@@ -1,7 +1,7 @@
 """Rank 0's part: wait for the ranks' files until a deadline, then make the fleet table.
 
 The fleet table is a measurement table (DESIGN.md: one row per timed copy, read by
-:func:`h2dlab.datasets.read` like any other) with the survey's columns added: each rank
+:func:`h2dlab.recording.datasets.read` like any other) with the survey's columns added: each rank
 is a run (``run_id`` ``<survey>-rNNNNN``), ``world`` how many GPUs of its node copied
 at once (1: ``alone``). A (strategy, size) cell a rank left
 unmeasured still has a row, with ``status`` ``error`` (the rank caught an error, said
@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from h2dlab import strategies
 from h2dlab.errors import UsageError
-from h2dlab.recorder import existing_rows
-from h2dlab.schema import SchemaError
-from h2dlab.spec import SweepSpec
+from h2dlab.measure import strategies
+from h2dlab.measure.recorder import existing_rows
+from h2dlab.measure.spec import SweepSpec
+from h2dlab.recording.schema import SchemaError
 from h2dlab.survey.rank import PHASES, rank_file, table_file
 
 __all__ = ["FLEET_NAME", "RANK_COLUMNS", "assemble", "read_rank", "wait_for_ranks"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from h2dlab.nvml import bus_id_of, nvml_for_cuda
+from h2dlab.measure.nvml import bus_id_of, nvml_for_cuda
 
 __all__ = [
     "cpu_numa_nodes",

@@ -6,7 +6,7 @@ Files, in ``DIR/ranks/`` (every node must be able to write ``DIR``: a shared fol
 ``started``, ``ok`` or ``error``), written before any collective and again after each
 phase; ``rNNNNN-<phase>-<group>.csv.gz`` the copies of each phase (``alone``,
 ``together``) and group (``pinned``, ``pageable``), written row by row by the kit's own
-harness (:func:`h2dlab.measure.sweep`). A rank that hangs or dies thus loses only what it
+harness (:func:`h2dlab.measure.harness.sweep`). A rank that hangs or dies thus loses only what it
 had not yet written, and no other rank waits on it for longer than one barrier's timeout:
 after one failed collective a rank measures on without any (``synced`` false).
 
@@ -28,14 +28,14 @@ from typing import Any
 
 import torch
 
-from h2dlab.device import resolve_device
 from h2dlab.errors import Unavailable
-from h2dlab.measure import sweep
-from h2dlab.spec import SweepSpec
+from h2dlab.measure.device import resolve_device
+from h2dlab.measure.harness import sweep
+from h2dlab.measure.spec import SweepSpec
+from h2dlab.measure.timing import error_text
+from h2dlab.recording.tableio import write_env
 from h2dlab.survey.launch import Place
 from h2dlab.survey.probe import cpu_numa_nodes, gpu_facts, link_under_load, replay_count
-from h2dlab.tableio import write_env
-from h2dlab.timing import error_text
 
 __all__ = ["FAULT_VAR", "Sync", "plan", "rank_file", "survey_rank", "table_file"]
 

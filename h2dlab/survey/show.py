@@ -39,7 +39,7 @@ def plot_metric(gpus: pd.DataFrame, metric: str, ax=None, source: str = ""):
     -------
     matplotlib.axes.Axes
     """
-    from h2dlab.plots_style import axes_or_new, footnote
+    from h2dlab.show.plots_style import axes_or_new, footnote
 
     ax = axes_or_new(ax)
     hosts = sorted(gpus["host"].fillna("").astype(str).unique())

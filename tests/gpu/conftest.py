@@ -20,6 +20,6 @@ def _need_cuda():
         pytest.skip("needs a CUDA GPU")
 
 
-# Each CUDA run ends with a stall census (h2dlab.census): keep it short in the GPU tests,
+# Each CUDA run ends with a stall census (h2dlab.measure.census): keep it short in the GPU tests,
 # except where a test asks for its own length (tests/gpu/test_census_gpu.py).
 os.environ.setdefault("H2DLAB_CENSUS_S", "0.05")

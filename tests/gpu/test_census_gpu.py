@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from h2dlab import datasets
-from h2dlab.causes_stall import census_of, run_censuses
-from h2dlab.measure import sweep
-from h2dlab.recorder import StopFlag
-from h2dlab.spec import SweepSpec
+from h2dlab.explain.causes_stall import census_of, run_censuses
+from h2dlab.measure.harness import sweep
+from h2dlab.measure.recorder import StopFlag
+from h2dlab.measure.spec import SweepSpec
+from h2dlab.recording import datasets
 
 
 def test_a_cuda_run_stores_its_stall_census(tmp_path, monkeypatch):

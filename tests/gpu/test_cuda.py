@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from h2dlab import datasets, strategies
-from h2dlab.measure import sweep
-from h2dlab.overlap import SCENARIOS, overlap
-from h2dlab.spec import OverlapSpec, SweepSpec
+from h2dlab.measure import strategies
+from h2dlab.measure.harness import sweep
+from h2dlab.measure.overlap import SCENARIOS, overlap
+from h2dlab.measure.spec import OverlapSpec, SweepSpec
+from h2dlab.recording import datasets
 from tests.conftest import ROOT, run_cli
 from tests.gpu.tensors import rand_tensor, same_bytes
 
@@ -131,7 +132,7 @@ def test_cli_interrupt_and_resume_on_gpu(tmp_path):
         "--no-progress",
     ]
     p = subprocess.Popen(
-        [sys.executable, "-m", "h2dlab.cli", *args],
+        [sys.executable, "-m", "h2dlab.cli.main", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -173,9 +174,9 @@ FAULT_SCRIPT = """
 import sys
 import torch
 from h2dlab import strategies
-from h2dlab.measure import sweep
-from h2dlab.spec import SweepSpec
-from h2dlab.timing import CudaFault
+from h2dlab.measure.harness import sweep
+from h2dlab.measure.spec import SweepSpec
+from h2dlab.measure.timing import CudaFault
 
 
 @strategies.register

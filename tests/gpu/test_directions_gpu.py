@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from h2dlab import batch_methods, strategies
-from h2dlab.batch import BatchSpec, batch
-from h2dlab.batch_methods import batch_sizes, make_batch
-from h2dlab.duplex import DuplexSpec, duplex
-from h2dlab.measure import sweep
-from h2dlab.spec import SweepSpec
+from h2dlab.measure import batch_methods, strategies
+from h2dlab.measure.batch import BatchSpec, batch
+from h2dlab.measure.batch_methods import batch_sizes, make_batch
+from h2dlab.measure.duplex import DuplexSpec, duplex
+from h2dlab.measure.harness import sweep
+from h2dlab.measure.spec import SweepSpec
 
 MiB = 1024**2
 CUDA = torch.device("cuda", 0)

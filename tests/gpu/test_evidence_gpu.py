@@ -9,12 +9,12 @@ import math
 import numpy as np
 import torch
 
-from h2dlab.device import empty_host_cache
-from h2dlab.measure import sweep
-from h2dlab.schema import ADDED_V3
-from h2dlab.spec import SweepSpec
-from h2dlab.threadstat import sched_state
-from h2dlab.timing import RUSAGE_SCOPE, Timer
+from h2dlab.measure.device import empty_host_cache
+from h2dlab.measure.harness import sweep
+from h2dlab.measure.spec import SweepSpec
+from h2dlab.measure.threadstat import sched_state
+from h2dlab.measure.timing import RUSAGE_SCOPE, Timer
+from h2dlab.recording.schema import ADDED_V3
 
 MiB = 1024**2
 HAS_NVML = importlib.util.find_spec("pynvml") is not None

@@ -3,9 +3,9 @@ existed before the loop frozen (``gc_steady.steady_gc``), and handed back after 
 
 import gc
 
-from h2dlab.duplex import DuplexSpec, duplex
-from h2dlab.forum import forum
-from h2dlab.spec import ForumSpec
+from h2dlab.measure.duplex import DuplexSpec, duplex
+from h2dlab.measure.forum import forum
+from h2dlab.measure.spec import ForumSpec
 from tests.test_gc_steady import freeze_counts  # noqa: F401 - the fixture, shared
 
 MiB = 1024 * 1024
@@ -29,8 +29,8 @@ def test_forum_and_duplex_time_every_copy_with_the_heap_frozen(freeze_counts):  
 def test_overlap_timelines_run_with_the_heap_frozen(monkeypatch):
     import time
 
-    from h2dlab import overlap as overlap_mod
-    from h2dlab.spec import OverlapSpec
+    from h2dlab.measure import overlap as overlap_mod
+    from h2dlab.measure.spec import OverlapSpec
 
     before = gc.get_freeze_count()
     tracked = len(gc.get_objects())  # as above: tracked and not frozen before the loop

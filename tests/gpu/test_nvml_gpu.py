@@ -10,13 +10,13 @@ import sys
 import pytest
 import torch
 
-from h2dlab.concurrent import nearest_cpus
-from h2dlab.nvml import bus_id_of, visible_entry
+from h2dlab.measure.concurrent import nearest_cpus
+from h2dlab.measure.nvml import bus_id_of, visible_entry
 
 pytestmark = pytest.mark.cuda
 
 CHILD = (
-    "import json; from h2dlab.env import collect_env; from h2dlab.concurrent import nearest_cpus; "
+    "import json; from h2dlab.recording.env import collect_env; from h2dlab.measure.concurrent import nearest_cpus; "
     "a = collect_env(gpu='nvml', device_index=0); b = collect_env(gpu=True, device_index=0); "
     "print(json.dumps([a['gpu_pci_bus_id'], b['gpu_pci_bus_id'], b['pcie_width_max'], nearest_cpus(0)]))"
 )

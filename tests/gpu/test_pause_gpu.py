@@ -7,9 +7,9 @@ import time
 
 import torch
 
-from h2dlab.measure import sweep
-from h2dlab.spec import SweepSpec
-from h2dlab.timing import Timer
+from h2dlab.measure.harness import sweep
+from h2dlab.measure.spec import SweepSpec
+from h2dlab.measure.timing import Timer
 
 KiB = 1024
 

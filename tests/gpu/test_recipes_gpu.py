@@ -7,7 +7,8 @@ import sys
 import pytest
 import torch
 
-from h2dlab import datasets, recipes
+from h2dlab import recipes
+from h2dlab.recording import datasets
 from tests.conftest import ROOT, run_cli
 
 DEV = "cuda"

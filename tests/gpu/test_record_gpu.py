@@ -9,11 +9,11 @@ import time
 
 import torch
 
-from h2dlab import datasets, session
-from h2dlab.env import GIT_COMMIT_VAR
-from h2dlab.record_env import read_folder_env
-from h2dlab.record_folder import read_manifest
-from h2dlab.record_plan import PLAN_VERSION, experiments
+from h2dlab.recording import datasets, session
+from h2dlab.recording.env import GIT_COMMIT_VAR
+from h2dlab.recording.env_folder import read_folder_env
+from h2dlab.recording.folder import read_manifest
+from h2dlab.recording.plan import PLAN_VERSION, experiments
 from tests.conftest import ROOT
 
 
@@ -26,7 +26,7 @@ def test_record_quick_completes_and_the_folder_is_whole(tmp_path):
     }
     t0 = time.time()
     p = subprocess.run(
-        [sys.executable, "-m", "h2dlab.cli", "record", "--quick", "--out", str(folder)],
+        [sys.executable, "-m", "h2dlab.cli.main", "record", "--quick", "--out", str(folder)],
         capture_output=True,
         text=True,
         timeout=900,

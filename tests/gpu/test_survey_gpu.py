@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import torch
 
-from h2dlab import datasets
-from h2dlab.session import Recorded
+from h2dlab.recording import datasets
+from h2dlab.recording.session import Recorded
 from h2dlab.survey.against import TOLERANCE, against_recording
 from h2dlab.survey.verdicts import gpu_table
 

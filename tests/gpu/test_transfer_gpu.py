@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from h2dlab import stager, transfer
+from h2dlab.transfer import fastpath as transfer
+from h2dlab.transfer import stager
 from tests.gpu.tensors import rand_tensor, same_bytes
 
 KiB, MiB = 1024, 1024**2

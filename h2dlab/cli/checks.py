@@ -1,0 +1,188 @@
+"""The command line's checks of what a run would write and cost, before it starts.
+
+Kept beside ``cli``: ``--out`` is never replaced without ``--force`` (nor taken from a
+run still writing it), a plan estimated to run for days is refused with its cost, and
+``explain --out`` never overwrites its own source nor lands in a recording's kind folder.
+Messages name the flags.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from h2dlab.errors import UsageError
+from h2dlab.measure.spec import SweepSpec
+
+__all__ = [
+    "GPUS_DEVICE_KINDS",
+    "check_fits",
+    "check_folder",
+    "check_out",
+    "check_plan",
+    "check_target",
+    "not_in_a_kind_folder",
+    "not_the_source",
+]
+
+#: Device kinds --gpus runs on (tests widen it to run the same code path with CPU processes).
+GPUS_DEVICE_KINDS = ("cuda",)
+
+
+def check_plan(spec: SweepSpec, *, gpus: str | None, max_hours: float) -> None:
+    """Refuse ``--gpus`` off CUDA and a plan estimated to take longer than ``--max-hours``."""
+    if gpus is not None and spec.device.partition(":")[0] not in GPUS_DEVICE_KINDS:
+        raise UsageError(f"--gpus runs one process per GPU and needs --device cuda, not {spec.device}")
+    if not max_hours > 0:
+        raise UsageError(f"--max-hours must be positive, got {max_hours}")
+    hours = spec.estimated_hours()
+    if hours > max_hours:
+        raise UsageError(
+            f"this plan ({spec.planned_rows():,} copies) would take about {hours:,.1f} hours at 1 GB/s, "
+            f"more than --max-hours {max_hours:g}: lower --reps or --sizes, or raise --max-hours"
+        )
+
+
+def check_fits(rows: int, out: Path) -> None:
+    """Refuse, before measuring, a plan of more ``rows`` than an ``.xlsx`` sheet holds
+    (``tableio.XLSX_MAX_ROWS``): it measured for hours, then failed at the save."""
+    from h2dlab.recording.tableio import XLSX_MAX_ROWS, suffix_of
+
+    if suffix_of(out) == ".xlsx" and rows > XLSX_MAX_ROWS:
+        raise UsageError(
+            f"this plan has {rows:,} copies, more than the {XLSX_MAX_ROWS:,} rows an .xlsx sheet holds: "
+            "write .csv.gz or .parquet (or lower --reps or --sizes)"
+        )
+
+
+def check_out(path: str, suffixes: tuple[str, ...] | None = None) -> Path:
+    """The ``--out`` path, checked: a known table suffix and a folder that takes new files."""
+    from h2dlab.recording.datasets import SUFFIXES, suffix_of
+
+    out = Path(path)
+    suffixes = suffixes or SUFFIXES
+    if not out.name.endswith(suffixes) or suffix_of(out) not in SUFFIXES:
+        raise UsageError(f"cannot write {out.name!r}: give --out a name ending in {', '.join(suffixes)}")
+    if not out.name[: -len(suffix_of(out))].strip(" ."):  # '--out .csv': $NAME.csv with NAME empty?
+        raise UsageError(f"cannot write {out.name!r}: give --out a file name before its suffix, e.g. run.csv")
+    if out.name.endswith(".partial.csv"):  # the name of a run in progress: readers skip it
+        raise UsageError(
+            f"cannot write {out.name!r}: .partial.csv names a run in progress; choose another --out"
+        )
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(f"the folder {str(folder)!r} of --out does not exist: create it first")
+    try:  # really try: os.access says yes to root even where writes fail
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError:
+        raise UsageError(f"the folder {str(folder)!r} of --out is not writable: choose another") from None
+    return out
+
+
+def check_target(out: Path, *, resume: bool = False, force: bool = False, resumable: bool = True) -> Path:
+    """Refuse to replace what is at ``--out``, or the env.json beside it, unless ``--force``
+    (or ``--resume``, which continues it); never take the output of a run still going, even
+    with ``--force``."""
+    from h2dlab.recording.partial import check_free, partial_path
+
+    if resume and force:
+        raise UsageError("--resume continues the run in --out and --force replaces it: give one of them")
+    partial = partial_path(out)
+    check_free(out)  # another live run writing this output: refused whatever the flags
+    if partial.is_symlink():
+        raise UsageError(f"{partial} is a symbolic link: h2dlab never writes a run through a link; remove it")
+    if out.is_dir():
+        raise UsageError(f"{out} is a folder: give --out a file name")
+    from h2dlab.recording.datasets import env_path
+
+    for beside in (env_path(out), partial, env_path(partial)):  # written at the end: refused now
+        if beside.is_dir():
+            raise UsageError(
+                f"{beside} is a folder where the run writes a file: remove it or choose another --out"
+            )
+    if out.exists() and not os.access(out, os.W_OK):
+        raise UsageError(f"{out} is read-only or immutable: it cannot be replaced; choose another --out")
+    if resume or force:
+        return out
+    if partial.exists():
+        raise UsageError(
+            f"{partial} holds the rows of an unfinished run of {out.name}: "
+            "continue it with --resume, or discard them with --force"
+        )
+    if out.exists() or out.is_symlink():
+        again = ", continue its run with --resume," if resumable else ""
+        raise UsageError(f"{out} exists: write elsewhere{again} or replace it with --force")
+    fingerprint = env_path(out)  # written beside --out: an orphan of another table is kept too
+    if fingerprint.exists() or fingerprint.is_symlink():
+        raise UsageError(
+            f"{fingerprint} exists (the env.json of --out): write elsewhere or replace it with --force"
+        )
+    return out
+
+
+def not_the_source(source: str, out: Path) -> None:
+    """Refuse an ``explain --out`` that names the table being explained, or any file in
+    the folder it reads (a dataset's, a recording's): ``--force`` replaced a source table,
+    and a new file there became one more run of it."""
+    from h2dlab.recording.sources import where
+
+    src = where(source)
+    if src is None:
+        return
+    if src.exists() and (out.exists() and os.path.samefile(src, out) or out.resolve() == src.resolve()):
+        raise UsageError(f"--out {out} is the table explain reads: write the annotated table elsewhere")
+    if src.is_dir() and out.resolve().is_relative_to(src.resolve()):
+        raise UsageError(
+            f"--out {out} is inside {src}, which explain reads: write the annotated table elsewhere"
+        )
+    not_in_a_kind_folder(out)
+
+
+def not_in_a_kind_folder(out: Path) -> None:
+    """Refuse an annotated table's ``--out`` inside a kind folder of any recording
+    (``record_folder.is_kind_folder``) or a bundled dataset's folder: every reader of that
+    folder would take it for one more run of that kind (mixed in, or counted twice)."""
+    from h2dlab.recording.datasets import DATA_DIR, DATASETS
+    from h2dlab.recording.folder import is_kind_folder
+
+    where = out.resolve().parent
+    for folder in (where, *where.parents):
+        if is_kind_folder(folder):
+            top, what, run = (
+                folder.parent,
+                f"the {folder.name} folder of the recording {folder.parent}",
+                folder.name,
+            )
+            break
+        named = [n for n, (d, _) in DATASETS.items() if (DATA_DIR / d).resolve() == folder]
+        if named:
+            top, what, run = folder, f"the folder of the dataset {named[0]}", named[0]
+            break
+    else:
+        return
+    here = Path.cwd().resolve().is_relative_to(folder)  # then a bare file name lands there too
+    raise UsageError(
+        f"--out {out} is inside {folder}, {what}: it would be read as one more {run} run; write the "
+        f"annotated table outside every kind folder, e.g. --out {top.parent / out.name if here else out.name}"
+    )
+
+
+def check_folder(path: str, flag: str) -> Path:
+    """Refuse a folder option (``--outdir``) that is a file, lies under one, or cannot be
+    made where it would go; nothing is created here (a later refusal leaves no folder)."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{flag} {path} is a file: give a folder")
+    above = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    if not above.is_dir():
+        raise UsageError(f"{flag} {path}: {above} is a file, so the folder cannot be made: give another")
+    try:  # really try: os.access says yes to root even where writes fail
+        with tempfile.TemporaryFile(dir=above):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"{flag} {path}: cannot write in {above} ({exc.strerror}): give another folder"
+        ) from None
+    return folder

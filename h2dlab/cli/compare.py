@@ -1,0 +1,234 @@
+"""``h2dlab compare``: median (IQR) per size x strategy of recorded runs, with each
+strategy's time as a ratio of a baseline strategy's, and runs against the first run.
+
+In the spirit of ``torch.utils.benchmark.Compare`` and ``pyperf compare_to``: a table a
+person reads at a glance in a terminal. It prints what ``model.medians`` computes and
+adds no analysis of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from h2dlab.errors import UsageError
+
+__all__ = ["add_parser", "fmt_ms", "load_runs", "run", "table"]
+
+#: A cell whose IQR exceeds this fraction of its median is marked "!" (unsteady).
+UNSTEADY = 0.10
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``compare`` on the ``h2dlab`` command's subparsers."""
+    from h2dlab.cli.common import sizes_arg
+
+    c = sub.add_parser(
+        "compare",
+        help="median (IQR) per size and strategy of recorded runs, as ratios of a baseline strategy",
+        description="RUN is a recorded dataset (all its runs), a table or folder of tables, "
+        "DATASET:RUN for one run of a dataset (h200_sweep:pow2), or RECORDING:KIND[:RUN] for a kind "
+        "of a recording, h200 or a folder `h2dlab record` wrote (h200:sweep, h200:sweep:pow2-interleaved).",
+    )
+    c.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="a dataset, a table's path, DATASET:RUN or RECORDING:KIND[:RUN]",
+    )
+    c.add_argument(
+        "--baseline",
+        default=None,
+        metavar="STRATEGY",
+        help="the strategy the ratios are taken against [pageable, else the run's first]",
+    )
+    c.add_argument("--strategies", default=None, help="comma list: show only these strategies")
+    c.add_argument("--sizes", type=sizes_arg, default=None, help="show only these sizes, e.g. 1MiB,1GiB")
+    c.add_argument("--json", action="store_true", help="one JSON object per cell instead of tables")
+    return c
+
+
+def fmt_ms(ms: float, scale_of: float | None = None) -> str:
+    """A time in ms as µs, ms or s with three significant digits; ``scale_of`` picks
+    the unit from another value (an IQR is written in its median's unit)."""
+    if not math.isfinite(ms):
+        return "n/a"
+    if scale_of is not None and not math.isfinite(scale_of):  # a median that overflowed: n/a
+        scale_of = None
+    ref = abs(scale_of if scale_of is not None else ms)
+    unit, f = ("µs", 1e3) if ref < 1 else ("ms", 1.0) if ref < 1000 else ("s", 1e-3)
+    v = ms * f
+    if scale_of is not None:  # same unit and as many decimals as its median shows
+        rv = ref * f
+        return f"{v:.{max(0, 2 - int(math.floor(math.log10(rv))))}f}" if rv > 0 else f"{v:.3g}"
+    return f"{v:.{max(0, 2 - int(math.floor(math.log10(v))))}f} {unit}" if v > 0 else f"0 {unit}"
+
+
+def load_runs(sources: list[str]):
+    """``[(label, table), ...]``: one per run of each source (a dataset, a path,
+    ``DATASET:RUN`` or ``RECORDING:KIND[:RUN]``: ``h2dlab.recording.sources``), labelled ``source:run name``."""
+    from h2dlab.recording.sources import resolve, stopped_note
+
+    out, seen = [], {}
+    for given in sources:
+        df, src, run_name = resolve(given)
+        if note := stopped_note(df, given):
+            print(note, file=sys.stderr)
+        names = df.attrs.get("run_names") or {}
+        for rid in dict.fromkeys(df["run_id"]):
+            name = names.get(rid, rid)
+            if run_name is None or name == run_name:
+                if rid in seen:  # the same run twice: every ratio 1.00x, which says nothing
+                    raise UsageError(
+                        f"{given} and {seen[rid]} hold the same run ({rid}): compare a run with another one"
+                    )
+                seen[rid] = given
+                part = df[df["run_id"] == rid]
+                part.attrs = {**df.attrs, "env": (df.attrs.get("envs") or {}).get(rid)}
+                out.append((f"{src}:{name}" if name != src else src, part))
+    return out
+
+
+def table(df, baseline: str | None = None):
+    """Per (strategy, size): median, quartiles, n, and ``ratio`` = median / the
+    baseline strategy's median at that size (NaN where the baseline lacks the size)."""
+    from h2dlab.explain import model
+
+    med = model.medians(df)
+    strategies = list(dict.fromkeys(df["strategy"]))
+    base = baseline or ("pageable" if "pageable" in strategies else strategies[0])
+    if base not in strategies:
+        raise UsageError(
+            f"no strategy {base!r} in this run to compare against: it has {', '.join(strategies)}"
+        )
+    ref = med[med["strategy"] == base].set_index("size_bytes")["median_ms"]
+    med["ratio"] = med["median_ms"] / med["size_bytes"].map(ref)
+    med["baseline"] = base
+    med["strategy"] = med["strategy"].astype("category").cat.set_categories(strategies)
+    return med.sort_values(["size_bytes", "strategy"]).reset_index(drop=True)
+
+
+def _cell(r) -> str:
+    iqr = r.q3_ms - r.q1_ms
+    text = f"{fmt_ms(r.median_ms)} ({fmt_ms(iqr, r.median_ms)})"
+    if r.iqr_over_median > UNSTEADY:
+        text += "!"
+    if r.strategy != r.baseline and math.isfinite(r.ratio):
+        text += f" {r.ratio:.2f}x"
+    return text
+
+
+def _print_block(label: str, env: dict | None, t) -> None:
+    from h2dlab.recording.env import describe
+    from h2dlab.units import fmt_bytes
+
+    base = t["baseline"].iloc[0]
+    print(f"{label} ({describe(env) if env else 'no env.json'})")
+    print(f"  median (IQR) per copy; Nx = time as a multiple of {base}'s at that size (below 1: faster)")
+    wide = t.pivot(index="size_bytes", columns="strategy", values="cell").fillna("")
+    present = set(t["strategy"])
+    cols = [base] * (base in present) + [c for c in wide.columns if c in present and c != base]
+    widths = {c: max(len(str(c)), *(len(v) for v in wide[c])) for c in cols}
+    print(("  " + f"{'size':>10}  " + "  ".join(f"{str(c):<{widths[c]}}" for c in cols)).rstrip())
+    for size, row in wide.iterrows():
+        print(
+            ("  " + f"{fmt_bytes(size):>10}  " + "  ".join(f"{row[c]:<{widths[c]}}" for c in cols)).rstrip()
+        )
+    if t["iqr_over_median"].gt(UNSTEADY).any():
+        print(f"  ! IQR above {UNSTEADY:.0%} of the median: an unsteady cell (more reps, a quieter machine)")
+    print()
+
+
+def _across(tables: list[tuple[str, Any]]) -> None:
+    from h2dlab.units import fmt_bytes
+
+    ref_label, ref = tables[0]
+    ref = ref.set_index(["strategy", "size_bytes"])["median_ms"]
+    lines = []
+    for label, t in tables[1:]:
+        other = t.set_index(["strategy", "size_bytes"])["median_ms"]
+        common = ref.index.intersection(other.index)
+        for key in common:
+            lines.append((label, key[0], key[1], other[key] / ref[key]))
+    if not lines:
+        print(f"no strategy and size in common with {ref_label}: nothing to compare across runs")
+        return
+    print(f"across runs: median time as a multiple of {ref_label}'s (below 1: faster)")
+    for label, strategy, size, ratio in lines:
+        verdict = (
+            "same"
+            if abs(ratio - 1) < 0.02
+            else f"{1 / ratio:.2f}x faster"
+            if ratio < 1
+            else f"{ratio:.2f}x slower"
+        )
+        print(f"  {label:<28} {str(strategy):<22} {fmt_bytes(size):>10}  {ratio:6.2f}x  ({verdict})")
+
+
+def _known(keep: list[str] | None, sizes: list[int] | None, tables: list[Any]) -> None:
+    """Refuse a --strategies name or --sizes size that no run has a timed copy of: it was
+    left out in silence, so a typo read as 'that strategy has no rows'."""
+    from h2dlab.units import fmt_bytes
+
+    have = list(dict.fromkeys(str(s) for t in tables for s in t["strategy"]))
+    bad = [s for s in keep or [] if s not in have]
+    if bad:
+        raise UsageError(
+            f"unknown strategy {', '.join(map(repr, bad))} in --strategies: these runs have timed copies "
+            f"of {', '.join(have) or 'none'}"
+        )
+    there = sorted({int(s) for t in tables for s in t["size_bytes"]})
+    bad = [s for s in sizes or [] if s not in there]
+    if bad:
+        raise UsageError(
+            f"--sizes {', '.join(fmt_bytes(s) for s in bad)}: these runs have no timed copy of {'that size' if len(bad) == 1 else 'those sizes'}; "
+            f"they have {', '.join(fmt_bytes(s) for s in there) or 'none'}"
+        )
+
+
+def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
+    """Print the comparison (or JSON); exit code 0."""
+    if a.baseline is not None and not a.baseline.strip():
+        raise UsageError(
+            "--baseline is empty: name a strategy (e.g. pinned_reuse), or leave it out for pageable"
+        )
+    if a.strategies is not None and not a.strategies.replace(",", "").strip():
+        raise UsageError(
+            "--strategies is empty: name strategies (e.g. pageable,pinned_reuse), or leave it out"
+        )
+    from h2dlab.cli.common import names
+
+    keep = None if a.strategies is None else list(names(a.strategies, "--strategies"))
+    tables, made = [], [(label, df, table(df, a.baseline)) for label, df in load_runs(a.runs)]
+    _known(keep, a.sizes, [t for _, _, t in made])
+    for label, df, t in made:
+        if keep is not None:
+            t = t[t["strategy"].isin(keep)]
+        if a.sizes is not None:
+            t = t[t["size_bytes"].isin(a.sizes)]
+        if t.empty:
+            continue
+        tables.append((label, df.attrs.get("env"), t.assign(strategy=t["strategy"].astype(str))))
+    if not tables:
+        if keep is None and a.sizes is None:
+            raise UsageError("nothing to compare: these runs hold no timed copy that succeeded")
+        raise UsageError("nothing to compare: no timed rows match --strategies/--sizes in these runs")
+    if a.json:
+        cells = [
+            {
+                "run": label,
+                **{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()},
+            }
+            for label, _, t in tables
+            for r in t.drop(columns=["gbps"]).to_dict("records")
+        ]
+        print(json.dumps(cells, indent=1, default=str))
+        return 0
+    for label, env, t in tables:
+        _print_block(label, env, t.assign(cell=[_cell(r) for r in t.itertuples()]))
+    if len(tables) > 1:
+        _across([(label, t) for label, _, t in tables])
+    return 0

@@ -1,0 +1,59 @@
+"""``measure``'s options for what sits between two timed copies, and its reference check.
+
+``--pause MS`` is the one way to ask for a gap before each copy; ``--evidence`` says what
+is read around each copy (light by default: the host work between copies stays well under
+0.2 ms, as in a user's loop); ``--reference`` times the same cells with
+``torch.utils.benchmark`` after the sweep (``h2dlab.measure.reference``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from h2dlab.cli import common as cli_common
+from h2dlab.errors import UsageError
+
+__all__ = ["add_options", "after_sweep", "check"]
+
+
+def add_options(m: argparse.ArgumentParser) -> None:
+    """Add ``--pause``, ``--evidence`` and ``--reference`` to the ``measure`` parser ``m``."""
+    m.add_argument(
+        "--pause",
+        type=cli_common.pause_arg,
+        default=None,
+        metavar="MS",
+        help="spin MS ms with the GPU idle before each timed copy (after a tiny GPU operation), "
+        "to measure what a pause costs the next copy",
+    )
+    m.add_argument(
+        "--evidence",
+        choices=("light", "full"),
+        default="light",
+        help="what is read around each copy: light (page faults, CPU times, scheduler wait, GC, "
+        "allocator counters; tens of us between copies) or full (adds NVML's SM clock and GPU "
+        "processes and every other thread's CPU time and run-queue wait: about 1-3 ms of host "
+        "work between copies, so each small copy follows an idle GPU and reads slower) [light]",
+    )
+    m.add_argument(
+        "--reference",
+        action="store_true",
+        help="after the sweep, time each strategy and size with torch.utils.benchmark (copy + "
+        "synchronize, blocked_autorange, ~0.5 s a cell) in the same process; the medians go to "
+        "env.json under 'reference' beside the kit's",
+    )
+
+
+def check(a: argparse.Namespace) -> None:
+    """Refuse option pairs that cannot run together (``UsageError``)."""
+    if a.gpus is not None and a.reference:
+        raise UsageError("--reference times one GPU: leave out --gpus")
+
+
+def after_sweep(a: argparse.Namespace, df: Any, out: Any, spec: Any) -> None:
+    """With ``--reference``, and unless the sweep was stopped: the reference check."""
+    if a.reference and not df.attrs.get("stopped"):
+        from h2dlab.measure.reference import attach
+
+        attach(df, out, spec.device, seed=spec.seed)

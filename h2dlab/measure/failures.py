@@ -1,0 +1,43 @@
+"""Which failures of a timed copy a sweep may record and go on from (out of memory), and which
+leave the CUDA context unusable (a CUDA fault), so that the sweep must stop; and the
+``error`` column's text. ``h2dlab.measure.timing`` re-exports these names, where they were first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["CudaFault", "error_text", "is_cuda_fault", "is_oom"]
+
+
+class CudaFault(RuntimeError):
+    """A CUDA error after which every later copy would fail (the context is poisoned):
+    the run stops, keeping the rows measured so far."""
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` says memory ran out (host or device)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    msg = str(exc).lower()
+    return isinstance(exc, (RuntimeError, MemoryError)) and (
+        "out of memory" in msg or "can't allocate memory" in msg or isinstance(exc, MemoryError)
+    )
+
+
+def is_cuda_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` is a CUDA error other than out-of-memory (an illegal memory access,
+    a device-side assert, a launch failure, ...): after one, the context is unusable."""
+    if isinstance(exc, CudaFault):
+        return True
+    if not isinstance(exc, RuntimeError) or is_oom(exc):
+        return False
+    msg = str(exc)
+    return "CUDA error" in msg or "cudaError" in msg or "device-side assert" in msg
+
+
+def error_text(exc: BaseException) -> str:
+    """The ``error`` column's text for a failed copy: kind and first line, at most 300 characters."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    kind = "OOM" if is_oom(exc) else type(exc).__name__
+    return f"{kind}: {first}"[:300]

@@ -1,0 +1,329 @@
+"""Rows to disk as they are measured, a stop flag for signals, and ``--resume``.
+
+Rows are appended to ``<out>.partial.csv`` and flushed one by one, so an interrupt, a
+crash or an out-of-memory size loses nothing; at the end the partial file becomes the
+output (written, then renamed). The partial file belongs to one run (see ``partial``:
+created exclusively, never through a link, locked). A resumed run must have the same spec as the first
+(compared field by field) and the rows on disk must follow its plan.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from h2dlab.errors import UsageError
+from h2dlab.measure.census import census, census_seconds
+from h2dlab.measure.row_line import csv_line
+from h2dlab.measure.spec import differences
+from h2dlab.recording import datasets
+from h2dlab.recording.env import collect_env
+from h2dlab.recording.partial import claim, partial_path, reopen, replace_locked
+
+__all__ = [
+    "Recording",
+    "RowWriter",
+    "StopFlag",
+    "check_resume",
+    "existing_rows",
+    "partial_path",
+    "progress_bar",
+]
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM (or :meth:`request`); the harness stops after the copy in flight.
+
+    ``bool(flag)`` is True once a stop was asked for; ``signum`` says which signal.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def __bool__(self) -> bool:
+        return self.signum is not None
+
+    def request(self, signum: int = signal.SIGINT) -> None:
+        """Ask for a stop, as if ``signum`` had arrived (e.g. from a stop button)."""
+        if self.signum is None:
+            self.signum = int(signum)
+
+    @contextmanager
+    def installed(self) -> Iterator[StopFlag]:
+        """Within the block, SIGINT and SIGTERM set this flag (a second one raises
+        ``KeyboardInterrupt``). Outside the main thread signals cannot be caught: the
+        flag is then set only by :meth:`request`."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+        def handler(signum, frame):  # noqa: ARG001
+            if self.signum is not None:  # a second Ctrl-C: stop now
+                raise KeyboardInterrupt
+            self.signum = signum
+
+        for s in old:
+            signal.signal(s, handler)
+        try:
+            yield self
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+
+class RowWriter:
+    """Append rows to ``<out>.partial.csv``, flushed one by one; ``finish()`` turns the
+    partial file into ``out`` in its own format.
+
+    The partial file is this run's alone (see :mod:`h2dlab.recording.partial`): created exclusively
+    and locked for a new run (``force`` discards the rows of an unfinished one), reopened
+    and locked for a resume, whose rows (``resume_rows``) it already holds; a partial
+    file with an older header (schema version 1) is rewritten with today's before new
+    rows are appended to it.
+    """
+
+    def __init__(
+        self,
+        out: Path,
+        resume_rows: pd.DataFrame | None = None,
+        *,
+        fd: int | None = None,
+        force: bool = False,
+    ) -> None:
+        self.out = Path(out)
+        self.partial = partial_path(self.out)
+        self.columns = list(datasets.COLUMNS)
+        self.n = 0
+        header = ",".join(self.columns) + "\n"
+        if fd is None:  # a new run, or a resume of a finished table: a new partial file
+            fd = claim(self.out, force=force)
+            text = header + self._rows_text(resume_rows)
+            self.fh = open(fd, "w", newline="", closefd=True)
+            self.fh.write(text)
+        else:  # resume_rows were read from this very file
+            first = os.pread(fd, len(header.encode()) + 1, 0).decode(errors="replace")
+            if first.split("\n")[0] + "\n" != header:
+                fd = replace_locked(fd, self.out, header + self._rows_text(resume_rows))
+            self.fh = open(fd, "a", newline="", closefd=True)
+        self.n = 0 if resume_rows is None else len(resume_rows)
+        self.fh.flush()
+
+    def _rows_text(self, rows: pd.DataFrame | None) -> str:
+        if rows is None or not len(rows):
+            return ""
+        return rows.reindex(columns=self.columns).to_csv(index=False, header=False)
+
+    def _write(self, row: dict[str, Any]) -> None:
+        # One CSV line by hand: pandas' DataFrame(...).to_csv() of one row took about 1 ms,
+        # host work between two timed copies. ``csv_line`` writes what pandas would.
+        self.fh.write(csv_line([row.get(c) for c in self.columns]))
+        self.n += 1
+
+    def write(self, row: dict[str, Any]) -> None:
+        """Append one row and flush it."""
+        self._write(row)
+        self.fh.flush()
+
+    def close(self) -> None:
+        """Close the partial file, releasing the run's lock (idempotent)."""
+        if not self.fh.closed:
+            self.fh.close()
+
+    def finish(self, env: dict[str, Any]) -> pd.DataFrame:
+        """Write ``out`` (and its env.json) from the partial file, then remove the partial
+        file; the lock is held until then, so no other run can take the rows midway."""
+        self.fh.flush()
+        try:
+            df = datasets.read(self.partial) if self.n else datasets.empty_table()
+            datasets.save(df, self.out, env=env)
+            self.partial.unlink(missing_ok=True)
+            datasets.env_path(self.partial).unlink(missing_ok=True)
+        finally:
+            self.close()
+        return df
+
+
+def existing_rows(out: str | Path) -> tuple[pd.DataFrame | None, dict[str, Any] | None]:
+    """Rows already measured for ``out`` (partial file first) and its env, for a resume.
+
+    Raises ``UsageError`` when a table or env.json there cannot be read (cut short, empty,
+    not h2dlab's): such a run cannot be continued, only replaced."""
+    out = Path(out)
+    partial = partial_path(out)
+    try:
+        if partial.exists():
+            df = datasets.read(partial) if partial.stat().st_size else datasets.empty_table()
+            env = datasets.read_env(partial) or datasets.read_env(out)
+            return df, env
+        env = datasets.read_env(out)
+        if out.exists():
+            return datasets.read(out), env
+    except datasets.SchemaError as exc:
+        raise UsageError(f"cannot resume: {exc}; force a new run to replace it") from None
+    return None, env
+
+
+def check_resume(
+    done: pd.DataFrame,
+    planned: list[dict[str, Any]],
+    recorded_spec: dict[str, Any] | None = None,
+    spec: dict[str, Any] | None = None,
+) -> None:
+    """Refuse to resume a run whose spec or rows do not match this one.
+
+    Raises ``UsageError`` naming the fields that differ, or the first row off the plan.
+    """
+    if recorded_spec and spec is not None:
+        diff = differences(recorded_spec, spec)
+        if diff:
+            raise UsageError(
+                f"cannot resume: this run's spec differs from the first run's ({'; '.join(diff)}): "
+                "resume with the first run's spec, or force a new run to replace it"
+            )
+    if len(done) > len(planned):
+        raise UsageError(f"cannot resume: the file holds {len(done)} rows but the plan has {len(planned)}")
+    for rec, want in zip(done.to_dict("records"), planned, strict=False):
+        got = (rec["strategy"], int(rec["size_bytes"]), int(rec["rep"]), bool(rec["warmup"]))
+        if got != (want["strategy"], want["size_bytes"], want["rep"], want["warmup"]):
+            raise UsageError(
+                f"cannot resume: row {want['order']} on disk is {got}, not the planned "
+                f"{(want['strategy'], want['size_bytes'], want['rep'], want['warmup'])}: "
+                "resume with the first run's spec"
+            )
+
+
+def progress_bar(total: int, initial: int, desc: str, enabled: bool):
+    """A tqdm bar on stderr, or None when disabled or tqdm is missing."""
+    if not enabled:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, initial=initial, desc=desc, unit="copy", file=sys.stderr, dynamic_ncols=True)
+
+
+class Recording:
+    """One run's output bookkeeping, shared by sweep() and forum(): run id, rows, the
+    partial file, the env.json written at the start, resume.
+
+    Parameters
+    ----------
+    out
+        The table to write (None: rows kept in memory only).
+    spec
+        The run spec's dict (stored as ``env['spec']``, compared on resume).
+    planned
+        The planned rows.
+    resume
+        Continue the run already in ``out``.
+    argv
+        The command line recorded in env.json.
+    force
+        Start a new run even if ``out`` exists or an unfinished run left its partial
+        file (both are replaced). Without it they are kept and ``UsageError`` says so.
+        A partial file a live run is writing is never taken (``OutputBusy``).
+    """
+
+    def __init__(
+        self,
+        out: str | Path | None,
+        spec: dict[str, Any],
+        planned: list[dict[str, Any]],
+        resume: bool = False,
+        argv: list[str] | None = None,
+        force: bool = False,
+    ) -> None:
+        self.out = Path(out) if out is not None else None
+        self.spec, self.planned, self.argv = spec, planned, argv
+        self.rows: list[dict[str, Any]] = []
+        self.run_id = uuid.uuid4().hex[:12]
+        self.start_at = 0
+        self.t_offset = 0.0
+        done, fd = None, None
+        if resume:
+            if self.out is None:
+                raise UsageError("resuming needs the output file of the run to continue")
+            fd = reopen(self.out)  # locked; a torn last line cut
+            try:
+                done, env = existing_rows(self.out)
+                if done is None:
+                    raise UsageError(f"nothing to resume: {self.out} has not been started")
+                check_resume(done, planned, (env or {}).get("spec"), spec)
+            except BaseException:
+                if fd is not None:
+                    os.close(fd)
+                raise
+            if len(done):
+                self.run_id = str(done["run_id"].iloc[0])
+                self.t_offset = float(np.nanmax(done["t_s"].to_numpy(dtype=float), initial=0.0)) + 1.0
+            self.start_at = len(done)
+            self.rows = done.to_dict("records")
+        elif self.out is not None and (self.out.exists() or self.out.is_symlink()) and not force:
+            raise UsageError(
+                f"{self.out} exists and is kept: choose another output, or force a new run to replace it"
+            )
+        self.writer = None
+        if self.out is not None:
+            self.writer = RowWriter(self.out, done, fd=fd, force=force)
+            # The fingerprint of the run in progress lives beside its partial file (with
+            # this process's id, named by a second run that finds the output busy), so a
+            # run that fails early leaves the env.json of an existing table alone.
+            env = self._env(gpu=False)
+            env["pid"] = os.getpid()
+            datasets.write_env(env, datasets.env_path(self.writer.partial))
+        self.t0 = time.perf_counter()
+
+    def elapsed(self) -> float:
+        """Seconds since the run began (continuing the first part's clock on resume)."""
+        return self.t_offset + time.perf_counter() - self.t0
+
+    def _env(self, gpu: bool) -> dict[str, Any]:
+        env = collect_env(argv=self.argv, gpu=gpu)
+        env["spec"] = self.spec
+        env["run_id"] = self.run_id
+        env["planned_rows"] = len(self.planned)
+        return env
+
+    def write(self, row: dict[str, Any]) -> None:
+        """Stamp the run id on ``row``, keep it and flush it to the partial file."""
+        row["run_id"] = self.run_id
+        self.rows.append(row)
+        if self.writer is not None:
+            self.writer.write(row)
+
+    def finish(self, stop: StopFlag, gpu: bool) -> pd.DataFrame:
+        """The table of every row kept; ``out`` and its env.json written if there is an ``out``.
+
+        ``attrs``: ``env``, ``stopped`` (a stop was asked for), ``planned_rows``. A run on a
+        GPU that was not stopped spins a stall census first (``census.census``, about a
+        second, after its last copy), stored as ``env['stall_census']``.
+        """
+        # Measured before the fingerprint: collect_env's reads are not part of it.
+        stalls = census() if gpu and not stop and census_seconds() > 0 else None
+        env = self._env(gpu=gpu)
+        env["measured_rows"] = len(self.rows)
+        env["stopped_by_signal"] = stop.signum
+        if stalls is not None:
+            env["stall_census"] = stalls
+        if self.writer is not None:
+            df = self.writer.finish(env)
+        else:
+            df = datasets.validate(pd.DataFrame(self.rows) if self.rows else datasets.empty_table())
+        df = df.sort_values("order", kind="stable").reset_index(drop=True) if len(df) else df
+        df.attrs["env"] = env
+        df.attrs["stopped"] = bool(stop)
+        df.attrs["planned_rows"] = len(self.planned)
+        return df

@@ -1,0 +1,260 @@
+"""Running a recording: every experiment of its ``recording.json`` not yet done, each in
+a fresh process of the kit's own CLI (``python -m h2dlab ...`` with the plan's
+environment), with one progress bar over the estimated seconds.
+
+Each writes ``<folder>/<kind>/<run>.csv.gz`` and its env.json; ``recording.json`` is
+rewritten after every experiment (status, wall time, exit code) and ``record.log`` keeps
+what each printed. Ctrl-C or SIGTERM stops the experiment in flight after its copy in
+flight (its rows are kept in its partial file); :func:`record` then returns
+:data:`EXIT_INTERRUPTED`. ``h2dlab record`` (:mod:`h2dlab.cli.record`) starts it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from h2dlab.errors import UsageError
+from h2dlab.recording.folder import MANIFEST, experiment_problem, finished, write_manifest
+
+__all__ = ["CLI_MODULE", "EXIT_FAILED", "EXIT_INTERRUPTED", "options_of", "record"]
+
+EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
+#: The module each experiment runs as (``python -m``): the kit's command line.
+CLI_MODULE = "h2dlab.cli.main"
+
+
+#: The signals that stop a recording: Ctrl-C, SIGTERM, and SIGHUP (a closed terminal or
+#: ssh session), which is passed on as SIGTERM: the experiment runs in its own session, so
+#: no hang-up would reach it, and it keeps its rows on SIGTERM.
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+class _Stop:
+    """SIGINT/SIGTERM/SIGHUP: remember, and pass the signal on to the experiment in flight."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.proc: subprocess.Popen | None = None
+
+    def __call__(self, signum, frame) -> None:  # noqa: ARG002
+        first = self.signum is None
+        self.signum = signum
+        if self.proc is not None and self.proc.poll() is None:
+            # the first stop lets the child finish its copy in flight; a second one ends it now
+            passed = signal.SIGTERM if signum == getattr(signal, "SIGHUP", None) else signum
+            self.proc.send_signal(passed if first else signal.SIGINT)
+
+
+class _Progress:
+    """One bar over the estimated seconds (tqdm on a terminal, plain lines otherwise)."""
+
+    def __init__(self, total: float, n: int) -> None:
+        self.total, self.n, self.done, self.what = total, n, 0.0, ""
+        self.bar = None
+        if sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(
+                    total=round(total),
+                    unit="s",
+                    ncols=min(shutil.get_terminal_size((100, 20)).columns or 100, 120),
+                    bar_format="{percentage:3.0f}%|{bar}| {desc}",
+                )
+            except ImportError:
+                pass
+
+    def start(self, i: int, r: dict[str, Any]) -> None:
+        left = self.total - self.done
+        self.what = f"[{i}/{self.n}] {r['name']}"
+        if self.bar is not None:
+            self.bar.set_description_str(self.what)
+        else:
+            print(
+                f"[{i}/{self.n}] {r['name']} (est. {r['seconds']:.0f} s; about {left / 60:.1f} min left)",
+                flush=True,
+            )
+
+    def tick(self, elapsed: float, est: float) -> None:
+        if self.bar is not None:
+            at = self.done + min(elapsed, 0.98 * est)  # an experiment over its estimate waits at 98 %
+            left = max(self.total - at, 0)
+            self.bar.n = round(at)
+            self.bar.set_description_str(f"{self.what}, ~{int(left) // 60}:{int(left) % 60:02d} left (est.)")
+
+    def end(self, r: dict[str, Any], what: str) -> None:
+        self.done += r["seconds"]
+        if self.bar is not None:
+            self.bar.n = round(self.done)
+            self.bar.refresh()
+            if r["status"] != "done":
+                self.bar.write(f"{r['name']}: {what}")
+        else:
+            print(f"      {what}", flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def options_of(parser: argparse.ArgumentParser) -> Callable[[str], set[str]]:
+    """A function naming the option strings each subcommand of ``parser`` accepts (the CLI
+    hands its own parser down, so nothing here imports the CLI)."""
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+    def options(cmd: str) -> set[str]:
+        return set(subs.choices[cmd]._option_string_actions) if cmd in subs.choices else set()
+
+    return options
+
+
+def _child_command(r: dict[str, Any], folder: Path, options: Callable[[str], set[str]]) -> list[str]:
+    """The command line of run ``r`` into ``folder`` (its own ``--resume`` where it started);
+    ``options(cmd)``: the option strings the subcommand ``cmd`` accepts."""
+    out = folder / r["kind"] / f"{r['run']}.csv.gz"
+    cmd = [sys.executable, "-m", CLI_MODULE, *r["args"], "--out", str(out)]
+    opts = options(r["args"][0])
+    if "--no-progress" in opts:
+        cmd.append("--no-progress")
+    started = out.exists() or Path(f"{out}.partial.csv").exists()
+    if "--resume" in opts and "--gpus" not in r["args"] and started:
+        cmd.append("--resume")  # the run's own resume continues its rows exactly
+    elif started and "--force" in opts:
+        cmd.append("--force")  # an unfinished run that cannot resume starts again (never unasked)
+    return cmd
+
+
+def _tail(log: Path, n: int = 3) -> str:
+    try:
+        lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    starts = [i for i, x in enumerate(lines) if x.startswith("== ")]  # this attempt's lines only
+    lines = lines[starts[-1] + 1 :] if starts else lines
+    return " | ".join(lines[-n:])
+
+
+def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[str]]) -> int:
+    """Run every experiment of ``manifest`` not yet done; keep recording.json current.
+
+    Parameters
+    ----------
+    folder
+        The recording folder (``recording.json`` is there).
+    manifest
+        Its recording.json as a dict; each experiment's ``status``, ``wall_s`` and ``rc``
+        are filled in as it ends, and the file rewritten.
+    options
+        The option strings a subcommand of the kit's CLI accepts (:func:`options_of` of
+        its parser), to add ``--no-progress``, ``--resume`` or ``--force`` where they exist.
+
+    Returns
+    -------
+    int
+        0 all recorded, :data:`EXIT_FAILED` an experiment failed (the others still ran),
+        :data:`EXIT_INTERRUPTED` stopped by SIGINT/SIGTERM (resume with ``--resume``).
+    """
+    import h2dlab
+    from h2dlab.recording.tableio import read_env
+
+    runs = manifest["experiments"]
+    for r in runs:  # what recording.json says is run: only the plan's commands and settings
+        why = experiment_problem(r)
+        if why:
+            raise UsageError(
+                f"{folder / MANIFEST}: experiment {r.get('name', '?')!r}: {why}: nothing was run"
+            )
+    todo = [r for r in runs if r["status"] != "done"]
+    kit = str(Path(h2dlab.__file__).resolve().parent.parent)  # the children import this very kit
+    base_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [kit, os.environ.get("PYTHONPATH")])),
+    }
+    base_env.pop("PYTORCH_CUDA_ALLOC_CONF", None)  # the plan says where it applies; none inherited
+    log = folder / "record.log"
+    stop = _Stop()
+    old = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    bar = _Progress(sum(r["seconds"] for r in todo), len(todo))
+    t_all = time.time()
+    try:
+        for i, r in enumerate(todo, 1):
+            if stop.signum is not None:
+                break
+            out = folder / r["kind"] / f"{r['run']}.csv.gz"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            bar.start(i, r)
+            t0 = time.time()
+            if finished(out):  # finished before the recorder could note it
+                rc = 0
+            else:
+                cmd = _child_command(r, folder, options)
+                with open(log, "a") as fh:
+                    fh.write(
+                        f"\n== {r['name']} {time.strftime('%Y-%m-%dT%H:%M:%S')}: {shlex.join(cmd[3:])}\n"
+                    )
+                    fh.flush()
+                    stop.proc = subprocess.Popen(
+                        cmd,
+                        stdout=fh,
+                        stderr=subprocess.STDOUT,
+                        env={**base_env, **r["env"]},
+                        start_new_session=True,
+                    )
+                    while stop.proc.poll() is None:
+                        time.sleep(0.25)
+                        bar.tick(time.time() - t0, r["seconds"])
+                    rc = stop.proc.returncode
+                    stop.proc = None
+            r["wall_s"], r["rc"] = round(time.time() - t0, 1), rc
+            if rc == 0 and finished(out):
+                r["status"] = "done"
+                if manifest.get("device") != "cpu":  # as torch names it (what live mode compares)
+                    manifest["gpu_name"] = (read_env(out) or {}).get("gpu_name") or manifest.get("gpu_name")
+            elif stop.signum is not None or rc in (EXIT_INTERRUPTED, -signal.SIGINT, -signal.SIGTERM):
+                r["status"] = "interrupted"
+                stop.signum = stop.signum or signal.SIGINT
+            else:
+                r["status"] = "failed"
+            manifest["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+            manifest["status"] = "complete" if all(x["status"] == "done" for x in runs) else "incomplete"
+            write_manifest(folder, manifest)
+            bar.end(
+                r,
+                f"done in {r['wall_s']:.0f} s"
+                if r["status"] == "done"
+                else f"{r['status'].upper()} (exit {rc}): {_tail(log)}",
+            )
+    finally:
+        bar.close()
+        for s, h in old.items():
+            signal.signal(s, h)
+    failed = [r["name"] for r in runs if r["status"] == "failed"]
+    done = sum(r["status"] == "done" for r in runs)
+    took = time.time() - t_all
+    if stop.signum is not None:
+        print(
+            f"h2dlab: interrupted: {done} of {len(runs)} experiments recorded in {folder}; "
+            f"finish with: h2dlab record --resume {shlex.quote(str(folder))}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    print(f"recorded {done} of {len(runs)} experiments into {folder} in {took:.0f} s", file=sys.stderr)
+    if failed:
+        print(
+            f"h2dlab: error: failed: {', '.join(failed)} (see {log}); retry them with: "
+            f"h2dlab record --resume {shlex.quote(str(folder))}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    return 0

@@ -1,0 +1,3 @@
+"""Showing: the figures (they draw what findings/ computed), the rendered report, the
+Excel workbook and the interactive explorer.
+"""

@@ -1,0 +1,308 @@
+"""The house style every figure shares: strategy and cause colours, constrained-layout
+axes, the log-2 size axis, legends outside the data, labels that do not collide
+(:func:`place_labels`), labelled reference lines, and the provenance footnote (dataset,
+GPU, date). :mod:`h2dlab.show.plots` and the ``plots_*`` figure modules draw with these;
+``plots`` re-exports them. Reads tables, never measures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.text import Annotation
+from matplotlib.ticker import FuncFormatter
+
+from h2dlab.explain import model
+from h2dlab.recording import datasets
+from h2dlab.recording.env import PCIE_X16_GBPS, describe
+
+__all__ = [
+    "CAUSE_COLORS", "PALETTE", "SHORT_CAUSE", "axes_or_new", "footnote", "hline_label", "legend_outside",
+    "palette_for", "pcie_limit_gbps", "place_labels", "pow2_boundaries", "provenance", "size_axis",
+    "size_label", "subplots", "timed_rows",
+]  # fmt: skip
+
+PALETTE = {
+    "pageable": "#d62728", "pageable_non_blocking": "#ff9896", "pin_then_copy": "#9467bd",
+    "pin_then_copy_register": "#c5b0d5", "pinned_reuse": "#2ca02c", "host_register": "#8c564b",
+    "staged": "#1f77b4", "tensordict": "#17becf", "pin_memory": "#9467bd", "pinned_to_cuda": "#2ca02c",
+    "direct_to_cuda": "#d62728",
+}  # fmt: skip
+#: Colours for names PALETTE lacks (batch methods, benchmark ways), in turn.
+SPARE = ("#ff7f0e", "#7f7f7f", "#bcbd22", "#e377c2", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#333333")
+CAUSE_COLORS = {
+    "context_init": "#000000", "host_alloc_growth": "#9467bd", "device_alloc": "#ff7f0e",
+    "episode": "#17becf", "host_parallel": "#bcbd22", "host_crowded": "#dbdb8d", "host_stall": "#e377c2",
+    "unexplained": "#7f7f7f",
+}  # fmt: skip
+SHORT_CAUSE = {
+    "context_init": "context start-up", "host_alloc_growth": "new pinned block",
+    "device_alloc": "cudaMalloc after empty_cache", "episode": "episode",
+    "host_parallel": "host copy beside busy workers", "host_crowded": "crowded off its CPU by workers",
+    "host_stall": "a stall the size of the census's", "unexplained": "unexplained",
+}  # fmt: skip
+
+
+def subplots(nrows: int = 1, ncols: int = 1, **kw):
+    """``plt.subplots`` with constrained layout, so outside legends and footnotes fit.
+
+    Parameters
+    ----------
+    nrows, ncols
+        The grid of axes.
+    **kw
+        Passed to ``plt.subplots`` (``figsize`` defaults to 8.5 x 4.6 inches per axes).
+
+    Returns
+    -------
+    tuple
+        ``(figure, axes)`` as ``plt.subplots`` returns them.
+    """
+    kw.setdefault("figsize", (8.5 * ncols, 4.6 * nrows))
+    return plt.subplots(nrows, ncols, layout="constrained", **kw)
+
+
+def axes_or_new(ax):
+    """``ax``, or the axes of a new constrained-layout figure when it is None.
+
+    Parameters
+    ----------
+    ax
+        A matplotlib Axes, or None.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The axes to draw on.
+    """
+    return subplots()[1] if ax is None else ax
+
+
+def size_label(n: float, _pos=None) -> str:
+    """A size for an axis or a label: ``1048576`` -> ``'1 MiB'``, ``1536`` -> ``'1.5 KiB'``.
+
+    Parameters
+    ----------
+    n
+        A number of bytes.
+    _pos
+        The tick position matplotlib's ``FuncFormatter`` passes (unused).
+
+    Returns
+    -------
+    str
+        The size in B, KiB, MiB or GiB.
+    """
+    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= div:
+            v = n / div
+            return f"{v:g} {unit}" if v >= 1 else f"{v:.2g} {unit}"
+    return f"{n:g} B"
+
+
+def size_axis(ax) -> None:
+    """Log-2 size axis labelled in KiB/MiB/GiB."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(size_label))
+    ax.set_xlabel("payload size")
+
+
+def provenance(df: pd.DataFrame, name: str | None = None) -> str:
+    """'dataset X · GPU · date' for a table loaded by datasets.load() or measured live.
+
+    Parameters
+    ----------
+    df
+        The table drawn (its ``attrs`` name the dataset and hold its env.json).
+    name
+        The name to show instead of the dataset's.
+
+    Returns
+    -------
+    str
+        ``'data: <name> · <machine>'`` (``'no fingerprint'`` without an env.json).
+    """
+    name = name or df.attrs.get("dataset") or "live run"
+    env = datasets.run_env(df)
+    return f"data: {name} · {describe(env) if env else 'no fingerprint'}"
+
+
+def footnote(ax, df: pd.DataFrame | None, name: str | None = None, extra: str = "", text: str | None = None):
+    """Write the provenance under the axes (idempotent per axes).
+
+    Parameters
+    ----------
+    ax
+        The axes to write under.
+    df, name
+        The table and its name, for :func:`provenance`.
+    extra
+        Appended after ``' · '`` (e.g. what a line style means).
+    text
+        The whole footnote, instead of the provenance.
+    """
+    text = text if text is not None else provenance(df, name) + (f" · {extra}" if extra else "")
+    for t in list(ax.texts):
+        if getattr(t, "_h2dlab_footnote", False):
+            t.remove()
+    t = ax.text(0.0, -0.16, text, transform=ax.transAxes, fontsize=7, color="#555555", va="top", wrap=True)
+    t._h2dlab_footnote = True
+
+
+def legend_outside(ax, title: str | None = None) -> None:
+    """Move the axes' legend to the right of the data.
+
+    Parameters
+    ----------
+    ax
+        The axes whose legend moves (nothing happens when it has no labelled artist).
+    title
+        The legend's title.
+    """
+    h, lab = ax.get_legend_handles_labels()
+    if not h:
+        return
+    ax.legend(h, lab, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title=title, title_fontsize=7,
+              frameon=False)  # fmt: skip
+
+
+def _boxes_ok(r, fig, boxes, bb) -> bool:
+    inside = bb.x0 >= fig.bbox.x0 and bb.y0 >= fig.bbox.y0 and bb.x1 <= fig.bbox.x1 and bb.y1 <= fig.bbox.y1
+    return inside and not any(bb.overlaps(b) for b in boxes)
+
+
+def place_labels(ax) -> int:
+    """Move this axes' annotations (offset-point labels) so that no two text boxes overlap
+    and none leaves the figure; a label with no free spot is hidden.
+
+    Parameters
+    ----------
+    ax
+        The axes whose annotations move (its other texts and title stay where they are).
+
+    Returns
+    -------
+    int
+        How many labels were hidden.
+    """
+    fig = ax.figure
+    fig.canvas.draw()  # apply the layout first: positions are final after this
+    r = fig.canvas.get_renderer()
+    movable = [
+        t
+        for t in ax.texts
+        if isinstance(t, Annotation) and t.get_visible() and t.anncoords == "offset points"
+    ]
+    texts = [*ax.texts, ax.title]  # the title too: a label must not sit on it
+    fixed = [t for t in texts if t.get_visible() and t.get_text() and t not in movable]
+    boxes = [t.get_window_extent(r) for t in fixed]
+    hidden = 0
+    for t in movable:
+        x0, y0 = t.xyann
+        cands = [(x0, y0)] + [
+            (dx, dy) for dy in (14, -24, 34, -44, 54, -64, 74, -84, 94) for dx in (8, -60, -120, 40)
+        ]
+        for xy in cands:
+            t.xyann = xy
+            bb = t.get_window_extent(r).padded(1)
+            if _boxes_ok(r, fig, boxes, bb):
+                boxes.append(bb)
+                break
+        else:
+            t.set_visible(False)
+            hidden += 1
+    return hidden
+
+
+def timed_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Timed rows (``model.timed``) with ``ms`` (events, else host clock) and ``gbps``.
+
+    Parameters
+    ----------
+    df
+        A measurement table.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Its timed rows with ``ms`` and ``gbps`` (GB/s = 1e9 bytes/s) added.
+    """
+    t = model.timed(df)
+    return t.assign(ms=model.value_ms(t), gbps=t.size_bytes / model.value_ms(t) / 1e6)
+
+
+def palette_for(names) -> dict:
+    """Colours for these strategy names; names without one of :data:`PALETTE` get the next
+    of :data:`SPARE` (tableau colours it does not use), so no two of them share a colour.
+
+    Parameters
+    ----------
+    names
+        Strategy names.
+
+    Returns
+    -------
+    dict
+        Name -> colour, for seaborn's ``palette``.
+    """
+    names = list(dict.fromkeys(names))
+    spare = itertools.cycle([c for c in SPARE if c not in {PALETTE.get(s) for s in names}] or SPARE)
+    return {s: PALETTE[s] if s in PALETTE else next(spare) for s in names}
+
+
+def pcie_limit_gbps(env: dict) -> float | None:
+    """The PCIe link's bandwidth on paper (GB/s) from a run's env.json.
+
+    Parameters
+    ----------
+    env
+        The run's env.json dict (``pcie_gen_max``, ``pcie_width_max``).
+
+    Returns
+    -------
+    float or None
+        GB/s for that generation and width, or None when either is unknown.
+    """
+    gen, width = env.get("pcie_gen_max"), env.get("pcie_width_max")
+    if gen in PCIE_X16_GBPS and width:
+        return PCIE_X16_GBPS[gen] * width / 16
+    return None
+
+
+def hline_label(ax, y: float, text: str, color: str, ls: str) -> None:
+    """A horizontal line at ``y`` with its label just above it (moved by place_labels).
+
+    Parameters
+    ----------
+    ax
+        The axes to draw on.
+    y
+        Where the line goes, in data units.
+    text, color, ls
+        The label, the colour of both, the line style.
+    """
+    ax.axhline(y, color=color, lw=1, ls=ls)
+    ax.annotate(text, (0.01, y), xycoords=("axes fraction", "data"), xytext=(0, 3), textcoords="offset points",
+                fontsize=7, color=color)  # fmt: skip
+
+
+def pow2_boundaries(ax, lo: float, hi: float, *, label=True) -> None:
+    """Vertical lines where a size crosses a power of two (a new pinned block size).
+
+    Parameters
+    ----------
+    ax
+        The axes to draw on (its x axis holds sizes in bytes).
+    lo, hi
+        The sizes between which to draw.
+    label
+        Write each power's size beside its line.
+    """
+    for k in range(math.ceil(math.log2(lo)), math.floor(math.log2(hi)) + 1):
+        ax.axvline(2**k, color="#9467bd", lw=0.7, ls=":", alpha=0.7)
+        if label:
+            ax.text(2**k, 1.0, f" {size_label(2**k)}", transform=ax.get_xaxis_transform(), fontsize=6,
+                    color="#9467bd", rotation=90, va="top", ha="left")  # fmt: skip
