@@ -111,7 +111,7 @@ if sweep is not None and cold is not None:
 # TensorDict's multithreaded pinning and reused pinned buffers, in one process, with a
 # multithreaded host `memcpy` from pageable into pinned memory measured alone, and the bounds
 # of a staged copy: the host copy and the pinned DMA, each alone and each while the other runs.
-# Two runs are bundled, both on H200 machines: one on the lent 16-core H200 machine of the
+# Two runs are bundled, both on H200 machines: one on the lent H200 machine of the
 # bundled recording, shown here (the figure's footnote gives its date; `data/README.md` the VM
 # builds), and one on a host with twice its cores (`h200x2`; `benchmarks/README.md` has both).
 

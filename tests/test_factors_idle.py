@@ -204,21 +204,27 @@ def test_each_pauses_gap_since_the_previous_copy_synthetic():
 
 
 def test_a_pause_after_which_every_cell_ran_faster_is_named_as_the_spread():
-    """data/h200's idle runs: after 1 ms every cell ran faster than after 0 ms (reader, session
-    29), which says how far processes differ; the 0 ms copies' own slow share is quoted too."""
+    """data/h200's idle runs: where after 1 ms every cell ran faster than after 0 ms (reader,
+    session 29; the recording at b95e09d), the verdict says how far processes differ; where not
+    (the one at 66f20f2: after 1 ms some cells ran slower), it does not say so. The 0 ms copies'
+    own slow share is quoted either way."""
     from h2dlab import sources
 
     f = factors.idle_wake(sources.load("h200:idle"))
     c = f["cells"]
     one = c[c.pause_ms == 1.0]["ratio"]
-    assert (one < 1).all()
-    assert (
-        f"after 1 ms every cell ran faster than after 0 ms ({one.min():.2f}x to {one.max():.2f}x)"
-        in f.verdict
-    )
-    longest = (c[c.pause_ms == c.pause_ms.max()]["ratio"] - 1).abs()
-    assert (longest <= 1 - one.min()).any() and "as large as some of the longest pause's effects" in f.verdict
+    said = f"after 1 ms every cell ran faster than after 0 ms ({one.min():.2f}x to {one.max():.2f}x)"
+    assert (said in f.verdict) == bool((one < 1).all())
+    if (one < 1).all():
+        longest = (c[c.pause_ms == c.pause_ms.max()]["ratio"] - 1).abs()
+        assert (
+            longest <= 1 - one.min()
+        ).any() and "as large as some of the longest pause's effects" in f.verdict
+    else:
+        assert "every cell ran faster" not in f.verdict
     small = c[(c.strategy == "pageable") & (c.size_bytes == 4096)].set_index("pause_ms")["slow_share"]
     shares = ", ".join(f"{x:.0%}" for x in small)
     assert f"(copies at least 1.5x the median after 0 ms: {shares})" in f.verdict
-    assert "added 28 µs to a 224 µs median (1.13x)" in f.verdict
+    big = c[(c.strategy == "pageable") & (c.size_bytes == c.size_bytes.max())].set_index("pause_ms")
+    ratio = big["median_ms"].iloc[-1] / big["median_ms"].iloc[0]
+    assert "at 1 MiB the longest pause added" in f.verdict and f"median ({ratio:.2f}x)" in f.verdict
