@@ -106,15 +106,13 @@ if sweep is not None and cold is not None:
 # ## 4 · The staged copy against PyTorch's own ways, in one run
 #
 # *Does staging through a pinned ring beat what PyTorch offers, and what bounds it?*
-# `benchmarks/bench_transfer.py` timed `to_device` beside `x.to("cuda")`, pin-then-copy (also
-# with `pinned_use_cuda_host_register`), TensorDict's multithreaded pinning and reused pinned
-# buffers, in one process, with a multithreaded host `memcpy` from pageable into pinned memory
-# measured alone, and the bounds of a staged copy: the host copy and the pinned DMA, each alone
-# and each while the other runs. Two runs are bundled, both on H200 machines: one on the
-# same model of lent H200 machine as the recording, shown here, made on an earlier VM
-# build than this recording (the figure's footnote gives its date; `data/README.md` the VM
-# builds), and one on
-# a host with twice its cores (`h200x2`; `benchmarks/README.md` has both).
+# `benchmarks/bench_transfer.py` timed `to_device` beside `x.to("cuda")`, pin-then-copy,
+# TensorDict's multithreaded pinning and reused pinned buffers, in one process, with a
+# multithreaded host `memcpy` from pageable into pinned memory measured alone, and the bounds
+# of a staged copy: the host copy and the pinned DMA, each alone and each while the other runs.
+# Two runs are bundled, both on H200 machines: one on the lent H200 machine of the
+# bundled recording, shown here (the figure's footnote gives its date; `data/README.md` the VM
+# builds), and one on a host with twice its cores (`h200x2`; `benchmarks/README.md` has both).
 
 # %% tags=["hide-input"]
 bench = datasets.load_benchmark("h200")

@@ -70,10 +70,8 @@ rec.banner()
 #
 # *How many copies were slow, and which cause does each get?* Flagged copies per table,
 # strategy and cause (the A100 table is the forum's; the others are this recording's `forum`,
-# `sweep` and `allocator` tables, with the runs an earlier plan made that it keeps, such as
-# `sweep/pow2` and `allocator/pin-register-warm` in the bundled one, recorded days earlier on
-# another VM build with an older table schema: `data/README.md` gives each one's date, build and
-# schema. Its other kinds have flagged copies too: `h2dlab explain h200:batch`, `h200:d2h`,
+# `sweep` and `allocator` tables: `data/README.md` gives each run's date, build and schema).
+# Its other kinds have flagged copies too: `h2dlab explain h200:batch`, `h200:d2h`,
 # `h200:idle`):
 
 # %% tags=["hide-input"]

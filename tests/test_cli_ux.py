@@ -296,18 +296,23 @@ def _main(capsys, *argv):
 
 
 def test_a_kind_of_the_bundled_recording_is_a_run_name(capsys):
-    """h200:sweep is data/h200/sweep (the recording the notebooks read), h200:sweep:pow2 one run
+    """h200:sweep is data/h200/sweep (the recording the notebooks read), h200:sweep:pow2-interleaved one run
     of it; the labels are names the command takes back."""
     rc, out, err = _main(capsys, "compare", "h200:sweep", "--strategies", "pageable", "--json")
     assert rc == 0, err
     runs = {c["run"] for c in json.loads(out)}
-    assert runs == {f"h200:sweep:{r}" for r in ("pow2", "pow2-interleaved", "forum-sizes")}
-    rc, out, err = _main(capsys, "compare", "h200:sweep:pow2", "--sizes", "1MiB", "--json")
+    assert runs == {f"h200:sweep:{r}" for r in ("pow2-interleaved", "forum-sizes")}  # sweep/pow2 retired
+    rc, out, err = _main(capsys, "compare", "h200:sweep:pow2-interleaved", "--sizes", "1MiB", "--json")
     cells = json.loads(out)
-    assert rc == 0 and {c["run"] for c in cells} == {"h200:sweep:pow2"}
+    assert rc == 0 and {c["run"] for c in cells} == {"h200:sweep:pow2-interleaved"}
     # the same numbers as the table's own path gives
     rc, out2, _ = _main(
-        capsys, "compare", str(datasets.DATA_DIR / "h200/sweep/pow2.csv.gz"), "--sizes", "1MiB", "--json"
+        capsys,
+        "compare",
+        str(datasets.DATA_DIR / "h200/sweep/pow2-interleaved.csv.gz"),
+        "--sizes",
+        "1MiB",
+        "--json",
     )
     assert [c["median_ms"] for c in json.loads(out2)] == [c["median_ms"] for c in cells]
     rc, out, err = _main(capsys, "explain", "h200:d2h", "--json")
@@ -431,6 +436,6 @@ def test_a_recording_named_like_the_bundled_one_in_the_current_folder(capsys, mo
     """In data/ (where the folder h200 is), h200:sweep:pow2 fell through to DATASET:RUN and
     said "h200 is a recording"; the folder there is read as the recording it is."""
     monkeypatch.chdir(datasets.DATA_DIR)
-    rc, out, err = _main(capsys, "compare", "h200:sweep:pow2", "--sizes", "1GiB", "--json")
+    rc, out, err = _main(capsys, "compare", "h200:sweep:pow2-interleaved", "--sizes", "1GiB", "--json")
     assert rc == 0, err
-    assert {c["run"] for c in json.loads(out)} == {"h200:sweep:pow2"}
+    assert {c["run"] for c in json.loads(out)} == {"h200:sweep:pow2-interleaved"}

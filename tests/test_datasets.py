@@ -118,8 +118,8 @@ def test_bundled_runs_find_their_old_style_env_json():
         if p.is_dir() and p.name not in ("h200", "h200_omp", "h200_survey")
     ]
     assert v1 and not [f for p in v1 for f in p.rglob("*.csv.gz.env.json")]
-    # plan 3's 19 runs and the two retired runs' tables (record_plan.RETIRED) kept beside them
-    assert len(list((datasets.DATA_DIR / "h200").rglob("*.csv.gz.env.json"))) == 19 + 2
+    # plan 4's 21 runs (the retired runs' tables, record_plan.RETIRED, are gone)
+    assert len(list((datasets.DATA_DIR / "h200").rglob("*.csv.gz.env.json"))) == 21
 
 
 @pytest.mark.parametrize("name", ["", " ", "\t\n", ".", "./", "..", "../..", "./.."])

@@ -29,7 +29,7 @@ def _truth() -> pd.DataFrame:
     if not TABLE.is_file():
         pytest.skip(f"no {TABLE}: run data/traces/record_traces.py --out {FOLDER} first")
     t = pd.read_csv(TABLE)
-    t["error"] = t["error"].fillna("").astype(str)
+    t["error"] = t["error"].astype(object).fillna("").astype(str)
     return t[t["error"] == ""].reset_index(drop=True)
 
 
@@ -44,7 +44,58 @@ def _names():
     return list(pd.read_csv(TABLE)["workload"]) if TABLE.is_file() else ["none"]
 
 
-@pytest.mark.parametrize("name", _names())
+#: Where the step grows by less than the copy takes on the GPU: the GPU runs the step's matrix
+#: products faster after a copy that runs alone on the compute stream than back to back (its
+#: clocks, not the profiler), so step_ms - resident_ms is less than the copy's own time, which
+#: is what the doctor reads off the trace. test_clock_speed_up_explains_the_serial_pinned_copy
+#: checks this on the bundled traces. Only the bundled folder (H2DLAB_TRACES unset).
+CLOCK_SPEED_UP = {"batch_pinned_once"} if "H2DLAB_TRACES" not in os.environ else set()
+
+
+def _exposed_cases():
+    return [
+        pytest.param(
+            n,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="the GPU runs the matrix products faster after this serial copy than in the "
+                "resident step, so the step grows by less than the copy's GPU time the trace shows "
+                "(test_clock_speed_up_explains_the_serial_pinned_copy)",
+            ),
+        )
+        if n in CLOCK_SPEED_UP
+        else n
+        for n in _names()
+    ]
+
+
+def _products(dx, name: str) -> tuple[float, float]:
+    """Median duration (us) of the traced steps' long kernels (the matrix products), and how
+    many there are per step."""
+    g = dx[name].analysis.gpu
+    k = g[(g["cat"] == "kernel") & (g["end"] - g["ts"] > 50)]
+    return float((k["end"] - k["ts"]).median()), len(k) / dx[name].steps
+
+
+def test_clock_speed_up_explains_the_serial_pinned_copy(results):
+    """batch_pinned_once's step grows by less than its copy takes (the xfail above): its traced
+    matrix products run faster than batch_prefetch's, whose copy overlaps them and whose step
+    measured the same as the resident one; the doctor's figure less that speed-up is within the
+    bound."""
+    if not CLOCK_SPEED_UP:
+        pytest.skip("only for the bundled traces")
+    t, dx = results
+    truth = t.set_index("workload")["exposed_ms"]
+    (prefetch, _), (serial, products) = _products(dx, "batch_prefetch"), _products(dx, "batch_pinned_once")
+    assert abs(float(truth["batch_prefetch"])) <= TIE_MS  # the overlapped step is the resident one
+    speed_up_ms = (prefetch - serial) * products / 1e3
+    assert speed_up_ms > 0.25, (prefetch, serial, products)
+    got = dx["batch_pinned_once"].exposed_copy_ms_per_step
+    want = float(truth["batch_pinned_once"])
+    assert abs(got - speed_up_ms - want) <= max(0.5, 0.25 * abs(want)) < abs(got - want)
+
+
+@pytest.mark.parametrize("name", _exposed_cases())
 def test_exposed_copy_time_agrees_with_the_step_time_measured_without_the_profiler(results, name):
     t, dx = results
     row = t[t["workload"] == name]

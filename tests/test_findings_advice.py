@@ -460,4 +460,7 @@ def test_staged_bounds_says_what_its_lower_bound_is_before_a_copy_falls_under_it
     assert "the lower bound the slower of the two while the other runs" in head
     assert "so below it is a shortfall" in head
     g = advice.host_copy_ceiling(datasets.load_benchmark("h200"))
-    assert "`pinned_reuse`'s peak in the same run" in g.verdict or "below the pinned DMA" in g.verdict
+    if g.values["beaten_at"]:  # the 2026-12-03 run: to_device beat the host copy alone at 4 GiB
+        assert "a host copy measured once and alone is no ceiling" in g.verdict
+    else:
+        assert "`pinned_reuse`'s peak in the same run" in g.verdict or "below the pinned DMA" in g.verdict

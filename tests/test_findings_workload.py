@@ -51,6 +51,27 @@ def test_the_answer_names_the_two_settings_and_computes_its_figures():
     assert "11 products of 1024 x 1024" in f.values["footer"]
 
 
+def test_the_answer_does_not_recommend_a_pinned_loader_that_did_not_pay():
+    # as in the 2026-12-03 H200 recording: the pinned loader's steps slower than the plain loader's
+    ms = {**SYNTHETIC_MS, "loader_pinned": SYNTHETIC_MS["loader_pageable"] + 2.0}
+    f = fw.decision(synthetic_workload(ms))
+    t = f.table.set_index("way")
+    assert not t.loc["loader_pinned", "pays"]
+    a = f.values["answer"]
+    best = t[t["pays"]]["times"].idxmax()
+    assert a.startswith(
+        f"Pin once and copy without blocking: {t.loc[best, 'code']} (`recipe_{t.loc[best, 'recipe']}.py`)"
+    )
+    assert f"{t.loc[best, 'times']:.2f}× faster steps than {t.loc[best, 'against_code']} here" in a
+    assert (
+        "`DataLoader(pin_memory=True)` with `.to(device, non_blocking=True)` did not pay in this recording."
+        in a
+    )
+    for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z`])", a):
+        assert len(sentence.split()) <= 40, sentence
+    assert "did not pay" not in fw.decision(synthetic_workload()).values["answer"]
+
+
 def test_a_recipe_within_the_noise_is_said_not_to_pay():
     ms = {**SYNTHETIC_MS, "results_pinned": SYNTHETIC_MS["results_cpu"]}
     f = fw.decision(synthetic_workload(ms))

@@ -140,6 +140,11 @@ def expected():
             f"{small.loc[p[-1], 'slow_share']:.0%} of copies at least {factors_idle.SLOW_RATIO:g}x",
             f"after {p[1]:g} to {p[-2]:g} ms pauses {between.min():.2f}x to {between.max():.2f}x",
         ]
+        after = small.loc[p[1:], "ratio"]
+        if (after > 1).all() and after.is_monotonic_increasing:  # the words beside the figures
+            rows["a small copy after a spell without copies"].append(
+                "in this recording slower after every pause, the more the longer the pause"
+            )
     omp = factors.openmp_wait(datasets.load("h200_omp")).values
     d, p = omp["default"], omp["passive"]
     rows["slow copies no cause fits, and PyTorch's waiting threads"] = [
@@ -168,3 +173,23 @@ def test_readme_found_table_has_no_unchecked_number(expected):
         checked = " ".join(expected[label])
         numbers = re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])", cell)
         assert all(n in checked for n in numbers), f"README row {label!r}: a number no test checks: {cell!r}"
+
+
+def test_readme_compares_with_nvbandwidth_as_the_data_allows():
+    """The sentence after the table quotes nvbandwidth's pinned figures (not recorded by the kit)
+    and says which of the kit's agree: one way each within 3 %; both at once, agreeing or not."""
+    text = " ".join(README.read_text().split())
+    m = re.search(
+        r"reads ([\d.]+) GB/s host→device and ([\d.]+) device→host .*?and ([\d.]+) \+ ([\d.]+) GB/s", text
+    )
+    h2d, d2h, both = float(m[1]), float(m[2]), float(m[3]) + float(m[4])
+    rec = session.recording("h200", mode="replay", environ={})
+    a = advice.advice(rec.table("sweep", "pow2-interleaved"), 2**30).set_index("way")
+    back = findings_transfer.direction_bandwidth(rec.table("d2h", "d2h"))
+    assert abs(a.loc["pinned_reuse", "gbps"] / h2d - 1) <= 0.03 and abs(back["d2h_gbps"] / d2h - 1) <= 0.03
+    assert "the kit's one-way pinned figures above agree with it" in text
+    together = findings_transfer.duplex_summary(rec.table("bidir"))["aggregate_gbps"]
+    agrees = abs(together / both - 1) <= 0.03
+    assert ("its figure for both directions at once falls short of it" in text) == (
+        together < both and not agrees
+    )

@@ -88,5 +88,8 @@ def test_new_kinds_of_the_h200_recording_load_by_name():
     assert set(bidir.direction) == {"h2d", "d2h"} and set(bidir.strategy) == {"alone", "duplex"}
     assert set(batch.n_tensors) == {1, 16, 64, 256, 1024} and batch.attrs["run_names"]
     assert sorted(set(batch.attrs["run_names"].values())) == ["equal", "mixed"]
-    # the evidence columns of schema 2 were recorded on every CUDA row
-    assert d2h.minflt.notna().all() and d2h.cpu_ms.notna().all() and (d2h.sm_clock_mhz > 0).all()
+    # the evidence columns of schema 2 were recorded on every CUDA row; since schema 6 measure's
+    # light loop (d2h is a measure run) leaves the SM clock empty, duplex and batch still read it
+    assert d2h.minflt.notna().all() and d2h.cpu_ms.notna().all()
+    assert d2h.attrs["env"]["schema_version"] < 6 or d2h.sm_clock_mhz.isna().all()
+    assert (bidir.sm_clock_mhz > 0).all() and (batch.sm_clock_mhz > 0).all()

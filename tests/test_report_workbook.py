@@ -26,8 +26,9 @@ def test_readme_first_says_sheets_units_machine_and_commands(book):
     rows = {r[0]: r[1] for r in book["README"].iter_rows(min_row=2, values_only=True) if r[0]}
     assert "NVIDIA H200" in rows["machine"] and "GB/s = 1e9 bytes per second" in rows["units"]
     assert (
-        rows["command sweep/pow2"].startswith("h2dlab measure")
-        and "sweep/pow2.csv.gz" in rows["command sweep/pow2"]  # the exact command of the bundled run
+        rows["command sweep/pow2-interleaved"].startswith("h2dlab measure")
+        and "sweep/pow2-interleaved.csv.gz"
+        in rows["command sweep/pow2-interleaved"]  # the exact command of the bundled run
     )
     for name in book.sheetnames[1:]:
         assert rows.get(name), f"README says nothing about {name}"

@@ -28,43 +28,47 @@ def test_bundled_recording_holds_every_kind_and_run():
         "bidir",
         "batch",
         "idle",
+        "workload",
+        "reference",
     ]
     assert rec.runs("idle") == ["pause-0ms", "pause-10ms", "pause-1ms", "pause-3ms"]
     assert rec.runs("forum") == ["ascending-1", "ascending-2", "shuffled-1"]
-    assert set(rec.runs("sweep")) == {"pow2", "pow2-interleaved", "forum-sizes"}
-    assert len(rec.runs("allocator")) == 6 and rec.runs("batch") == ["equal", "mixed"]
-    assert rec.has("sweep") and rec.has("sweep", "pow2") and rec.has("d2h", "d2h")
-    assert not rec.has("sweep", "pow3")
+    # (sweep/pow2 and allocator/pin-register-warm retired: record_plan.RETIRED)
+    assert set(rec.runs("sweep")) == {"pow2-interleaved", "forum-sizes"}
+    assert len(rec.runs("allocator")) == 5 and rec.runs("batch") == ["equal", "mixed"]
+    assert rec.has("sweep") and rec.has("sweep", "pow2-interleaved") and rec.has("d2h", "d2h")
+    assert not rec.has("sweep", "pow2") and not rec.has("sweep", "pow3")
+    assert rec.runs("workload") == ["steps"] and rec.runs("reference") == ["reference"]
 
 
 def test_bundled_tables_are_the_recorded_datasets():
     rec = session.recording("h200")
-    pow2 = rec.table("sweep", "pow2")
-    want = datasets.read(datasets.DATA_DIR / "h200" / "sweep" / "pow2.csv.gz")
+    pow2 = rec.table("sweep", "pow2-interleaved")
+    want = datasets.read(datasets.DATA_DIR / "h200" / "sweep" / "pow2-interleaved.csv.gz")
     assert len(pow2) == len(want) == 756
     assert pow2["wall_ms"].sum() == pytest.approx(want["wall_ms"].sum())
     assert pow2.attrs["env"]["gpu_name"] == "NVIDIA H200"
-    assert pow2.attrs["dataset"] == "sweep/pow2"
+    assert pow2.attrs["dataset"] == "sweep/pow2-interleaved"
     forum = rec.table("forum")
     assert len(forum) == 3 * 630 and forum.attrs["dataset"] == "forum"
     assert sorted(forum.attrs["run_names"].values()) == rec.runs("forum")
     assert set(rec.table("overlap")["scenario"]) == set(datasets.timeline("h200_overlap")["scenario"])
-    reg = rec.env("allocator", "pin-register-warm")
+    reg = rec.env("allocator", "pin-register-emptied")
     assert reg["PYTORCH_CUDA_ALLOC_CONF"].startswith("pinned_use_cuda_host_register:True")
     assert len(rec.table("concurrent")) == len(datasets.load("h200x2_concurrent"))  # the v1 fallback
     # a cached table is handed out as a copy: a notebook's edits do not leak into the next read
     pow2["wall_ms"] = 0.0
-    assert rec.table("sweep", "pow2")["wall_ms"].sum() > 0
+    assert rec.table("sweep", "pow2-interleaved")["wall_ms"].sum() > 0
 
 
 def test_missing_kind_or_run_says_what_there_is(tmp_path):
     rec = session.recording("h200")
-    with pytest.raises(ValueError, match="no sweep run 'nope' .*pow2"):
+    with pytest.raises(ValueError, match="no sweep run 'nope' .*pow2-interleaved"):
         rec.table("sweep", "nope")
     with pytest.raises(ValueError, match="unknown kind"):
         rec.has("sweeps")
     (tmp_path / "sweep").mkdir()  # a recording with only a sweep says what it has
-    datasets.save(rec.table("sweep", "pow2"), tmp_path / "sweep" / "pow2.csv.gz")
+    datasets.save(rec.table("sweep", "pow2-interleaved"), tmp_path / "sweep" / "pow2.csv.gz")
     with pytest.raises(ValueError, match="no d2h runs .*sweep"):
         session.recording(str(tmp_path)).table("d2h")
 

@@ -154,7 +154,7 @@ def decision(df: pd.DataFrame, source: str | None = None) -> Finding:
         )
     markdown = "\n".join(lines)
     footer = _footer(df, ex, source)
-    answer = _answer(ex, "CPU (a test run)" if _spec(df).get("device") == "cpu" else "GPU")
+    answer = _answer(ex, "CPU (a test run)" if _spec(df).get("device") == "cpu" else "GPU", table)
     holds = bool(table["pays"].all())
     return Finding(
         verdict=f"{answer}\n\n{markdown}\n\n{footer}",
@@ -164,13 +164,25 @@ def decision(df: pd.DataFrame, source: str | None = None) -> Finding:
     )
 
 
-def _answer(ex: pd.DataFrame, device: str = "GPU") -> str:
-    """The one-sentence answer, its numbers from ``ex``."""
+def _answer(ex: pd.DataFrame, device: str = "GPU", table: pd.DataFrame | None = None) -> str:
+    """The answer, its numbers from ``ex``. It recommends the pinned ``DataLoader`` unless
+    ``table`` (the decision rows) shows that it did not pay; then the recipe whose step gained
+    most over the way it replaces, and says that the pinned loader did not pay here."""
 
     def e(way: str) -> float:
         return float(ex.loc[way, "exposed_ms"]) if way in ex.index and ex.loc[way, "n"] > 0 else np.nan
 
     first = "Pin once and copy without blocking: `DataLoader(pin_memory=True)` with `.to(device, non_blocking=True)`."
+    rows = table.set_index("way") if table is not None else None
+    loader_paid = rows is None or "loader_pinned" not in rows.index or bool(rows.loc["loader_pinned", "pays"])
+    best = rows[rows["pays"] & (rows.index != "loader_pinned")] if rows is not None else None
+    if not loader_paid and best is not None and len(best):
+        b = best.loc[best["times"].idxmax()]
+        first = (
+            f"Pin once and copy without blocking: {b['code']} (`recipe_{b['recipe']}.py`), "
+            f"{b['times']:.2f}× faster steps than {b['against_code']} here. "
+            "`DataLoader(pin_memory=True)` with `.to(device, non_blocking=True)` did not pay in this recording."
+        )
     ways = ("pageable_to", "loader_pinned", "loader_prefetch")
     if not all(np.isfinite(e(w)) for w in ways):
         return first
