@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import factors
-from h2dlab.factors_idle import SLOW_RATIO, idle_wake, pauses
+from h2dlab.explain.idle import SLOW_RATIO, idle_wake, pauses
+from h2dlab.findings import factors
 
 
 def synthetic(extra_small=(0.0, 0.02, 0.05), extra_large=(0.0, 0.02, 0.05), n=20):
@@ -110,7 +110,7 @@ def test_idle_pause_figure_draws_the_cells():
     import matplotlib
 
     matplotlib.use("Agg")
-    from h2dlab import plots
+    from h2dlab.show import plots
 
     df = synthetic()
     ax = plots.idle_pause(df, name="synthetic")
@@ -131,7 +131,7 @@ def test_idle_pause_figure_draws_the_cells():
 def test_wake_calibration_of_a_synthetic_table():
     """A 2 us extra after 3 ms slows no copy 1.5x; 50 us after 10 ms slows the half that pay
     it: the GPU needs waking after 10 ms, at most the largest p90 less the 0-ms median."""
-    from h2dlab.factors_idle import WAKE_SHARE, wake_calibration
+    from h2dlab.explain.idle import WAKE_SHARE, wake_calibration
 
     cal = wake_calibration(synthetic(extra_small=(0.0, 0.002, 0.05)))
     assert WAKE_SHARE == 0.2
@@ -154,7 +154,7 @@ def test_wake_calibration_of_a_synthetic_table():
 def test_wake_calibration_needs_every_strategys_smallest_copies():
     """Only pinned_reuse's 4 KiB copies slowed after 3 ms (synthetic): that pause does not
     qualify; a strategy missing a pause's runs is left out (the others decide)."""
-    from h2dlab.factors_idle import wake_calibration
+    from h2dlab.explain.idle import wake_calibration
 
     df = synthetic()
     calm = (df.strategy == "pageable") & (df.size_bytes == 4096) & (df.run_id == "synthetic-1")
@@ -168,7 +168,7 @@ def test_wake_calibration_needs_every_strategys_smallest_copies():
 
 
 def test_wake_calibration_without_a_wake_up_cost():
-    from h2dlab.factors_idle import wake_calibration
+    from h2dlab.explain.idle import wake_calibration
 
     cal = wake_calibration(synthetic(extra_small=(0.0, 0.002, 0.004)))
     assert cal.idle_ms is None and cal.extra_ms is None and cal.shares == (0.0, 0.0, 0.0)
@@ -208,7 +208,7 @@ def test_a_pause_after_which_every_cell_ran_faster_is_named_as_the_spread():
     session 29; the recording at b95e09d), the verdict says how far processes differ; where not
     (the one at 66f20f2: after 1 ms some cells ran slower), it does not say so. The 0 ms copies'
     own slow share is quoted either way."""
-    from h2dlab import sources
+    from h2dlab.recording import sources
 
     f = factors.idle_wake(sources.load("h200:idle"))
     c = f["cells"]

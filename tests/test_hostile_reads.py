@@ -21,9 +21,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import cli, datasets
-from h2dlab.cli_compare import fmt_ms
-from h2dlab.record_folder import run_tables
+from h2dlab import cli
+from h2dlab.cli.compare import fmt_ms
+from h2dlab.recording import datasets
+from h2dlab.recording.folder import run_tables
 from tests.conftest import refused_in_one_line
 
 D2H = datasets.DATA_DIR / "h200" / "d2h" / "d2h.csv.gz"
@@ -102,7 +103,7 @@ def test_a_name_too_long_is_a_usage_mistake(tmp_path, capsys, monkeypatch, argv)
 def test_explain_of_a_table_read_with_plain_pandas_flags_what_the_kit_reader_does(tmp_path):
     """pd.read_csv reads an empty ``error`` as NaN; explain used to see every row as failed
     and flag nothing, silently."""
-    from h2dlab import outliers
+    from h2dlab.explain import outliers
 
     kit = datasets.load(datasets.DATA_DIR / "h200" / "d2h")  # a table with flagged copies
     path = tmp_path / "d2h.csv"
@@ -119,7 +120,7 @@ def test_explain_of_a_table_read_with_plain_pandas_flags_what_the_kit_reader_doe
 
 
 def test_explain_of_concatenated_tables_with_a_repeated_index_says_how_to_join_them():
-    from h2dlab import outliers
+    from h2dlab.explain import outliers
 
     t = datasets.load(datasets.DATA_DIR / "h200" / "bidir")
     with pytest.raises(ValueError, match=r"index repeats.*ignore_index=True"):
@@ -130,7 +131,7 @@ def test_explain_of_concatenated_tables_with_a_repeated_index_says_how_to_join_t
 
 @pytest.fixture(scope="module")
 def bidir_flags():
-    from h2dlab import outliers
+    from h2dlab.explain import outliers
 
     t = datasets.load(datasets.DATA_DIR / "h200" / "bidir")
     return t, outliers.detect(t)["is_outlier"].tolist()
@@ -139,7 +140,7 @@ def bidir_flags():
 @pytest.fixture(scope="module")
 def d2h_flags():
     """A bundled table with flagged copies (data/h200/d2h: 4 at b95e09d, 9 at 66f20f2)."""
-    from h2dlab import outliers
+    from h2dlab.explain import outliers
 
     t = datasets.load(datasets.DATA_DIR / "h200" / "d2h")
     return t, outliers.detect(t)["is_outlier"].tolist()
@@ -162,7 +163,7 @@ def d2h_flags():
 def test_detect_refuses_a_spoilt_table_saying_what_to_fix(bidir_flags, spoil, said):
     """Each of these (helper "attack", eighth session) gave 0 flags, invented an episode, or
     failed with an unrelated KeyError/IndexError/TypeError."""
-    from h2dlab import outliers
+    from h2dlab.explain import outliers
 
     t, _ = bidir_flags
     for fn in (outliers.detect, outliers.explain):
@@ -181,7 +182,7 @@ def test_detect_refuses_a_spoilt_table_saying_what_to_fix(bidir_flags, spoil, sa
     ],
 )
 def test_detect_reads_text_booleans_numbers_as_text_and_nan_errors_as_the_table(d2h_flags, mend):
-    from h2dlab import outliers
+    from h2dlab.explain import outliers
 
     t, want = d2h_flags
     assert outliers.detect(mend(t))["is_outlier"].tolist() == want
@@ -190,7 +191,7 @@ def test_detect_reads_text_booleans_numbers_as_text_and_nan_errors_as_the_table(
 
 def test_normalised_messages_name_the_first_bad_value_and_say_what_to_do(bidir_flags):
     """Whole messages (mutation testing, eighth session: substrings let reworded ones pass)."""
-    from h2dlab.rows import normalised
+    from h2dlab.explain.rows import normalised
 
     t, _ = bidir_flags
 
@@ -225,8 +226,8 @@ def test_normalised_messages_name_the_first_bad_value_and_say_what_to_do(bidir_f
 
 
 def test_normalised_returns_a_clean_table_itself_and_mends_only_what_needs_it(bidir_flags):
-    from h2dlab import outliers
-    from h2dlab.rows import normalised
+    from h2dlab.explain import outliers
+    from h2dlab.explain.rows import normalised
 
     t, _ = bidir_flags
     assert normalised(t) is t  # nothing to mend: no copy, no dtype changed
@@ -270,7 +271,7 @@ def test_normalised_returns_a_clean_table_itself_and_mends_only_what_needs_it(bi
 )
 def test_detect_refuses_what_the_second_attack_found(bidir_flags, spoil, said):
     """Each gave wrong flags (12 for 1, or 0) or a KeyError (helper attack, eighth session)."""
-    from h2dlab import outliers
+    from h2dlab.explain import outliers
 
     t, _ = bidir_flags
     with pytest.raises(ValueError, match=re.escape(said)):
@@ -278,7 +279,7 @@ def test_detect_refuses_what_the_second_attack_found(bidir_flags, spoil, said):
 
 
 def test_detect_reads_blank_text_cells_nan_text_errors_and_list_columns_as_the_table(bidir_flags, tmp_path):
-    from h2dlab import outliers
+    from h2dlab.explain import outliers
 
     t, want = bidir_flags
     for mended in (

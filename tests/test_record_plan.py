@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from h2dlab import session
 from h2dlab.cli import build_parser, spec_from_args
-from h2dlab.cli_measuring import batch_spec, duplex_spec
-from h2dlab.record_plan import (
+from h2dlab.cli.measuring import batch_spec, duplex_spec
+from h2dlab.measure.spec import SweepSpec
+from h2dlab.recording import session
+from h2dlab.recording.plan import (
     KINDS,
     PLAN,
     QUICK_CAP_BYTES,
@@ -21,7 +22,6 @@ from h2dlab.record_plan import (
     show_args,
     total_seconds,
 )
-from h2dlab.spec import SweepSpec
 from h2dlab.units import forum_sizes
 
 
@@ -31,12 +31,12 @@ def test_every_run_parses_with_the_cli(quick):
     for e in experiments(quick=quick, gpus=2):
         argv = [*e.argv(quick), "--out", f"x/{e.kind}/{e.run}.csv.gz"]
         args = parser.parse_args(argv)
-        if args.cmd == "workload":  # its own spec (h2dlab.workload)
-            from h2dlab.cli_workload import spec as workload_spec
+        if args.cmd == "workload":  # its own spec (h2dlab.measure.workload)
+            from h2dlab.cli.workload import spec as workload_spec
 
             assert workload_spec(args).to_dict()["kind"] == "workload"
             continue
-        if args.cmd in ("duplex", "batch"):  # their own specs (h2dlab.duplex, h2dlab.batch)
+        if args.cmd in ("duplex", "batch"):  # their own specs (h2dlab.measure.duplex, h2dlab.measure.batch)
             (duplex_spec if args.cmd == "duplex" else batch_spec)(args)  # UsageError if invalid
             continue
         spec = spec_from_args(args)  # raises UsageError for anything invalid
@@ -104,7 +104,7 @@ def test_full_plan_estimates_are_the_bundled_recordings_wall_times():
 
 
 def test_idle_kind_is_four_pauses_of_the_same_small_copies():
-    from h2dlab.record_plan import PLAN_VERSION
+    from h2dlab.recording.plan import PLAN_VERSION
 
     assert PLAN_VERSION >= 3 and KINDS.index("idle") == KINDS.index("batch") + 1 and KINDS.count("idle") == 1
     idle = [e for e in PLAN if e.kind == "idle"]
@@ -142,7 +142,7 @@ def test_time_budget_on_an_h200():
 
 
 def test_full_plan_thins_the_forum_grid_evenly_and_keeps_the_question_pair():
-    from h2dlab.record_plan import FORUM_PAIR
+    from h2dlab.recording.plan import FORUM_PAIR
     from h2dlab.units import forum_nbytes
 
     parser = build_parser()
@@ -232,8 +232,8 @@ def test_data_readme_plan_table_states_each_runs_estimate():
 def test_quick_forum_runs_keep_the_forums_question_pair():
     import inspect
 
-    from h2dlab.forum_claims import size_pair
-    from h2dlab.record_plan import FORUM_PAIR
+    from h2dlab.findings.forum_claims import size_pair
+    from h2dlab.recording.plan import FORUM_PAIR
 
     defaults = inspect.signature(size_pair).parameters
     assert FORUM_PAIR == (defaults["small"].default, defaults["large"].default)
@@ -248,7 +248,7 @@ def test_data_readme_quotes_the_other_threads_window_of_the_bundled_recording():
     """data/README.md says the bundled recording's others_window_ms runs a median 0.19 ms
     past wall_ms in forum, against 0.13 ms in h200_omp, and that the measure runs' light loop
     leaves the column empty: recomputed here."""
-    from h2dlab import sources
+    from h2dlab.recording import sources
 
     text = (Path(__file__).resolve().parent.parent / "data" / "README.md").read_text()
     said = " ".join(text.split())

@@ -6,9 +6,11 @@ explain."""
 
 import pytest
 
-from h2dlab import datasets, factors, outliers, session
-from h2dlab.causes import CAUSES
-from h2dlab.schema import ADDED_V4, ADDED_V5
+from h2dlab.explain import outliers
+from h2dlab.explain.causes import CAUSES
+from h2dlab.findings import factors
+from h2dlab.recording import datasets, session
+from h2dlab.recording.schema import ADDED_V4, ADDED_V5
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +121,7 @@ def test_an_unexplained_copy_of_an_old_table_names_the_checks_it_could_not_make(
 
 @pytest.mark.parametrize("kind", ["forum", "sweep"])
 def test_host_parallel_finding_counts_as_a_reader_would(bundled, kind):
-    from h2dlab.causes_parallel import AS_USUAL, LAGGED
+    from h2dlab.explain.causes_parallel import AS_USUAL, LAGGED
 
     e = bundled[kind]
     f = e[e["is_outlier"]]

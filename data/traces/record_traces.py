@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    from h2dlab.env import collect_env
+    from h2dlab.recording.env import collect_env
 
     cmd = ["python", "data/traces/record_traces.py", *(argv if argv is not None else sys.argv[1:])]
     env = collect_env(argv=cmd)
