@@ -42,7 +42,7 @@ test-gpu: $(STAMP)
 # Refresh the outputs committed in notebooks/*.ipynb from the recorded data (replay).
 notebooks: $(STAMP)
 	$(BIN)/h2dlab report --mode replay --inplace \
-	  --only 01-forum-experiment-revisited,02-fastest-way,03-spikes-explained,04-pinned-memory-primer,05-explore
+	  --only 01-forum-experiment-revisited,02-fastest-way,03-spikes-explained,04-pinned-memory-primer,05-explore,06-your-trace,07-fleet
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)

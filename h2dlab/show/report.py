@@ -22,6 +22,8 @@ NOTEBOOKS = [
     "03-spikes-explained",
     "04-pinned-memory-primer",
     "05-explore",
+    "06-your-trace",
+    "07-fleet",
 ]
 #: The notebooks rendered to reports/ (05 is interactive: it lives in JupyterLab).
 REPORTED = NOTEBOOKS[:4]
