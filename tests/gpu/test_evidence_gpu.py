@@ -21,8 +21,14 @@ HAS_NVML = importlib.util.find_spec("pynvml") is not None
 
 
 def test_evidence_on_cuda_rows(tmp_path):
-    spec = SweepSpec(("pinned_reuse", "pageable", "pin_then_copy", "d2h_pageable"), (MiB, 64 * MiB),
-                     device="cuda", reps=3, warmup=1)  # fmt: skip
+    spec = SweepSpec(
+        ("pinned_reuse", "pageable", "pin_then_copy", "d2h_pageable"),
+        (MiB, 64 * MiB),
+        device="cuda",
+        reps=3,
+        warmup=1,
+        evidence="full",
+    )  # fmt: skip  (the readers light mode leaves out)
     df = sweep(spec, out=tmp_path / "e.csv", progress=False)
     assert (df["error"] == "").all()
     assert df["minflt"].ge(0).all() and df["majflt"].ge(0).all() and df["gc_count"].ge(0).all()
@@ -95,7 +101,9 @@ def test_other_threads_columns_on_cuda_rows(tmp_path):
     what they ran; a 64 MiB pin_then_copy copies into the pinned block on PyTorch's
     intra-op threads, so other threads run CPU during it and one of them is named; the
     exact total is never below its busiest thread's."""
-    spec = SweepSpec(("pin_then_copy", "pinned_reuse"), (64 * MiB,), device="cuda", reps=3, warmup=1)
+    spec = SweepSpec(
+        ("pin_then_copy", "pinned_reuse"), (64 * MiB,), device="cuda", reps=3, warmup=1, evidence="full"
+    )
     df = sweep(spec, out=tmp_path / "o.csv", progress=False)
     assert (df["error"] == "").all()
     assert df["n_threads"].ge(1).all() and df["others_cpu_ms"].ge(0).all()
