@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from h2dlab.cli import build_parser, spec_from_args
+from h2dlab.cli.main import build_parser, spec_from_args
 from h2dlab.cli.measuring import batch_spec, duplex_spec
 from h2dlab.measure.spec import SweepSpec
 from h2dlab.recording import session
