@@ -135,7 +135,15 @@ def analyse(trace: Trace) -> Analysis:
     )
     cp = gpu[gpu["cat"] == "gpu_memcpy"].reset_index(drop=True)
     if cp.empty:
-        raise UsageError(f"{name} holds GPU activity but no copies (no Memcpy events): nothing to diagnose")
+        bad = (
+            f" ({trace.n_bad_times} events with a time that is not a finite number, or a negative "
+            "duration, were left out)"
+            if trace.n_bad_times
+            else ""
+        )
+        raise UsageError(
+            f"{name} holds GPU activity but no copies (no Memcpy events): nothing to diagnose{bad}"
+        )
     notes: list[str] = []
 
     # the launching call of each copy, by correlation id
@@ -217,6 +225,11 @@ def analyse(trace: Trace) -> Analysis:
     )
     if (cp["bytes"] < 0).any():
         notes.append("some copies carry no bytes in the trace: their sites get no estimate")
+    if trace.n_bad_times:
+        notes.append(
+            f"{trace.n_bad_times} events with a time that is not a finite number, or a negative "
+            "duration, were left out"
+        )
     return Analysis(
         path=trace.path,
         steps=n_steps,

@@ -29,6 +29,7 @@ import gc
 import gzip
 import io
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -62,6 +63,9 @@ class Trace:
     gpu: list[tuple] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     n_events: int = 0
+    #: events of the kept categories left out: a time that is not a finite number, or a
+    #: negative duration (a hand-edited or damaged trace; Kineto writes neither)
+    n_bad_times: int = 0
 
 
 class _Stream:
@@ -105,6 +109,10 @@ class _Stream:
         while True:
             try:
                 v, end = self.dec.raw_decode(self.buf, self.pos)
+            except RecursionError:
+                raise UsageError(
+                    f"{self.name} is not a Chrome trace: its JSON is nested too deeply"
+                ) from None
             except json.JSONDecodeError as e:
                 # An element cut by the window fails near its end: read on. An error well
                 # before the window's end is a real syntax error.
@@ -123,22 +131,30 @@ def _open_text(path: Path) -> io.TextIOBase:
     with open(path, "rb") as raw:
         magic = raw.read(2)
     if magic == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", errors="replace")
+    return open(path, encoding="utf-8-sig", errors="replace")
 
 
 def _keep(ev: Any, t: Trace) -> None:
     if not isinstance(ev, dict) or ev.get("ph") != "X":
         return
     cat = ev.get("cat")
+    if not isinstance(cat, str) or cat not in _KEPT:
+        return
     try:
         ts = float(ev["ts"])
-        end = ts + float(ev.get("dur", 0.0))
+        dur = float(ev.get("dur", 0.0))
     except (KeyError, TypeError, ValueError):
         return
+    if not (math.isfinite(ts) and math.isfinite(dur) and dur >= 0 and math.isfinite(ts + dur)):
+        t.n_bad_times += 1  # NaN, infinite or negative: no time to add up
+        return
+    end = ts + dur
     name = sys.intern(str(ev.get("name", "")))  # a few hundred names repeat millions of times
+    a = ev.get("args")
+    if not isinstance(a, dict):
+        a = {}
     if cat in GPU_CATS:
-        a = ev.get("args") or {}
         t.gpu.append(
             (
                 cat,
@@ -152,17 +168,28 @@ def _keep(ev: Any, t: Trace) -> None:
             )
         )
     elif cat in RUNTIME_CATS:
-        a = ev.get("args") or {}
-        t.runtime.append((ev.get("pid"), ev.get("tid"), ts, end, name, _int(a.get("correlation"))))
-    elif cat in HOST_CATS:
-        t.host.append((ev.get("pid"), ev.get("tid"), ts, end, name, cat))
+        t.runtime.append((_id(ev.get("pid")), _id(ev.get("tid")), ts, end, name, _int(a.get("correlation"))))
+    else:
+        t.host.append((_id(ev.get("pid")), _id(ev.get("tid")), ts, end, name, cat))
+
+
+_KEPT = HOST_CATS | RUNTIME_CATS | GPU_CATS
+_INT64 = 1 << 63
 
 
 def _int(v: Any) -> int:
+    """``v`` as an int64, or -1 where it is none (missing, text, NaN, infinite, out of range)."""
     try:
-        return int(v)
-    except (TypeError, ValueError):
+        i = int(v)
+    except (TypeError, ValueError, OverflowError):
         return -1
+    return i if -_INT64 <= i < _INT64 else -1
+
+
+def _id(v: Any) -> Any:
+    """A ``pid``/``tid`` as a key: numbers and text as they are, anything else (a list, an
+    object) as its text, so that a damaged id groups apart instead of failing."""
+    return v if v is None or isinstance(v, (int, str)) else str(v)
 
 
 def read_trace(path: str | os.PathLike[str]) -> Trace:
