@@ -242,3 +242,48 @@ def test_against_the_recording_holds_pinned_copies_of_256_mib_and_more_to_3_perc
         phase="together", event_ms=same["event_ms"] * 9
     )  # other GPUs copying: not compared
     assert (against_recording(pd.concat([same, together]), ref)["ratio"].round(6) == 1.02).all()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"local_world_size": "abc"},
+        {"local_world_size": [1]},
+        {"local_world_size": 10**30},
+        {"synced": [1]},
+        {"host": ["a"]},
+        {"cpu_numa_nodes": [{"a": 1}]},
+    ],
+)
+def test_a_rank_file_with_facts_of_the_wrong_type_loses_only_those_facts(tmp_path, damage):
+    import shutil
+
+    folder = tmp_path / "s"
+    rank.survey_rank(
+        place_from_env({"H2DLAB_SURVEY_HOST": "node-a"}), folder, device="cpu", sizes=(1024,), reps=2
+    )
+    shutil.copy(rank.rank_file(folder, 0), rank.rank_file(folder, 1))
+    for phase_file in (folder / "ranks").glob("r00000-*.csv.gz"):
+        shutil.copy(phase_file, phase_file.with_name(phase_file.name.replace("r00000", "r00001")))
+    info = json.loads(rank.rank_file(folder, 1).read_text())
+    rank.rank_file(folder, 1).write_text(json.dumps({**info, "rank": 1, **damage}))
+    infos = fleet.wait_for_ranks(folder, 2, 0.0)
+    assert infos[1]["damaged_fields"] == list(damage)
+    table, gpus = command.finish(folder, infos, rank.plan("cpu", (1024,), 2), "t", 30)
+    assert (table["status"] == "ok").all() and sorted(gpus["rank"]) == [0, 1]
+    timed = table[~table["warmup"]]
+    assert timed.groupby("rank").size().to_dict() == {0: 4, 1: 4}  # two strategies, 2 copies each
+    assert datasets.read(folder / "fleet.csv.gz")["rank"].nunique() == 2
+
+
+def test_a_host_name_with_dollar_signs_is_drawn_as_text_not_math(tmp_path):
+    matplotlib.use("Agg")
+    gpus = pd.DataFrame(
+        {"rank": [0, 1], "host": ["$\\foo{$", "b"], "local_rank": 0, "gpu_uuid": "", "gpu_name": "",
+         "status": "ok", "error": "", "h2d_pinned_alone_gbps": [20.0, 55.0]}
+    )  # fmt: skip
+    page = report_html(judge(gpus), {"hostname": "h", "date": "2026-12-03", "survey": {"world_size": 2}})
+    assert page.count("data:image/png;base64,") == 1
+    ax = plot_metric(judge(gpus), "h2d_pinned_alone_gbps")
+    ax.figure.canvas.draw()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["\\$\\foo{\\$", "b"]
