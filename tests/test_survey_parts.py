@@ -287,3 +287,16 @@ def test_a_host_name_with_dollar_signs_is_drawn_as_text_not_math(tmp_path):
     ax = plot_metric(judge(gpus), "h2d_pinned_alone_gbps")
     ax.figure.canvas.draw()
     assert [t.get_text() for t in ax.get_xticklabels()] == ["\\$\\foo{\\$", "b"]
+
+
+@pytest.mark.parametrize("job", ["../../outside", "/etc/x", "a/../../b"])
+def test_a_job_id_with_slashes_keeps_the_store_inside_the_survey_folder(tmp_path, monkeypatch, job):
+    import torch.distributed as dist
+
+    seen = []
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: seen.append(k["init_method"]))
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": job, "H2DLAB_SURVEY_HOST": "n"}
+    rank.Sync(place_from_env(env), tmp_path / "s", 1.0)
+    store = Path(seen[0].removeprefix("file://"))
+    assert store.parent == (tmp_path / "s").resolve() and store.name.startswith(".store-")
+    assert not (tmp_path / "outside").exists()
