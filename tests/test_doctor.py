@@ -479,3 +479,19 @@ def test_site_and_file_names_from_the_trace_render_as_text_in_markdown(tmp_path)
     s = dx.summary()
     outside = re.sub(r"`[^`]*`", "", s)  # a code span shows its content as literal text
     assert "<" not in outside and "\n" not in s and "`" not in outside
+
+
+def test_a_gzip_that_unpacks_past_the_limit_is_refused_as_a_bomb(tmp_path, capsys, monkeypatch):
+    p = tmp_path / "bomb.json.gz"
+    events = json.dumps(_batch_trace().document()["traceEvents"])[1:-1]
+    with gzip.open(p, "wt") as f:  # a valid trace, padded with 20 MB of blanks between events
+        f.write('{"traceEvents": [' + events + "," + " " * (20 * MiB) + events + "]}")
+    assert p.stat().st_size < MiB
+    monkeypatch.setenv("H2DLAB_MAX_TRACE_BYTES", str(10 * MiB))
+    assert cli.main(["doctor", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "decompression bomb" in err and "H2DLAB_MAX_TRACE_BYTES" in err and len(err.strip().splitlines()) == 1
+    )
+    monkeypatch.setenv("H2DLAB_MAX_TRACE_BYTES", str(30 * MiB))
+    assert len(read_trace(p).gpu) == 2 * len(read_trace(_batch_trace().write(tmp_path / "one.json")).gpu)
