@@ -300,3 +300,17 @@ def test_a_job_id_with_slashes_keeps_the_store_inside_the_survey_folder(tmp_path
     store = Path(seen[0].removeprefix("file://"))
     assert store.parent == (tmp_path / "s").resolve() and store.name.startswith(".store-")
     assert not (tmp_path / "outside").exists()
+
+
+@pytest.mark.parametrize(("col", "value"), [("local_rank", "x"), ("rank", "abc"), ("rank", 1.5)])
+def test_a_baseline_whose_ranks_are_not_whole_numbers_is_refused_before_measuring(
+    tmp_path, capsys, col, value
+):
+    assert _cpu_survey(tmp_path / "a") in (0, command.EXIT_FLAGGED)
+    before = datasets.read(tmp_path / "a" / "fleet.csv.gz").assign(**{col: value})
+    before.to_csv(tmp_path / "before.csv.gz", index=False)
+    capsys.readouterr()
+    assert _cpu_survey(tmp_path / "b", "--baseline", str(tmp_path / "before.csv.gz")) == 2
+    err = capsys.readouterr().err
+    assert col in err and str(value) in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "b" / "ranks").exists()
