@@ -495,3 +495,10 @@ def test_a_gzip_that_unpacks_past_the_limit_is_refused_as_a_bomb(tmp_path, capsy
     )
     monkeypatch.setenv("H2DLAB_MAX_TRACE_BYTES", str(30 * MiB))
     assert len(read_trace(p).gpu) == 2 * len(read_trace(_batch_trace().write(tmp_path / "one.json")).gpu)
+
+
+def test_an_empty_recording_option_is_a_usage_error_not_a_traceback(tmp_path, capsys):
+    p = _batch_trace().write(tmp_path / "synthetic.json.gz")
+    assert cli.main(["doctor", str(p), "--recording", " "]) == 2
+    err = capsys.readouterr().err
+    assert "--recording" in err and len(err.strip().splitlines()) == 1
