@@ -502,3 +502,14 @@ def test_an_empty_recording_option_is_a_usage_error_not_a_traceback(tmp_path, ca
     assert cli.main(["doctor", str(p), "--recording", " "]) == 2
     err = capsys.readouterr().err
     assert "--recording" in err and len(err.strip().splitlines()) == 1
+
+
+def test_control_characters_in_trace_names_never_reach_the_terminal(tmp_path, capsys):
+    osc = "\x1b]0;owned\x07\x1b[2J\u202egnp.exe\u2028x\x9b31m"  # title, clear screen, RTL override, C1 CSI
+    t = _edit(_batch_trace(), "cpu_op", name="aten::to" + osc)
+    p = t.write(tmp_path / "synthetic.json.gz")
+    assert cli.main(["doctor", str(p)]) == 0
+    assert cli.main(["doctor", str(p), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\x1b\x07\x9b\u202e\u2028")
+    assert "aten::to\ufffd]0;owned" in out  # the rest of the name is kept, as text

@@ -25,6 +25,7 @@ Kineto's events, as the doctor reads them (``ph: "X"``, ``ts``/``dur`` in µs):
 
 from __future__ import annotations
 
+import functools
 import gc
 import gzip
 import io
@@ -33,6 +34,7 @@ import math
 import os
 import re
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,7 +168,7 @@ def _keep(ev: Any, t: Trace) -> None:
         t.n_bad_times += 1  # NaN, infinite or negative: no time to add up
         return
     end = ts + dur
-    name = sys.intern(str(ev.get("name", "")))  # a few hundred names repeat millions of times
+    name = _name(str(ev.get("name", "")))
     a = ev.get("args")
     if not isinstance(a, dict):
         a = {}
@@ -190,6 +192,19 @@ def _keep(ev: Any, t: Trace) -> None:
 
 
 _KEPT = HOST_CATS | RUNTIME_CATS | GPU_CATS
+#: control, format, line and paragraph separator characters (as ``schema`` refuses in tables)
+_HIDDEN = ("Cc", "Cf", "Zl", "Zp")
+
+
+@functools.lru_cache(maxsize=1 << 16)  # a few hundred names repeat millions of times
+def _name(text: str) -> str:
+    """An event's name as it may be printed: a control or format character (an escape
+    sequence that would drive the terminal, a right-to-left override) becomes U+FFFD."""
+    if not text.isprintable():
+        text = "".join("\ufffd" if unicodedata.category(c) in _HIDDEN and c != "\u200d" else c for c in text)
+    return sys.intern(text)
+
+
 _INT64 = 1 << 63
 
 
