@@ -314,3 +314,17 @@ def test_a_baseline_whose_ranks_are_not_whole_numbers_is_refused_before_measurin
     err = capsys.readouterr().err
     assert col in err and str(value) in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "b" / "ranks").exists()
+
+
+def test_control_characters_in_a_rank_file_never_reach_the_terminal_or_the_table(tmp_path):
+    folder = tmp_path / "s"
+    rank.survey_rank(
+        place_from_env({"H2DLAB_SURVEY_HOST": "node-a"}), folder, device="cpu", sizes=(1024,), reps=2
+    )
+    info = json.loads(rank.rank_file(folder, 0).read_text())
+    evil = {"host": "n\x1b]0;owned\x07\u202e", "status": "error", "error": "bad\nline\x9b2J"}
+    rank.rank_file(folder, 0).write_text(json.dumps({**info, **evil}))
+    got = fleet.read_rank(folder, 0)
+    assert got["host"] == "n\ufffd]0;owned\ufffd\ufffd" and got["error"] == "bad line\ufffd2J"
+    table, _ = command.finish(folder, {0: got}, rank.plan("cpu", (1024,), 2), "t", 30)
+    assert set(table["host"]) == {"n\ufffd]0;owned\ufffd\ufffd"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,18 @@ def _checked(info: dict[str, Any]) -> dict[str, Any]:
         bad.append("synced")
     if bad:
         info = {**info, **dict.fromkeys(bad), "damaged_fields": bad}
-    return info
+    # text is printed on rank 0's terminal and stored in the table: no control character
+    # (an escape sequence drives a terminal), no right-to-left override
+    return {k: _printable(v) if k in _TEXT_FACTS and isinstance(v, str) else v for k, v in info.items()}
+
+
+def _printable(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(
+        " " if c in "\t\n\r" else "\ufffd" if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c
+        for c in text
+    )
 
 
 def read_rank(folder: Path, rank: int) -> dict[str, Any] | None:
