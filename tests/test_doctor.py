@@ -513,3 +513,12 @@ def test_control_characters_in_trace_names_never_reach_the_terminal(tmp_path, ca
     out = capsys.readouterr().out
     assert not any(c in out for c in "\x1b\x07\x9b\u202e\u2028")
     assert "aten::to\ufffd]0;owned" in out  # the rest of the name is kept, as text
+
+
+def test_a_step_range_repeated_in_the_trace_counts_once(tmp_path):
+    t = _batch_trace()
+    t.events += [dict(e) for e in t.events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    dx = _dx(t, tmp_path)
+    clean = _dx(_batch_trace(), tmp_path, name="clean.json.gz")
+    assert dx.steps == clean.steps == 3
+    assert dx.exposed_copy_ms_per_step == pytest.approx(clean.exposed_copy_ms_per_step)

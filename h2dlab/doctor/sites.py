@@ -193,7 +193,8 @@ def analyse(trace: Trace) -> Analysis:
     cp["synchronous"] = _synchronous(trace, cp)
 
     # steps: the ProfilerStep# ranges; a copy belongs to the step its call was made in
-    steps = sorted((h[2], h[3]) for h in trace.host if h[5] == "user_annotation" and _STEP.match(h[4]))
+    # a range twice (a trace merged or saved twice) is one step, not two of half the cost
+    steps = sorted({(h[2], h[3]) for h in trace.host if h[5] == "user_annotation" and _STEP.match(h[4])})
     has_steps = bool(steps)
     if has_steps:
         st = np.array([s for s, _ in steps])
