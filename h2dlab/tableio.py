@@ -97,6 +97,36 @@ def _check_size(path: Path, suf: str) -> None:
             raise SchemaError(
                 f"{path}: {meta.num_rows:,} rows, over the {MAX_TABLE_ROWS:,} a table may hold: split it"
             )
+        unpacked = _parquet_text_bytes(path)
+        if unpacked > limit:
+            raise _too_big(path, f"its text columns unpack to {unpacked:,} bytes,", limit)
+
+
+def _parquet_text_bytes(path: Path) -> int:
+    """The bytes a .parquet table's text columns unpack to, counted without unpacking them:
+    read as dictionaries (one long text referenced by every row stays one text here), each
+    row's length added up. A small file of dictionary-coded text can unpack to terabytes."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+        text = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+        if not text:
+            return 0
+        table = pq.read_table(path, columns=text, read_dictionary=text)
+    except Exception as exc:  # noqa: BLE001 - a damaged file is a bad file, said in one line
+        raise SchemaError(f"{path}: not a readable .parquet table ({str(exc).splitlines()[0]})") from None
+    total = 0
+    for name in text:
+        for chunk in table[name].chunks:
+            if isinstance(chunk, pa.DictionaryArray):
+                lengths = pc.binary_length(chunk.dictionary)
+                total += pc.sum(pc.take(lengths, chunk.indices)).as_py() or 0
+            else:
+                total += chunk.nbytes
+    return total
 
 
 # Names stay text when read: a run id of digits only ("0123...") must not become a number.
