@@ -328,3 +328,12 @@ def test_control_characters_in_a_rank_file_never_reach_the_terminal_or_the_table
     assert got["host"] == "n\ufffd]0;owned\ufffd\ufffd" and got["error"] == "bad line\ufffd2J"
     table, _ = command.finish(folder, {0: got}, rank.plan("cpu", (1024,), 2), "t", 30)
     assert set(table["host"]) == {"n\ufffd]0;owned\ufffd\ufffd"}
+
+
+def test_a_rank_file_that_is_a_device_a_pipe_or_huge_is_no_result_not_a_hang(tmp_path):
+    folder = tmp_path / "s"
+    (folder / "ranks").mkdir(parents=True)
+    rank.rank_file(folder, 0).symlink_to("/dev/zero")  # read whole, it never ends
+    os.mkfifo(rank.rank_file(folder, 1))  # read, it blocks until a writer comes
+    rank.rank_file(folder, 2).write_text('{"status": "ok", "host": "' + "x" * (2 << 20) + '"}')
+    assert fleet.wait_for_ranks(folder, 3, 0.0) == {0: None, 1: None, 2: None}

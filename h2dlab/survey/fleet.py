@@ -72,6 +72,8 @@ _INT_FACTS = (
     "link_width_max", "link_gen_device_max", "replays_before", "replays_after",
 )  # fmt: skip
 _MAX_INT = 2**53
+#: a rank file holds a few kB of facts: one larger is not read (a planted file would fill memory)
+_MAX_RANK_FILE_BYTES = 1 << 20
 #: more GPUs on one node than any launcher gives one node
 _MAX_LOCAL_WORLD = 4096
 
@@ -114,8 +116,15 @@ def _printable(text: str) -> str:
 def read_rank(folder: Path, rank: int) -> dict[str, Any] | None:
     """Rank ``rank``'s facts and status, or None where it wrote none (or a damaged one).
     A fact of the wrong type reads as None (:func:`_checked`)."""
+    path = rank_file(folder, rank)
     try:
-        info = json.loads(rank_file(folder, rank).read_text())
+        if not path.is_file():  # a device or a pipe in the shared folder (/dev/zero, a FIFO) is no rank file
+            return None
+        with open(path, "rb") as fh:
+            data = fh.read(_MAX_RANK_FILE_BYTES + 1)
+        if len(data) > _MAX_RANK_FILE_BYTES:
+            return None
+        info = json.loads(data)
     except (OSError, ValueError, RecursionError):
         return None
     return _checked(info) if isinstance(info, dict) else None
