@@ -111,3 +111,14 @@ def test_a_parquet_under_the_limit_still_reads(tmp_path, low_limit):
     df = datasets.load("h200_forum").head(200)
     back = datasets.read(datasets.save(df, tmp_path / "t.parquet"))
     assert len(back) == 200 and list(back["strategy"]) == list(df["strategy"])
+
+
+@pytest.mark.parametrize("name", ["t.csv", "t.partial.csv", "t.csv.gz.env.json"])
+def test_a_table_or_env_json_linked_to_a_device_is_refused_not_read_forever(tmp_path, name):
+    df = datasets.load("h200_forum").head(5)
+    datasets.save(df, tmp_path / "t.csv.gz")
+    (tmp_path / name).unlink(missing_ok=True)
+    (tmp_path / name).symlink_to("/dev/zero")  # st_size 0, and it never ends
+    target = tmp_path / ("t.csv.gz" if name.endswith("env.json") else name)
+    with pytest.raises(SchemaError, match="not a regular file"):
+        datasets.read(target)
