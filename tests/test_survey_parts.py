@@ -337,3 +337,13 @@ def test_a_rank_file_that_is_a_device_a_pipe_or_huge_is_no_result_not_a_hang(tmp
     os.mkfifo(rank.rank_file(folder, 1))  # read, it blocks until a writer comes
     rank.rank_file(folder, 2).write_text('{"status": "ok", "host": "' + "x" * (2 << 20) + '"}')
     assert fleet.wait_for_ranks(folder, 3, 0.0) == {0: None, 1: None, 2: None}
+
+
+@pytest.mark.parametrize("world", ["99999999999", str(2**20 + 1)])
+def test_a_world_too_large_for_rank_0_to_track_is_refused(world):
+    with pytest.raises(UsageError, match="a world of"):
+        place_from_env({**TORCHRUN, "WORLD_SIZE": world, "RANK": "0", "LOCAL_RANK": "0"})
+    assert (
+        place_from_env({**TORCHRUN, "WORLD_SIZE": str(2**20), "RANK": "0", "LOCAL_RANK": "0"}).world_size
+        == 2**20
+    )

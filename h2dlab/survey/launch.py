@@ -22,8 +22,10 @@ from collections.abc import Mapping
 
 from h2dlab.errors import UsageError
 
-__all__ = ["HOST_VAR", "Place", "place_from_env"]
+__all__ = ["HOST_VAR", "MAX_WORLD", "Place", "place_from_env"]
 
+#: The most ranks one survey takes (GPUs of the largest fleets, with room to spare).
+MAX_WORLD = 2**20
 #: Names the host in the survey's table (default: the machine's host name).
 HOST_VAR = "H2DLAB_SURVEY_HOST"
 
@@ -101,6 +103,10 @@ def place_from_env(env: Mapping[str, str] | None = None) -> Place:
         launcher, job = "openmpi", env.get("OMPI_MCA_orte_jobid", "")
     else:
         rank, local, world, local_world, node, launcher, job = 0, 0, 1, 1, 0, "none", ""
+    if world > MAX_WORLD:  # rank 0 keeps one entry per rank: 10**11 of them would fill its memory
+        raise UsageError(
+            f"the launcher says a world of {world:,} ranks, more than the {MAX_WORLD:,} a survey takes"
+        )
     if world < 1 or not 0 <= rank < world:
         raise UsageError(
             f"the launcher says rank {rank} of a world of {world}: a rank must lie in 0..world-1"
