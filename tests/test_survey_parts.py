@@ -347,3 +347,8 @@ def test_a_world_too_large_for_rank_0_to_track_is_refused(world):
         place_from_env({**TORCHRUN, "WORLD_SIZE": str(2**20), "RANK": "0", "LOCAL_RANK": "0"}).world_size
         == 2**20
     )
+
+
+def test_more_ranks_on_a_node_than_in_the_world_is_refused():
+    with pytest.raises(UsageError, match="more than the world"):
+        place_from_env({**TORCHRUN, "LOCAL_WORLD_SIZE": "1000000000"})

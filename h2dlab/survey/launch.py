@@ -111,6 +111,10 @@ def place_from_env(env: Mapping[str, str] | None = None) -> Place:
         raise UsageError(
             f"the launcher says rank {rank} of a world of {world}: a rank must lie in 0..world-1"
         )
+    if local_world > world:  # each rank takes a turn per local rank: 10**9 turns never end
+        raise UsageError(
+            f"the launcher says {local_world:,} ranks on this node, more than the world's {world:,}"
+        )
     if local_world < 1 or not 0 <= local < local_world:
         raise UsageError(
             f"the launcher says local rank {local} of {local_world} on this node: it must lie in 0..{local_world - 1}"
