@@ -352,3 +352,9 @@ def test_a_world_too_large_for_rank_0_to_track_is_refused(world):
 def test_more_ranks_on_a_node_than_in_the_world_is_refused():
     with pytest.raises(UsageError, match="more than the world"):
         place_from_env({**TORCHRUN, "LOCAL_WORLD_SIZE": "1000000000"})
+
+
+def test_a_slurm_jobs_tasks_per_node_above_the_steps_tasks_is_capped_not_refused():
+    env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_NODEID": "0",
+           "SLURM_TASKS_PER_NODE": "4(x2)"}  # fmt: skip
+    assert place_from_env(env).local_world_size == 2

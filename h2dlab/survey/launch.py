@@ -89,7 +89,8 @@ def place_from_env(env: Mapping[str, str] | None = None) -> Place:
     elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         rank, world = _whole(env, "SLURM_PROCID"), _whole(env, "SLURM_NTASKS")
         local = _whole(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0
-        local_world = _slurm_tasks_here(env) or 1
+        # the job's SLURM_TASKS_PER_NODE (where the step's is missing) may count more tasks than this step has
+        local_world = min(_slurm_tasks_here(env) or 1, max(world, 1))
         node = _whole(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0
         job = env.get("SLURM_JOB_ID", "")
         if job and env.get("SLURM_STEP_ID"):  # several srun steps of one job: one store each
