@@ -522,3 +522,20 @@ def test_a_step_range_repeated_in_the_trace_counts_once(tmp_path):
     clean = _dx(_batch_trace(), tmp_path, name="clean.json.gz")
     assert dx.steps == clean.steps == 3
     assert dx.exposed_copy_ms_per_step == pytest.approx(clean.exposed_copy_ms_per_step)
+
+
+def test_copies_whose_launching_call_is_missing_beside_others_are_judged_not_a_traceback(tmp_path, capsys):
+    t = _batch_trace()
+    runtime = [e for e in t.events if e.get("cat") == "cuda_runtime"]
+    runtime[0]["args"]["correlation"] = {}  # this copy's call no longer names it (a flow pointing nowhere)
+    p = t.write(tmp_path / "synthetic.json.gz")
+    assert cli.main(["doctor", str(p), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    lost = [s for s in d["sites"] if s["site"] == "(no launching call in the trace)"]
+    assert (
+        len(lost) == 1
+        and lost[0]["count"] == 1
+        and lost[0]["op_chain"] == ""
+        and lost[0]["synchronous"] is None
+    )
+    assert sum(s["count"] for s in d["sites"]) == 3

@@ -80,7 +80,7 @@ class Diagnosis:
             sites.append(
                 {
                     "site": str(s["site"]),
-                    "op_chain": s["op_chain"] or "",
+                    "op_chain": s["op_chain"] if isinstance(s["op_chain"], str) else "",  # NaN: no call
                     "direction": s["direction"],
                     "source_memory": s["source_memory"],
                     "dest_memory": s["dest_memory"],

@@ -263,7 +263,7 @@ def _synchronous(trace: Trace, cp: pd.DataFrame) -> list:
         cp["end"],
         strict=True,
     ):
-        if call is None:
+        if not isinstance(call, str):  # no launching call: None, or NaN once pandas holds the column
             out.append(None)
             continue
         host_side = src if direction == "h2d" else dst if direction == "d2h" else "device"
