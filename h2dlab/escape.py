@@ -15,7 +15,15 @@ import html
 import re
 from typing import Any
 
-__all__ = ["FORMULA_STARTS", "defuse_sheet", "html_text", "md_code", "md_text", "text_columns"]
+__all__ = [
+    "FORMULA_STARTS",
+    "defuse_sheet",
+    "html_text",
+    "md_code",
+    "md_inert_html",
+    "md_text",
+    "text_columns",
+]
 
 #: First characters that make a spreadsheet treat a cell as a formula (OWASP, CSV injection).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -39,6 +47,44 @@ def md_code(value: Any) -> str:
     """``value`` as a Markdown code span: Markdown renders its content as literal text (HTML
     escaped); a backtick in it, which would end the span, becomes ``'``, a line break a space."""
     return "`" + " ".join(str(value).replace("`", "'").split()) + "`"
+
+
+def md_inert_html(markdown: str) -> str:
+    """``markdown`` with every ``<`` that a renderer would read outside a code span written
+    ``&lt;``, so that no raw HTML (an ``<img onerror>``) renders from it. Code spans are
+    paired as CommonMark pairs them (a run of n backticks closes at the next run of exactly
+    n; backslash-escaped backticks outside spans open none), so a backtick inside a name
+    that was put between backticks cannot carry markup out of its span. The text shows
+    the same: ``&lt;`` renders as ``<``."""
+    out, i, n = [], 0, len(markdown)
+    while i < n:
+        c = markdown[i]
+        if c == "\\" and i + 1 < n:
+            out.append(markdown[i : i + 2])
+            i += 2
+        elif c == "`":
+            j = i
+            while j < n and markdown[j] == "`":
+                j += 1
+            run, k, close = j - i, j, -1
+            while k < n:
+                if markdown[k] != "`":
+                    k += 1
+                    continue
+                m = k
+                while m < n and markdown[m] == "`":
+                    m += 1
+                if m - k == run:
+                    close = k
+                    break
+                k = m
+            end = j if close < 0 else close + run  # no closing run: the backticks are text
+            out.append(markdown[i:end])
+            i = end
+        else:
+            out.append("&lt;" if c == "<" else c)
+            i += 1
+    return "".join(out)
 
 
 def defuse_sheet(ws: Any, columns: list[int] | None = None) -> int:

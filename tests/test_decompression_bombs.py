@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import tracemalloc
 import zipfile
 
@@ -84,3 +85,41 @@ def test_a_damaged_xlsx_is_one_line(tmp_path, capsys):
     p.write_bytes(b"PK\x03\x04 not a zip")
     assert cli.main(["explain", str(p)]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_parquet_of_dictionary_coded_text_is_refused_before_it_unpacks(tmp_path, low_limit, capsys):
+    pytest.importorskip("pyarrow")
+    df = datasets.load("h200_forum").head(2000)
+    df = df.assign(error="E" * 10_000)  # 20 MB of text, one dictionary entry in the file
+    p = tmp_path / "bomb.parquet"
+    df.to_parquet(p)
+    assert p.stat().st_size < 200_000
+    tracemalloc.start()
+    try:
+        assert cli.main(["explain", str(p)]) == 2
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "decompression bomb" in err[0]
+    said = re.search(r"its text columns unpack to ([\d,]+) bytes", err[0])
+    assert said and int(said.group(1).replace(",", "")) >= 2000 * 10_000
+    assert peak < 10 * LIMIT  # the 20 MB of text was never made
+
+
+def test_a_parquet_under_the_limit_still_reads(tmp_path, low_limit):
+    pytest.importorskip("pyarrow")
+    df = datasets.load("h200_forum").head(200)
+    back = datasets.read(datasets.save(df, tmp_path / "t.parquet"))
+    assert len(back) == 200 and list(back["strategy"]) == list(df["strategy"])
+
+
+@pytest.mark.parametrize("name", ["t.csv", "t.partial.csv", "t.csv.gz.env.json"])
+def test_a_table_or_env_json_linked_to_a_device_is_refused_not_read_forever(tmp_path, name):
+    df = datasets.load("h200_forum").head(5)
+    datasets.save(df, tmp_path / "t.csv.gz")
+    (tmp_path / name).unlink(missing_ok=True)
+    (tmp_path / name).symlink_to("/dev/zero")  # st_size 0, and it never ends
+    target = tmp_path / ("t.csv.gz" if name.endswith("env.json") else name)
+    with pytest.raises(SchemaError, match="not a regular file"):
+        datasets.read(target)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import numpy as np
 import pytest
@@ -400,3 +401,141 @@ def test_cuda_calls_without_gpu_events_are_refused_as_no_gpu_activity(tmp_path, 
     t.sync(100, 50)
     assert cli.main(["doctor", str(t.write(tmp_path / "calls.json"))]) == 2
     assert "CUDA calls but no GPU events" in capsys.readouterr().err
+
+
+# -- hostile traces: damaged fields, deep nesting, markup in names ---------------------------
+def _edit(t: SyntheticTrace, cat: str, **fields) -> SyntheticTrace:
+    for e in t.events:
+        if e.get("cat") == cat:
+            for k, v in fields.items():
+                if k == "args":
+                    e["args"] = v
+                elif k.startswith("args."):
+                    e["args"][k[5:]] = v
+                else:
+                    e[k] = v
+    return t
+
+
+@pytest.mark.parametrize(
+    "cat, fields",
+    [
+        ("gpu_memcpy", {"args.correlation": float("inf")}),  # JSON 1e999
+        ("gpu_memcpy", {"args.stream": float("inf")}),
+        ("gpu_memcpy", {"args.bytes": 10**400}),
+        ("gpu_memcpy", {"args": [1, 2]}),
+        ("cpu_op", {"pid": [1]}),
+        ("cuda_runtime", {"tid": {"a": 1}}),
+    ],
+)
+def test_a_trace_with_fields_of_the_wrong_type_is_read_not_a_traceback(tmp_path, capsys, cat, fields):
+    p = tmp_path / "synthetic.json"
+    p.write_text(json.dumps(_edit(_batch_trace(), cat, **fields).document()).replace("Infinity", "1e999"))
+    assert cli.main(["doctor", str(p), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["steps"] == 3 and sum(s["count"] for s in d["sites"]) == 3
+
+
+def test_copies_with_a_negative_or_infinite_time_are_left_out_and_said_so(tmp_path):
+    t = _batch_trace()
+    t.copy(30000, 30010, 5000, MiB)  # a fourth copy, in the last step
+    t.events[-2]["dur"] = -5000.0  # a negative duration would subtract from the step's copy time
+    t.kernel(100, float("inf"), stream=9)  # an infinite kernel would make every figure inf
+    p = tmp_path / "synthetic.json"
+    p.write_text(json.dumps(t.document()).replace("Infinity", "1e999"))
+    dx = diagnose(p, machine=SYNTH)
+    clean = _dx(_batch_trace(), tmp_path)
+    assert dx.exposed_copy_ms_per_step == pytest.approx(clean.exposed_copy_ms_per_step)
+    assert dx.analysis.kernel_ms_per_step == pytest.approx(clean.analysis.kernel_ms_per_step)
+    assert any("2 events with a time that is not a finite number" in n for n in dx.analysis.notes)
+    json.loads(json.dumps(dx.to_dict(), allow_nan=False))  # valid JSON: no NaN, no Infinity
+
+
+@pytest.mark.parametrize("where", ["events", "meta"])
+def test_json_nested_too_deeply_is_refused_in_one_line_with_exit_2(tmp_path, capsys, where):
+    deep = "[" * 100_000 + "]" * 100_000
+    text = f'{{"traceEvents": [{deep}]}}' if where == "events" else f'{{"x": {deep}, "traceEvents": []}}'
+    (tmp_path / "deep.json").write_text(text)
+    assert cli.main(["doctor", str(tmp_path / "deep.json")]) == 2
+    err = capsys.readouterr().err
+    assert "nested too deeply" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_trace_saved_with_a_byte_order_mark_is_read(tmp_path):
+    p = tmp_path / "synthetic.json"
+    p.write_text("\ufeff" + json.dumps(_batch_trace().document()), encoding="utf-8")
+    assert read_trace(p).gpu == read_trace(_batch_trace().write(tmp_path / "plain.json")).gpu
+
+
+def test_site_and_file_names_from_the_trace_render_as_text_in_markdown(tmp_path):
+    evil = "\n````\n<img src=x onerror=alert(1)>"  # under the table's 34 characters
+    t = _edit(_batch_trace(), "cpu_op", name=evil)
+    dx = _dx(t, tmp_path, name="a`b<i>.json.gz")
+    md = dx._repr_markdown_()
+    fence = md.split("\n", 1)[0]
+    body = md[len(fence) + 1 : -len(fence) - 1]
+    assert set(fence) == {"`"} and md.endswith("\n" + fence)
+    assert not any(line.strip().startswith(fence) for line in body.splitlines())  # nothing closes it
+    s = dx.summary()
+    outside = re.sub(r"`[^`]*`", "", s)  # a code span shows its content as literal text
+    assert "<" not in outside and "\n" not in s and "`" not in outside
+
+
+def test_a_gzip_that_unpacks_past_the_limit_is_refused_as_a_bomb(tmp_path, capsys, monkeypatch):
+    p = tmp_path / "bomb.json.gz"
+    events = json.dumps(_batch_trace().document()["traceEvents"])[1:-1]
+    with gzip.open(p, "wt") as f:  # a valid trace, padded with 20 MB of blanks between events
+        f.write('{"traceEvents": [' + events + "," + " " * (20 * MiB) + events + "]}")
+    assert p.stat().st_size < MiB
+    monkeypatch.setenv("H2DLAB_MAX_TRACE_BYTES", str(10 * MiB))
+    assert cli.main(["doctor", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "decompression bomb" in err and "H2DLAB_MAX_TRACE_BYTES" in err and len(err.strip().splitlines()) == 1
+    )
+    monkeypatch.setenv("H2DLAB_MAX_TRACE_BYTES", str(30 * MiB))
+    assert len(read_trace(p).gpu) == 2 * len(read_trace(_batch_trace().write(tmp_path / "one.json")).gpu)
+
+
+def test_an_empty_recording_option_is_a_usage_error_not_a_traceback(tmp_path, capsys):
+    p = _batch_trace().write(tmp_path / "synthetic.json.gz")
+    assert cli.main(["doctor", str(p), "--recording", " "]) == 2
+    err = capsys.readouterr().err
+    assert "--recording" in err and len(err.strip().splitlines()) == 1
+
+
+def test_control_characters_in_trace_names_never_reach_the_terminal(tmp_path, capsys):
+    osc = "\x1b]0;owned\x07\x1b[2J\u202egnp.exe\u2028x\x9b31m"  # title, clear screen, RTL override, C1 CSI
+    t = _edit(_batch_trace(), "cpu_op", name="aten::to" + osc)
+    p = t.write(tmp_path / "synthetic.json.gz")
+    assert cli.main(["doctor", str(p)]) == 0
+    assert cli.main(["doctor", str(p), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\x1b\x07\x9b\u202e\u2028")
+    assert "aten::to\ufffd]0;owned" in out  # the rest of the name is kept, as text
+
+
+def test_a_step_range_repeated_in_the_trace_counts_once(tmp_path):
+    t = _batch_trace()
+    t.events += [dict(e) for e in t.events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    dx = _dx(t, tmp_path)
+    clean = _dx(_batch_trace(), tmp_path, name="clean.json.gz")
+    assert dx.steps == clean.steps == 3
+    assert dx.exposed_copy_ms_per_step == pytest.approx(clean.exposed_copy_ms_per_step)
+
+
+def test_copies_whose_launching_call_is_missing_beside_others_are_judged_not_a_traceback(tmp_path, capsys):
+    t = _batch_trace()
+    runtime = [e for e in t.events if e.get("cat") == "cuda_runtime"]
+    runtime[0]["args"]["correlation"] = {}  # this copy's call no longer names it (a flow pointing nowhere)
+    p = t.write(tmp_path / "synthetic.json.gz")
+    assert cli.main(["doctor", str(p), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    lost = [s for s in d["sites"] if s["site"] == "(no launching call in the trace)"]
+    assert (
+        len(lost) == 1
+        and lost[0]["count"] == 1
+        and lost[0]["op_chain"] == ""
+        and lost[0]["synchronous"] is None
+    )
+    assert sum(s["count"] for s in d["sites"]) == 3

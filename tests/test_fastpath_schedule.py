@@ -367,3 +367,17 @@ def test_plan_candidates_start_with_the_tuned_plan_and_need_no_larger_ring(ana, 
     assert any(p["waves"] == 1 for p in cands) and any(
         p["head_split"] == 4 and p["tail_split"] == 1 for p in cands
     )
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"format": 1, "schedule": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # nested past the parser
+        b'\xff\xfe{"format": 1}',  # not UTF-8
+    ],
+)
+def test_a_fastpath_json_that_cannot_be_parsed_is_the_documented_value_error(tmp_path, content):
+    p = tmp_path / "fastpath.json"
+    p.write_bytes(content)
+    with pytest.raises(ValueError, match="cannot read fast-path settings"):
+        transfer.read_fastpath(p)

@@ -105,3 +105,31 @@ def test_the_explorer_escapes_its_status_line_and_tables(tmp_path):
     )
     page = styled(table).to_html()
     assert "<script>alert" not in page and "<img src=x" not in page and "&lt;script&gt;" in page
+
+
+def _tags(markdown: str) -> set[str]:
+    """The HTML tags a CommonMark renderer (markdown-it, raw HTML on, as Jupyter) makes of ``markdown``."""
+    MarkdownIt = pytest.importorskip("markdown_it").MarkdownIt
+
+    return set(re.findall(r"</?([A-Za-z][A-Za-z0-9]*)", MarkdownIt("commonmark").render(markdown)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="`<>\\ bi&", max_size=30))
+def test_md_inert_html_leaves_no_raw_html_whatever_the_backticks(text):
+    from h2dlab.escape import md_inert_html
+
+    # Markdown's own elements (p, code, blockquote, pre ...) may come; a tag spelt in the
+    # text (<b>, <i>, <bi> ...) is raw HTML and must not
+    assert not {t for t in _tags(md_inert_html(text)) if set(t) <= set("bi")}
+
+
+def test_a_strategy_name_with_backticks_and_markup_renders_as_text_in_a_finding(tmp_path):
+    from h2dlab import advice
+
+    df = datasets.load("h200_forum")
+    evil = "x`<img src=x onerror=alert(1)>`"
+    df = df.assign(strategy=df["strategy"].replace(df["strategy"].iloc[0], evil))
+    f = advice.bandwidth(df)
+    assert "<img" in f.verdict  # the name is kept, as text ...
+    assert "img" not in _tags(f._repr_markdown_())  # ... and renders as no element

@@ -5,6 +5,8 @@ tables and rows (named so), and the bundled recording where said."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -90,3 +92,32 @@ def test_the_idle_runs_name_each_pauses_cost(monkeypatch):
     )
     assert "cost after an idle gap, not a back-to-back" in _spacing_text({0.0: 3.6, 1.0: 4.6}, [0.0, 1.0])
     assert "back-to-back costs" in _spacing_text({0.0: 0.1}, [0.0])
+
+
+def test_reference_rows_from_a_damaged_env_json_are_left_out_not_a_traceback():
+    good = {
+        "strategy": "pinned_reuse",
+        "size_bytes": 1024,
+        "kit_median_us": 10.0,
+        "reference_median_us": 10.0,
+    }
+    rows = [
+        good,
+        "not a row",
+        {**good, "size_bytes": "x"},
+        {**good, "strategy": "pageable", "reference_median_us": 0},  # a ratio of inf
+        {**good, "strategy": "pageable", "kit_median_us": float("nan")},
+        {**good, "size_bytes": 1.5},
+    ]
+    f = findings_spacing.reference_agreement(rows)
+    assert f.holds and len(f.table) == 1 and f.values["lo"] == f.values["hi"] == 1.0
+    for junk in ({"a": 1}, ["x"], [{**good, "kit_median_us": "fast"}]):
+        assert not findings_spacing.reference_agreement(junk).holds
+
+
+def test_strategy_names_from_env_json_stay_inside_their_markdown_code_spans():
+    evil = "a`<img src=x onerror=alert(1)>`"
+    rows = [{"strategy": evil, "size_bytes": 1024, "kit_median_us": 9.0, "reference_median_us": 1.0}]
+    verdict = findings_spacing.reference_agreement(rows).verdict
+    outside = re.sub(r"`[^`]*`", "", verdict)
+    assert "<img" not in outside and "`" not in outside

@@ -242,3 +242,119 @@ def test_against_the_recording_holds_pinned_copies_of_256_mib_and_more_to_3_perc
         phase="together", event_ms=same["event_ms"] * 9
     )  # other GPUs copying: not compared
     assert (against_recording(pd.concat([same, together]), ref)["ratio"].round(6) == 1.02).all()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"local_world_size": "abc"},
+        {"local_world_size": [1]},
+        {"local_world_size": 10**30},
+        {"synced": [1]},
+        {"host": ["a"]},
+        {"cpu_numa_nodes": [{"a": 1}]},
+    ],
+)
+def test_a_rank_file_with_facts_of_the_wrong_type_loses_only_those_facts(tmp_path, damage):
+    import shutil
+
+    folder = tmp_path / "s"
+    rank.survey_rank(
+        place_from_env({"H2DLAB_SURVEY_HOST": "node-a"}), folder, device="cpu", sizes=(1024,), reps=2
+    )
+    shutil.copy(rank.rank_file(folder, 0), rank.rank_file(folder, 1))
+    for phase_file in (folder / "ranks").glob("r00000-*.csv.gz"):
+        shutil.copy(phase_file, phase_file.with_name(phase_file.name.replace("r00000", "r00001")))
+    info = json.loads(rank.rank_file(folder, 1).read_text())
+    rank.rank_file(folder, 1).write_text(json.dumps({**info, "rank": 1, **damage}))
+    infos = fleet.wait_for_ranks(folder, 2, 0.0)
+    assert infos[1]["damaged_fields"] == list(damage)
+    table, gpus = command.finish(folder, infos, rank.plan("cpu", (1024,), 2), "t", 30)
+    assert (table["status"] == "ok").all() and sorted(gpus["rank"]) == [0, 1]
+    timed = table[~table["warmup"]]
+    assert timed.groupby("rank").size().to_dict() == {0: 4, 1: 4}  # two strategies, 2 copies each
+    assert datasets.read(folder / "fleet.csv.gz")["rank"].nunique() == 2
+
+
+def test_a_host_name_with_dollar_signs_is_drawn_as_text_not_math(tmp_path):
+    matplotlib.use("Agg")
+    gpus = pd.DataFrame(
+        {"rank": [0, 1], "host": ["$\\foo{$", "b"], "local_rank": 0, "gpu_uuid": "", "gpu_name": "",
+         "status": "ok", "error": "", "h2d_pinned_alone_gbps": [20.0, 55.0]}
+    )  # fmt: skip
+    page = report_html(judge(gpus), {"hostname": "h", "date": "2026-12-03", "survey": {"world_size": 2}})
+    assert page.count("data:image/png;base64,") == 1
+    ax = plot_metric(judge(gpus), "h2d_pinned_alone_gbps")
+    ax.figure.canvas.draw()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["\\$\\foo{\\$", "b"]
+
+
+@pytest.mark.parametrize("job", ["../../outside", "/etc/x", "a/../../b"])
+def test_a_job_id_with_slashes_keeps_the_store_inside_the_survey_folder(tmp_path, monkeypatch, job):
+    import torch.distributed as dist
+
+    seen = []
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: seen.append(k["init_method"]))
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": job, "H2DLAB_SURVEY_HOST": "n"}
+    rank.Sync(place_from_env(env), tmp_path / "s", 1.0)
+    store = Path(seen[0].removeprefix("file://"))
+    assert store.parent == (tmp_path / "s").resolve() and store.name.startswith(".store-")
+    assert not (tmp_path / "outside").exists()
+
+
+@pytest.mark.parametrize(("col", "value"), [("local_rank", "x"), ("rank", "abc"), ("rank", 1.5)])
+def test_a_baseline_whose_ranks_are_not_whole_numbers_is_refused_before_measuring(
+    tmp_path, capsys, col, value
+):
+    assert _cpu_survey(tmp_path / "a") in (0, command.EXIT_FLAGGED)
+    before = datasets.read(tmp_path / "a" / "fleet.csv.gz").assign(**{col: value})
+    before.to_csv(tmp_path / "before.csv.gz", index=False)
+    capsys.readouterr()
+    assert _cpu_survey(tmp_path / "b", "--baseline", str(tmp_path / "before.csv.gz")) == 2
+    err = capsys.readouterr().err
+    assert col in err and str(value) in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "b" / "ranks").exists()
+
+
+def test_control_characters_in_a_rank_file_never_reach_the_terminal_or_the_table(tmp_path):
+    folder = tmp_path / "s"
+    rank.survey_rank(
+        place_from_env({"H2DLAB_SURVEY_HOST": "node-a"}), folder, device="cpu", sizes=(1024,), reps=2
+    )
+    info = json.loads(rank.rank_file(folder, 0).read_text())
+    evil = {"host": "n\x1b]0;owned\x07\u202e", "status": "error", "error": "bad\nline\x9b2J"}
+    rank.rank_file(folder, 0).write_text(json.dumps({**info, **evil}))
+    got = fleet.read_rank(folder, 0)
+    assert got["host"] == "n\ufffd]0;owned\ufffd\ufffd" and got["error"] == "bad line\ufffd2J"
+    table, _ = command.finish(folder, {0: got}, rank.plan("cpu", (1024,), 2), "t", 30)
+    assert set(table["host"]) == {"n\ufffd]0;owned\ufffd\ufffd"}
+
+
+def test_a_rank_file_that_is_a_device_a_pipe_or_huge_is_no_result_not_a_hang(tmp_path):
+    folder = tmp_path / "s"
+    (folder / "ranks").mkdir(parents=True)
+    rank.rank_file(folder, 0).symlink_to("/dev/zero")  # read whole, it never ends
+    os.mkfifo(rank.rank_file(folder, 1))  # read, it blocks until a writer comes
+    rank.rank_file(folder, 2).write_text('{"status": "ok", "host": "' + "x" * (2 << 20) + '"}')
+    assert fleet.wait_for_ranks(folder, 3, 0.0) == {0: None, 1: None, 2: None}
+
+
+@pytest.mark.parametrize("world", ["99999999999", str(2**20 + 1)])
+def test_a_world_too_large_for_rank_0_to_track_is_refused(world):
+    with pytest.raises(UsageError, match="a world of"):
+        place_from_env({**TORCHRUN, "WORLD_SIZE": world, "RANK": "0", "LOCAL_RANK": "0"})
+    assert (
+        place_from_env({**TORCHRUN, "WORLD_SIZE": str(2**20), "RANK": "0", "LOCAL_RANK": "0"}).world_size
+        == 2**20
+    )
+
+
+def test_more_ranks_on_a_node_than_in_the_world_is_refused():
+    with pytest.raises(UsageError, match="more than the world"):
+        place_from_env({**TORCHRUN, "LOCAL_WORLD_SIZE": "1000000000"})
+
+
+def test_a_slurm_jobs_tasks_per_node_above_the_steps_tasks_is_capped_not_refused():
+    env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_NODEID": "0",
+           "SLURM_TASKS_PER_NODE": "4(x2)"}  # fmt: skip
+    assert place_from_env(env).local_world_size == 2

@@ -123,3 +123,24 @@ def test_cli_writes_the_table_and_refuses_a_bad_shape_in_one_line(cli, tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "1024" in bad.stderr
     bad = cli("workload", "--batch", "64xA", "--out", str(tmp_path / "b.csv"))
     assert bad.returncode == 2 and "64xA" in bad.stderr
+
+
+def test_a_batch_too_large_for_memory_is_refused_in_one_line_with_exit_2(monkeypatch, tmp_path, capsys):
+    import torch
+
+    from h2dlab import cli
+
+    def no_memory(*shape, **kw):  # what torch's CPU allocator raises (torch 2.x), without asking it
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 2560000000000 bytes. Error code 12 (Cannot allocate memory)"
+        )
+
+    monkeypatch.setattr(torch, "rand", no_memory)
+    out = tmp_path / "w.csv"
+    code = cli.main(
+        ["workload", "--device", "cpu", "--batch", "100000x100000x64", "--out", str(out), "--no-progress"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "100000x100000x64" in err and "--batch" in err and not out.exists()

@@ -34,7 +34,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(a: argparse.Namespace, argv: list[str]) -> int:
     """Print the diagnosis (table, or JSON with ``--json``); exit 2 on a bad trace."""
     from h2dlab.doctor import diagnose
+    from h2dlab.errors import UsageError
 
+    if not a.recording.strip():  # `--recording "$UNSET"`: the library's TypeError is for code
+        raise UsageError(
+            "--recording is empty: give h200 (the bundled data) or a folder `h2dlab record` wrote"
+        )
     dx = diagnose(a.trace, recording=a.recording)
     print(json.dumps(dx.to_dict(), indent=2, ensure_ascii=False) if a.json else dx.table())
     return 0

@@ -73,6 +73,18 @@ def _read_baseline(path: str):
         raise UsageError(
             f"--baseline {path} is a measurement table but not a survey's (no host/rank columns)"
         )
+    for col in ("rank", "local_rank"):  # checked now: after the survey they would stop rank 0 unwritten
+        if col not in table.columns:
+            continue
+        given = table[col].dropna()
+        number = pd.to_numeric(given, errors="coerce")
+        bad = given[number.isna() | (number != number.round()) | (number < 0)]
+        if len(bad):
+            raise UsageError(
+                f"--baseline {path}: its {col} column holds {str(bad.iloc[0])[:40]!r}, not a whole number: "
+                "not a survey's fleet table"
+            )
+        table[col] = number.reindex(table.index).astype("Int64")
     return gpu_table(table)
 
 

@@ -14,6 +14,7 @@ Reading the trace is :mod:`~h2dlab.doctor.trace`; the copies and their exposed t
 from __future__ import annotations
 
 import os
+import re
 import sys
 import types
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from h2dlab.doctor.sites import Analysis, analyse
 from h2dlab.doctor.trace import read_trace
 from h2dlab.doctor.verdict import RECIPES, Machine, load_machine, verdicts
 from h2dlab.errors import UsageError
+from h2dlab.escape import md_code, md_text
 
 __all__ = [
     "RECIPES",
@@ -78,7 +80,7 @@ class Diagnosis:
             sites.append(
                 {
                     "site": str(s["site"]),
-                    "op_chain": s["op_chain"] or "",
+                    "op_chain": s["op_chain"] if isinstance(s["op_chain"], str) else "",  # NaN: no call
                     "direction": s["direction"],
                     "source_memory": s["source_memory"],
                     "dest_memory": s["dest_memory"],
@@ -140,19 +142,25 @@ class Diagnosis:
         a = self.analysis
         name = os.path.basename(a.path)
         text = (
-            f"In `{name}` ({self.steps} traced step{'s' if self.steps != 1 else ''}), copies add "
+            f"In {md_code(name)} ({self.steps} traced step{'s' if self.steps != 1 else ''}), copies add "
             f"{self.exposed_copy_ms_per_step:.2f} ms to each step, beside {a.kernel_ms_per_step:.2f} ms of kernels."
         )
         if self.verdicts:
             v = self.verdicts[0]
-            text += f" The costliest site (`{a.sites['site'].iat[0]}`): {v['recommendation']}."
-        return text + "".join(f" Note: {n}." for n in a.notes)
+            text += (
+                f" The costliest site ({md_code(a.sites['site'].iat[0])}): {md_text(v['recommendation'])}."
+            )
+        return text + "".join(f" Note: {md_text(n)}." for n in a.notes)
 
     def __str__(self) -> str:
         return self.table()
 
     def _repr_markdown_(self) -> str:
-        return "```\n" + self.table() + "\n```"
+        # a code fence no line of the table can close: longer than any run of backticks in it
+        # (a site or file name read from the trace may hold some)
+        text = self.table()
+        fence = "`" * max(3, 1 + max((len(r) for r in re.findall(r"`+", text)), default=0))
+        return f"{fence}\n{text}\n{fence}"
 
 
 #: where the bundled traces live (``data/traces/record_traces.py`` writes them)

@@ -96,7 +96,8 @@ def lanes(dx: Any, ax: Any = None, step: int | None = None) -> Any:
     )
     ax.legend(loc="upper right", fontsize="small")
     ax.annotate(
-        f"trace: {a.path.rsplit('/', 1)[-1]}; step {step} of {a.steps}",
+        # a file name's "$" would start matplotlib's math text: escaped, the name shows as it is
+        f"trace: {a.path.rsplit('/', 1)[-1]}; step {step} of {a.steps}".replace("$", r"\$"),
         xy=(0, -0.28),
         xycoords="axes fraction",
         fontsize="x-small",

@@ -135,7 +135,15 @@ def analyse(trace: Trace) -> Analysis:
     )
     cp = gpu[gpu["cat"] == "gpu_memcpy"].reset_index(drop=True)
     if cp.empty:
-        raise UsageError(f"{name} holds GPU activity but no copies (no Memcpy events): nothing to diagnose")
+        bad = (
+            f" ({trace.n_bad_times} events with a time that is not a finite number, or a negative "
+            "duration, were left out)"
+            if trace.n_bad_times
+            else ""
+        )
+        raise UsageError(
+            f"{name} holds GPU activity but no copies (no Memcpy events): nothing to diagnose{bad}"
+        )
     notes: list[str] = []
 
     # the launching call of each copy, by correlation id
@@ -185,7 +193,8 @@ def analyse(trace: Trace) -> Analysis:
     cp["synchronous"] = _synchronous(trace, cp)
 
     # steps: the ProfilerStep# ranges; a copy belongs to the step its call was made in
-    steps = sorted((h[2], h[3]) for h in trace.host if h[5] == "user_annotation" and _STEP.match(h[4]))
+    # a range twice (a trace merged or saved twice) is one step, not two of half the cost
+    steps = sorted({(h[2], h[3]) for h in trace.host if h[5] == "user_annotation" and _STEP.match(h[4])})
     has_steps = bool(steps)
     if has_steps:
         st = np.array([s for s, _ in steps])
@@ -217,6 +226,11 @@ def analyse(trace: Trace) -> Analysis:
     )
     if (cp["bytes"] < 0).any():
         notes.append("some copies carry no bytes in the trace: their sites get no estimate")
+    if trace.n_bad_times:
+        notes.append(
+            f"{trace.n_bad_times} events with a time that is not a finite number, or a negative "
+            "duration, were left out"
+        )
     return Analysis(
         path=trace.path,
         steps=n_steps,
@@ -249,7 +263,7 @@ def _synchronous(trace: Trace, cp: pd.DataFrame) -> list:
         cp["end"],
         strict=True,
     ):
-        if call is None:
+        if not isinstance(call, str):  # no launching call: None, or NaN once pandas holds the column
             out.append(None)
             continue
         host_side = src if direction == "h2d" else dst if direction == "d2h" else "device"

@@ -25,19 +25,23 @@ Kineto's events, as the doctor reads them (``ph: "X"``, ``ts``/``dur`` in µs):
 
 from __future__ import annotations
 
+import functools
 import gc
 import gzip
 import io
 import json
+import math
 import os
+import re
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from h2dlab.errors import UsageError
 
-__all__ = ["Trace", "read_trace"]
+__all__ = ["MAX_TRACE_BYTES", "Trace", "max_trace_bytes", "read_trace"]
 
 HOST_CATS = frozenset({"cpu_op", "user_annotation", "python_function"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
@@ -45,7 +49,16 @@ GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _CHUNK = 1 << 20
 #: a decoding error this far before the end of the window is a syntax error, not a cut element
 _SLACK = 1 << 20
-_WS = " \t\n\r"
+_SKIP_WS = re.compile(r"[ \t\n\r]*")
+#: The most text a trace may unpack to (``H2DLAB_MAX_TRACE_BYTES`` raises it): 16 times the
+#: 500 MB trace the benchmark reads in 1 GiB; a small .json.gz can unpack to any size.
+MAX_TRACE_BYTES = 8 * 2**30
+
+
+def max_trace_bytes() -> int:
+    """:data:`MAX_TRACE_BYTES`, or ``H2DLAB_MAX_TRACE_BYTES`` where that is a whole number."""
+    text = os.environ.get("H2DLAB_MAX_TRACE_BYTES", "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else MAX_TRACE_BYTES
 
 
 @dataclass
@@ -62,6 +75,9 @@ class Trace:
     gpu: list[tuple] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     n_events: int = 0
+    #: events of the kept categories left out: a time that is not a finite number, or a
+    #: negative duration (a hand-edited or damaged trace; Kineto writes neither)
+    n_bad_times: int = 0
 
 
 class _Stream:
@@ -71,12 +87,19 @@ class _Stream:
         self.f, self.name = f, name
         self.buf, self.pos, self.eof = "", 0, False
         self.dec = json.JSONDecoder()
+        self.read_chars, self.limit = 0, max_trace_bytes()
 
     def fill(self) -> bool:
         chunk = self.f.read(_CHUNK)
         if not chunk:
             self.eof = True
             return False
+        self.read_chars += len(chunk)
+        if self.read_chars > self.limit:
+            raise UsageError(
+                f"{self.name} unpacks to more than {self.limit / 2**30:.3g} GiB of text (a decompression "
+                "bomb, or a trace too large for this machine): trace fewer steps, or raise H2DLAB_MAX_TRACE_BYTES"
+            )
         self.buf = self.buf[self.pos :] + chunk
         self.pos = 0
         return True
@@ -84,8 +107,7 @@ class _Stream:
     def peek(self) -> str:
         while True:
             n = len(self.buf)
-            while self.pos < n and self.buf[self.pos] in _WS:
-                self.pos += 1
+            self.pos = _SKIP_WS.match(self.buf, self.pos).end()  # in C: a run of blanks is no loop here
             if self.pos < n or not self.fill():
                 return self.buf[self.pos] if self.pos < len(self.buf) else ""
 
@@ -105,6 +127,10 @@ class _Stream:
         while True:
             try:
                 v, end = self.dec.raw_decode(self.buf, self.pos)
+            except RecursionError:
+                raise UsageError(
+                    f"{self.name} is not a Chrome trace: its JSON is nested too deeply"
+                ) from None
             except json.JSONDecodeError as e:
                 # An element cut by the window fails near its end: read on. An error well
                 # before the window's end is a real syntax error.
@@ -123,22 +149,30 @@ def _open_text(path: Path) -> io.TextIOBase:
     with open(path, "rb") as raw:
         magic = raw.read(2)
     if magic == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", errors="replace")
+    return open(path, encoding="utf-8-sig", errors="replace")
 
 
 def _keep(ev: Any, t: Trace) -> None:
     if not isinstance(ev, dict) or ev.get("ph") != "X":
         return
     cat = ev.get("cat")
+    if not isinstance(cat, str) or cat not in _KEPT:
+        return
     try:
         ts = float(ev["ts"])
-        end = ts + float(ev.get("dur", 0.0))
+        dur = float(ev.get("dur", 0.0))
     except (KeyError, TypeError, ValueError):
         return
-    name = sys.intern(str(ev.get("name", "")))  # a few hundred names repeat millions of times
+    if not (math.isfinite(ts) and math.isfinite(dur) and dur >= 0 and math.isfinite(ts + dur)):
+        t.n_bad_times += 1  # NaN, infinite or negative: no time to add up
+        return
+    end = ts + dur
+    name = _name(str(ev.get("name", "")))
+    a = ev.get("args")
+    if not isinstance(a, dict):
+        a = {}
     if cat in GPU_CATS:
-        a = ev.get("args") or {}
         t.gpu.append(
             (
                 cat,
@@ -152,17 +186,41 @@ def _keep(ev: Any, t: Trace) -> None:
             )
         )
     elif cat in RUNTIME_CATS:
-        a = ev.get("args") or {}
-        t.runtime.append((ev.get("pid"), ev.get("tid"), ts, end, name, _int(a.get("correlation"))))
-    elif cat in HOST_CATS:
-        t.host.append((ev.get("pid"), ev.get("tid"), ts, end, name, cat))
+        t.runtime.append((_id(ev.get("pid")), _id(ev.get("tid")), ts, end, name, _int(a.get("correlation"))))
+    else:
+        t.host.append((_id(ev.get("pid")), _id(ev.get("tid")), ts, end, name, cat))
+
+
+_KEPT = HOST_CATS | RUNTIME_CATS | GPU_CATS
+#: control, format, line and paragraph separator characters (as ``schema`` refuses in tables)
+_HIDDEN = ("Cc", "Cf", "Zl", "Zp")
+
+
+@functools.lru_cache(maxsize=1 << 16)  # a few hundred names repeat millions of times
+def _name(text: str) -> str:
+    """An event's name as it may be printed: a control or format character (an escape
+    sequence that would drive the terminal, a right-to-left override) becomes U+FFFD."""
+    if not text.isprintable():
+        text = "".join("\ufffd" if unicodedata.category(c) in _HIDDEN and c != "\u200d" else c for c in text)
+    return sys.intern(text)
+
+
+_INT64 = 1 << 63
 
 
 def _int(v: Any) -> int:
+    """``v`` as an int64, or -1 where it is none (missing, text, NaN, infinite, out of range)."""
     try:
-        return int(v)
-    except (TypeError, ValueError):
+        i = int(v)
+    except (TypeError, ValueError, OverflowError):
         return -1
+    return i if -_INT64 <= i < _INT64 else -1
+
+
+def _id(v: Any) -> Any:
+    """A ``pid``/``tid`` as a key: numbers and text as they are, anything else (a list, an
+    object) as its text, so that a damaged id groups apart instead of failing."""
+    return v if v is None or isinstance(v, (int, str)) else str(v)
 
 
 def read_trace(path: str | os.PathLike[str]) -> Trace:

@@ -36,7 +36,10 @@ class Finding:
         return self.values[key]
 
     def _repr_markdown_(self) -> str:  # a notebook cell ending in a Finding shows its verdict
-        return self.verdict
+        # names in a verdict come from tables anyone can edit: no raw HTML renders from them
+        from h2dlab.escape import md_inert_html
+
+        return md_inert_html(self.verdict)
 
 
 def spread(x: pd.Series | np.ndarray) -> dict[str, float]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from h2dlab.escape import md_code
 from h2dlab.explain.finding import Finding, size_text
 from h2dlab.explain.rows import check_values, timed, value_ms
 
@@ -158,7 +159,15 @@ def reference_agreement(rows: list[dict[str, Any]], *, bounds: tuple[float, floa
         ``values``: ``lo``, ``hi`` (ratios), ``outside`` (cells out of bounds); ``table``: the
         rows with ``ratio``. With no rows, ``holds`` is False and the verdict says so.
     """
-    t = pd.DataFrame(rows, columns=["strategy", "size_bytes", "kit_median_us", "reference_median_us"])
+    cols = ["strategy", "size_bytes", "kit_median_us", "reference_median_us"]
+    # the rows come from an env.json, a file anyone can edit: rows that are not objects, and
+    # cells without a positive finite size and times, are left out; names stay text
+    t = pd.DataFrame([r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else [], columns=cols)
+    t["strategy"] = t["strategy"].astype(str)
+    for c in cols[1:]:
+        t[c] = pd.to_numeric(t[c], errors="coerce")
+    good = t[cols[1:]].apply(lambda s: s.between(0, float("inf"), inclusive="neither")).all(axis=1)
+    t = t[good & (t["size_bytes"] == t["size_bytes"].round())]
     if t.empty:
         return Finding(
             "No reference check in this run: `h2dlab measure --reference` (the recording's "
@@ -171,7 +180,7 @@ def reference_agreement(rows: list[dict[str, Any]], *, bounds: tuple[float, floa
     out = t[(t.ratio < bounds[0]) | (t.ratio > bounds[1])]
     lo, hi = float(t.ratio.min()), float(t.ratio.max())
     sizes = f"{size_text(int(t.size_bytes.min()))}–{size_text(int(t.size_bytes.max()))}"
-    names = ", ".join(f"`{s}`" for s in dict.fromkeys(t.strategy))
+    names = ", ".join(md_code(s) for s in dict.fromkeys(t.strategy))
     verdict = (
         f"Beside `torch.utils.benchmark` (copy + synchronize, same process), the kit's medians were "
         f"{lo:.2f}–{hi:.2f}x its times over {len(t)} cells ({names}, {sizes}). "
@@ -181,7 +190,8 @@ def reference_agreement(rows: list[dict[str, Any]], *, bounds: tuple[float, floa
             else "Out of "
             + f"{bounds[0]:g}–{bounds[1]:g}x: "
             + ", ".join(
-                f"`{r.strategy}` at {size_text(int(r.size_bytes))} ({r.ratio:.2f}x)" for r in out.itertuples()
+                f"{md_code(r.strategy)} at {size_text(int(r.size_bytes))} ({r.ratio:.2f}x)"
+                for r in out.itertuples()
             )
             + "."
         )

@@ -342,7 +342,15 @@ def workload(
         torch.zeros(1, device=dev)
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     compute = _Compute(dev, spec.seed)
-    probe = torch.rand(spec.shape).to(dev)
+    try:
+        probe = torch.rand(spec.shape).to(dev)
+    except RuntimeError as exc:  # torch.OutOfMemoryError too: the batch the user asked for
+        if "alloc" not in str(exc) and "out of memory" not in str(exc):
+            raise
+        raise UsageError(
+            f"a batch of {'x'.join(map(str, spec.shape))} ({spec.batch_bytes:,} bytes) does not fit in "
+            f"memory on {dev}: give a smaller --batch"
+        ) from None
     matmul_ms = float("nan")
     if spec.matmuls:
         compute.matmuls = spec.matmuls

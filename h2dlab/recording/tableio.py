@@ -97,6 +97,36 @@ def _check_size(path: Path, suf: str) -> None:
             raise SchemaError(
                 f"{path}: {meta.num_rows:,} rows, over the {MAX_TABLE_ROWS:,} a table may hold: split it"
             )
+        unpacked = _parquet_text_bytes(path)
+        if unpacked > limit:
+            raise _too_big(path, f"its text columns unpack to {unpacked:,} bytes,", limit)
+
+
+def _parquet_text_bytes(path: Path) -> int:
+    """The bytes a .parquet table's text columns unpack to, counted without unpacking them:
+    read as dictionaries (one long text referenced by every row stays one text here), each
+    row's length added up. A small file of dictionary-coded text can unpack to terabytes."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+        text = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+        if not text:
+            return 0
+        table = pq.read_table(path, columns=text, read_dictionary=text)
+    except Exception as exc:  # noqa: BLE001 - a damaged file is a bad file, said in one line
+        raise SchemaError(f"{path}: not a readable .parquet table ({str(exc).splitlines()[0]})") from None
+    total = 0
+    for name in text:
+        for chunk in table[name].chunks:
+            if isinstance(chunk, pa.DictionaryArray):
+                lengths = pc.binary_length(chunk.dictionary)
+                total += pc.sum(pc.take(lengths, chunk.indices)).as_py() or 0
+            else:
+                total += chunk.nbytes
+    return total
 
 
 # Names stay text when read: a run id of digits only ("0123...") must not become a number.
@@ -250,8 +280,14 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
         if not p.exists():
             return None
     try:
-        env = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError, RecursionError) as exc:  # nested past the parser's depth
+        if not p.is_file():  # a device or a pipe (a planted link to /dev/zero) never ends
+            raise OSError(f"{p.name} is not a regular file")
+        with open(p, "rb") as fh:
+            data = fh.read(max_table_bytes() + 1)
+        if len(data) > max_table_bytes():
+            raise OSError(f"it is over the {max_table_bytes():,} bytes an env.json may hold")
+        env = json.loads(data)
+    except (OSError, ValueError, RecursionError) as exc:  # nested past the parser's depth
         raise SchemaError(f"{p}: not a readable env.json ({exc})") from None
     if not isinstance(env, dict):
         raise SchemaError(f"{p}: not a readable env.json (a JSON object was expected)")
@@ -278,6 +314,8 @@ def read(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if not path.exists():
         raise SchemaError(f"{path}: no such file")
+    if not path.is_file():  # a device or a pipe (a planted link to /dev/zero) never ends
+        raise SchemaError(f"{path}: not a regular file, so not a table")
     suf = suffix_of(path)
     _check_size(path, suf)
     try:
@@ -327,8 +365,12 @@ def _whole_lines(path: Path, suf: str) -> str:
             del text
             raise _too_big(path, "its text unpacks to more than that,", limit)
     else:
+        limit = max_table_bytes()
         with open(path, newline="", encoding="utf-8") as fh:
-            text = fh.read()
+            text = fh.read(limit + 1)  # the size checked before may have grown since
+        if len(text) > limit:
+            del text
+            raise _too_big(path, "its text is more than that,", limit)
     if text and not text.endswith("\n") and "\n" in text:  # one line alone is a header: kept
         cut = text[text.rfind("\n") + 1 :]
         text = text[: text.rfind("\n") + 1]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +60,74 @@ RANK_COLUMNS = (
 FINAL = ("ok", "error")
 
 
+#: The type each fact of a rank file must have (None always allowed): a field of another
+#: type (a damaged or planted file in the shared folder) is read as unknown, so that one
+#: rank's file cannot stop rank 0 from writing every other rank's rows.
+_TEXT_FACTS = (
+    "host", "gpu_uuid", "gpu_pci_bus_id", "gpu_name", "link_source", "launcher", "status",
+    "error", "started_at", "finished_at", "job_id", "omp_num_threads", "sync_note", "device",
+)  # fmt: skip
+_INT_FACTS = (
+    "local_rank", "node_rank", "gpu_numa_node", "link_gen_load", "link_width_load", "link_gen_max",
+    "link_width_max", "link_gen_device_max", "replays_before", "replays_after",
+)  # fmt: skip
+_MAX_INT = 2**53
+#: a rank file holds a few kB of facts: one larger is not read (a planted file would fill memory)
+_MAX_RANK_FILE_BYTES = 1 << 20
+#: more GPUs on one node than any launcher gives one node
+_MAX_LOCAL_WORLD = 4096
+
+
+def _whole(v: Any, lo: int, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _checked(info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` with every fact of the wrong type or out of range set to None (named in
+    ``damaged_fields``)."""
+    bad = [k for k in _TEXT_FACTS if info.get(k) is not None and not isinstance(info[k], str)]
+    bad += [k for k in _INT_FACTS if info.get(k) is not None and not _whole(info[k], -1, _MAX_INT)]
+    if info.get("local_world_size") is not None and not _whole(info["local_world_size"], 1, _MAX_LOCAL_WORLD):
+        bad.append("local_world_size")
+    numa = info.get("cpu_numa_nodes")
+    if numa is not None and not (isinstance(numa, list) and all(_whole(n, 0, _MAX_INT) for n in numa)):
+        bad.append("cpu_numa_nodes")
+    synced = info.get("synced")
+    if synced is not None and not (
+        isinstance(synced, dict) and all(isinstance(v, bool) for v in synced.values())
+    ):
+        bad.append("synced")
+    if bad:
+        info = {**info, **dict.fromkeys(bad), "damaged_fields": bad}
+    # text is printed on rank 0's terminal and stored in the table: no control character
+    # (an escape sequence drives a terminal), no right-to-left override
+    return {k: _printable(v) if k in _TEXT_FACTS and isinstance(v, str) else v for k, v in info.items()}
+
+
+def _printable(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(
+        " " if c in "\t\n\r" else "\ufffd" if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c
+        for c in text
+    )
+
+
 def read_rank(folder: Path, rank: int) -> dict[str, Any] | None:
-    """Rank ``rank``'s facts and status, or None where it wrote none (or a damaged one)."""
+    """Rank ``rank``'s facts and status, or None where it wrote none (or a damaged one).
+    A fact of the wrong type reads as None (:func:`_checked`)."""
+    path = rank_file(folder, rank)
     try:
-        info = json.loads(rank_file(folder, rank).read_text())
-    except (OSError, ValueError):
+        if not path.is_file():  # a device or a pipe in the shared folder (/dev/zero, a FIFO) is no rank file
+            return None
+        with open(path, "rb") as fh:
+            data = fh.read(_MAX_RANK_FILE_BYTES + 1)
+        if len(data) > _MAX_RANK_FILE_BYTES:
+            return None
+        info = json.loads(data)
+    except (OSError, ValueError, RecursionError):
         return None
-    return info if isinstance(info, dict) else None
+    return _checked(info) if isinstance(info, dict) else None
 
 
 def wait_for_ranks(
@@ -137,7 +199,7 @@ def assemble(
     """
     frames = []
     for rank, info in sorted(infos.items()):
-        local_world = int(info.get("local_world_size", 1)) if info else 1
+        local_world = int(info.get("local_world_size") or 1) if info else 1
         status, why = _why(rank, info, deadline_s)
         final = info is not None and info.get("status") == "ok"
         parts = []

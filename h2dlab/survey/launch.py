@@ -22,8 +22,10 @@ from collections.abc import Mapping
 
 from h2dlab.errors import UsageError
 
-__all__ = ["HOST_VAR", "Place", "place_from_env"]
+__all__ = ["HOST_VAR", "MAX_WORLD", "Place", "place_from_env"]
 
+#: The most ranks one survey takes (GPUs of the largest fleets, with room to spare).
+MAX_WORLD = 2**20
 #: Names the host in the survey's table (default: the machine's host name).
 HOST_VAR = "H2DLAB_SURVEY_HOST"
 
@@ -87,7 +89,8 @@ def place_from_env(env: Mapping[str, str] | None = None) -> Place:
     elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         rank, world = _whole(env, "SLURM_PROCID"), _whole(env, "SLURM_NTASKS")
         local = _whole(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0
-        local_world = _slurm_tasks_here(env) or 1
+        # the job's SLURM_TASKS_PER_NODE (where the step's is missing) may count more tasks than this step has
+        local_world = min(_slurm_tasks_here(env) or 1, max(world, 1))
         node = _whole(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0
         job = env.get("SLURM_JOB_ID", "")
         if job and env.get("SLURM_STEP_ID"):  # several srun steps of one job: one store each
@@ -101,9 +104,17 @@ def place_from_env(env: Mapping[str, str] | None = None) -> Place:
         launcher, job = "openmpi", env.get("OMPI_MCA_orte_jobid", "")
     else:
         rank, local, world, local_world, node, launcher, job = 0, 0, 1, 1, 0, "none", ""
+    if world > MAX_WORLD:  # rank 0 keeps one entry per rank: 10**11 of them would fill its memory
+        raise UsageError(
+            f"the launcher says a world of {world:,} ranks, more than the {MAX_WORLD:,} a survey takes"
+        )
     if world < 1 or not 0 <= rank < world:
         raise UsageError(
             f"the launcher says rank {rank} of a world of {world}: a rank must lie in 0..world-1"
+        )
+    if local_world > world:  # each rank takes a turn per local rank: 10**9 turns never end
+        raise UsageError(
+            f"the launcher says {local_world:,} ranks on this node, more than the world's {world:,}"
         )
     if local_world < 1 or not 0 <= local < local_world:
         raise UsageError(

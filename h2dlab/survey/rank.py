@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import os
+import re
 import signal
 import time
 from datetime import timedelta
@@ -93,7 +94,10 @@ class Sync:
         if place.rendezvous:
             init = "env://"
         elif place.job_id:
-            init = f"file://{Path(folder).resolve() / f'.store-{place.job_id}'}"
+            # the id comes from the environment: a '/' or '..' in it must not put the store
+            # (a file torch.distributed writes) outside the survey's folder
+            job = re.sub(r"[^A-Za-z0-9_.-]", "_", place.job_id).lstrip(".")[:100]
+            init = f"file://{Path(folder).resolve() / f'.store-{job}'}"
         else:
             self.note = "no MASTER_ADDR/MASTER_PORT and no job id to name a shared store: not synced"
             return

@@ -65,7 +65,13 @@ def plot_metric(gpus: pd.DataFrame, metric: str, ax=None, source: str = ""):
     if np.isfinite(y).any():
         ax.axhline(np.nanmedian(y), color="#777777", ls="--", lw=1, label="fleet median")
     ax.set_xticks(range(len(hosts)))
-    ax.set_xticklabels(hosts, rotation=90 if len(hosts) > 8 else 0, fontsize=7 if len(hosts) > 8 else 9)
+    # a host name is text: its "$" must not start matplotlib's math text (a parse error there
+    # would stop the page)
+    ax.set_xticklabels(
+        [h.replace("$", r"\$") for h in hosts],
+        rotation=90 if len(hosts) > 8 else 0,
+        fontsize=7 if len(hosts) > 8 else 9,
+    )
     ax.set_xlabel("host")
     unit = "µs" if metric.endswith("_us") else "GB/s" if metric.endswith("_gbps") else ""
     ax.set_ylabel(f"{metric} ({unit})" if unit else metric)

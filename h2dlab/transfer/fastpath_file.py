@@ -85,7 +85,7 @@ def read_fastpath(source: str | Path | dict[str, Any]) -> dict[str, Any]:
     where = "the given settings" if isinstance(source, dict) else str(source)
     try:
         d = source if isinstance(source, dict) else json.loads(Path(source).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested past the parser
         raise ValueError(f"cannot read fast-path settings {where}: {exc}") from None
     if not isinstance(d, dict) or d.get("format") != FASTPATH_FORMAT:
         raise ValueError(f"{where} is not a fastpath.json of format {FASTPATH_FORMAT}")
