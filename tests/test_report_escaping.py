@@ -125,7 +125,7 @@ def test_md_inert_html_leaves_no_raw_html_whatever_the_backticks(text):
 
 
 def test_a_strategy_name_with_backticks_and_markup_renders_as_text_in_a_finding(tmp_path):
-    from h2dlab import advice
+    from h2dlab.findings import advice
 
     df = datasets.load("h200_forum")
     evil = "x`<img src=x onerror=alert(1)>`"
