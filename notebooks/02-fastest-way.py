@@ -53,7 +53,7 @@ rec.banner()
 # the evidence, one copy at a time.
 
 # %% tags=["hide-input"]
-display(findings_workload.decision(rec.table("workload")) if rec.has("workload") else rec.lacks("workload"), *(Code(recipes.source(n), language="python") for n in ("dataloader", "prefetch")))
+display(findings_workload.decision(rec.table("workload"), f"{rec.name} (workload)") if rec.has("workload") else rec.lacks("workload"), *(Code(recipes.source(n), language="python") for n in ("dataloader", "prefetch")))
 
 # %% [markdown]
 # ## 1 · How fast is each way, from the smallest copy to the largest?

@@ -149,3 +149,22 @@ def test_readme_opens_with_the_answer_and_its_block_follows_the_recording():
         assert block in text, "regenerate: python -m h2dlab.findings.workload data/h200 --readme README.md"
     else:
         assert "no `workload` run yet" in top and "step ms" not in top
+
+
+def test_footer_calls_every_figure_host_side_and_says_what_the_loader_rows_also_wait_for():
+    # synthetic: loader_pageable 12.0 ms, pageable_to 11.5 ms, resident 4.5 ms; the spec has no workers
+    footer = fw.decision(synthetic_workload()).values["footer"]
+    assert "host-side" in footer
+    assert (
+        "exposed 7.50 ms against 7.00 ms for `x.to(device)` of the same batch, 0.50 ms that is not the copy."
+        in footer
+    )
+    assert "num_workers" not in footer  # not in the synthetic spec: not invented
+    df = synthetic_workload()
+    df.attrs["envs"] = {"x": {**df.attrs.get("env", {}), "spec": {"workers": 4}}}
+    assert "(`num_workers=4`)" in fw.decision(df).values["footer"]
+    # without the unpinned loader there is nothing to compare: no note
+    no_loader = synthetic_workload({k: v for k, v in SYNTHETIC_MS.items() if k != "loader_pageable"})
+    assert "not the copy" not in fw.decision(no_loader).values["footer"]
+    for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z`])", footer):
+        assert len(sentence.split()) <= 40, sentence

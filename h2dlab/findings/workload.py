@@ -216,7 +216,27 @@ def _footer(df: pd.DataFrame, ex: pd.DataFrame, source: str | None) -> str:
     return (
         f"data: {name} · {describe_runs(df) or 'no fingerprint'}{how}; the step with the batch already on "
         f"the GPU took {_ms(base)} ms (median); medians of at least {n} steps a way. Exposed copy: a way's "
-        "median step minus that one. Host-side figures move between recordings; rerun on your machine."
+        "median step minus that one. Every figure here is a step timed on the host clock (host-side): "
+        f"it moves between recordings; rerun on your machine.{_loader_note(ex, spec)}"
+    )
+
+
+def _loader_note(ex: pd.DataFrame, spec: dict) -> str:
+    """Say what the DataLoader rows' exposed time holds besides the copy, from the data: the
+    unpinned loader's exposed time against plain ``.to()`` of the same batch (empty without both)."""
+
+    def e(way: str) -> float:
+        return float(ex.loc[way, "exposed_ms"]) if way in ex.index and ex.loc[way, "n"] > 0 else np.nan
+
+    loader, plain = e("loader_pageable"), e("pageable_to")
+    if not (np.isfinite(loader) and np.isfinite(plain)):
+        return ""
+    workers = f" (`num_workers={spec['workers']}`)" if "workers" in spec else ""
+    more = loader - plain
+    return (
+        f" The `DataLoader` rows{workers} also wait for the loader's batches: `DataLoader()`, `.to(device)` "
+        f"exposed {_ms(loader)} ms against {_ms(plain)} ms for `x.to(device)` of the same batch"
+        + (f", {_ms(more)} ms that is not the copy." if more > 0 else ".")
     )
 
 
