@@ -20,7 +20,7 @@
 #
 # | strategy | what is timed |
 # | --- | --- |
-# | `pageable` | `x.to("cuda")` from ordinary memory: the driver stages it through its own pinned buffer |
+# | `pageable` | `x.to("cuda")` from ordinary memory: the driver stages it through its own pinned (page-locked) buffer |
 # | `pageable_non_blocking` | `x.to("cuda", non_blocking=True)`, then synchronise: still staged |
 # | `pin_then_copy` | `x.pin_memory().to("cuda")`: the forum's pattern, pinning included |
 # | `pinned_reuse` | data already in a pinned buffer, copied into a preallocated device buffer |
@@ -91,7 +91,8 @@ display(findings_spacing.reference_agreement(rec.env("reference", "reference").g
 # PyTorch's pin_memory/non_blocking tutorial says `x.pin_memory().to("cuda")` can be slower than
 # `x.to("cuda")`. Whether it is depends on two things: does the caching host allocator already
 # hold a free pinned block of the request's power-of-two class, and is the tensor large enough
-# for the faster DMA to repay the extra host copy? The figure puts the first call (a new block)
+# for the faster DMA (direct memory access: the GPU's copy engine reads host memory itself) to
+# repay the extra host copy? The figure puts the first call (a new block)
 # beside calls whose block was cached, against plain pageable and pinned copies.
 
 # %% tags=["hide-input"]
@@ -182,7 +183,7 @@ display(*(findings_transfer.direction_bandwidth(rec.table("d2h")), findings_tran
 # %% [markdown]
 # ## 8 · Both directions at once: is the link full duplex?
 #
-# *Can a copy in and a copy out share the link without slowing each other?* PCIe sends in both
+# *Can a copy in and a copy out share the link without slowing each other?* PCIe (the host's PCI Express link to the GPU) sends in both
 # directions at once on separate lanes. Each size below was copied host → device and
 # device → host on two streams together, and each direction alone:
 
