@@ -166,5 +166,5 @@ def test_footer_calls_every_figure_host_side_and_says_what_the_loader_rows_also_
     # without the unpinned loader there is nothing to compare: no note
     no_loader = synthetic_workload({k: v for k, v in SYNTHETIC_MS.items() if k != "loader_pageable"})
     assert "not the copy" not in fw.decision(no_loader).values["footer"]
-    for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z`])", footer):
+    for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z`])", fw.decision(df).values["footer"]):
         assert len(sentence.split()) <= 40, sentence

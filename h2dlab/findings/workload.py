@@ -214,7 +214,7 @@ def _footer(df: pd.DataFrame, ex: pd.DataFrame, source: str | None) -> str:
     base = ex["step_ms"].get("resident", np.nan) if len(ex) else np.nan
     n = int(ex.loc[ex["n"] > 0, "n"].min()) if (ex["n"] > 0).any() else 0
     return (
-        f"data: {name} · {describe_runs(df) or 'no fingerprint'}{how}; the step with the batch already on "
+        f"data: {name} · {describe_runs(df) or 'no fingerprint'}{how}. The step with the batch already on "
         f"the GPU took {_ms(base)} ms (median); medians of at least {n} steps a way. Exposed copy: a way's "
         "median step minus that one. Every figure here is a step timed on the host clock (host-side): "
         f"it moves between recordings; rerun on your machine.{_loader_note(ex, spec)}"
