@@ -32,6 +32,7 @@ def test_decision_rows_carry_the_measured_numbers_and_ratios():
     assert f.holds and t["pays"].all()
     md = f.values["markdown"].splitlines()
     assert len(md) == 2 + len(fw.ROWS)
+    assert "| speed-up (their step ÷ yours; under 1: slower) |" in md[0]  # 0.66 must not read as "faster"
     row = next(line for line in md if line.startswith("| A batch of one shape"))
     assert (
         "event (`recipe_pinned_buffer.py`) | 8.00 | 3.50 | `x.to(device)`: 11.5 ms, 7.00 exposed | 1.44× |"

@@ -143,7 +143,7 @@ def decision(df: pd.DataFrame, source: str | None = None) -> Finding:
                      "times": times, "pays": pays, "when_not": when, "against_code": r.against_code})  # fmt: skip
     table = pd.DataFrame(recs)
     lines = [
-        "| your situation | the code (in `examples/`) | step ms | exposed copy ms | against | × faster step | when it does not pay |",
+        "| your situation | the code (in `examples/`) | step ms | exposed copy ms | against | speed-up (their step ÷ yours; under 1: slower) | when it does not pay |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for t in table.itertuples():
