@@ -27,11 +27,11 @@
 # Without a trace of yours, it reads a bundled one, recorded on the H200 with its ground
 # truth (`data/traces`).
 #
-# The bundled traces are not notebook 02's decision table. Their batch is 64 MiB, not 36.75 MiB,
-# and their step computes more. Their `DataLoader` hands over ready-made batches with
-# `num_workers=0`, and their resident step still runs the loader.
-# Notebook 02's loader assembles batches in 4 worker processes, and its resident step has no
-# loader. So a pinned loader can pay here and not there: compare like with like.
+# The bundled traces are not notebook 02's decision table: their batch is one 64 MiB tensor,
+# and their step computes other products. Their `DataLoader` hands over ready-made batches with
+# `num_workers=0`, and their resident step still runs the loader. Notebook 02's loader
+# assembles batches in worker processes (its footer gives `num_workers`), and its resident step
+# has no loader. So a pinned loader can pay here and not there: compare like with like.
 
 # %% tags=["parameters"]
 DATA = "h200"
