@@ -48,9 +48,9 @@ rec.banner()
 # goes to the GPU, then a fixed chain of matrix products consumes it, then the step waits for
 # the GPU as `loss.item()` would. The same step ran with the batch already on the GPU. The
 # difference is the *exposed copy time*: what the copy adds to every step. Below the table are
-# the two recipes most training loops need, as the runs executed them
-# (`examples/recipe_dataloader.py`, `examples/recipe_prefetch.py`). The rest of this notebook is
-# the evidence, one copy at a time.
+# the `DataLoader` and prefetch recipes, as the runs executed them
+# (`examples/recipe_dataloader.py`, `examples/recipe_prefetch.py`); the table says whether they
+# paid in this recording. The rest of this notebook is the evidence, one copy at a time.
 
 # %% tags=["hide-input"]
 display(findings_workload.decision(rec.table("workload"), f"{rec.name} (workload)") if rec.has("workload") else rec.lacks("workload"), *(Code(recipes.source(n), language="python") for n in ("dataloader", "prefetch")))
