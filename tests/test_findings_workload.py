@@ -169,3 +169,17 @@ def test_footer_calls_every_figure_host_side_and_says_what_the_loader_rows_also_
     assert "not the copy" not in fw.decision(no_loader).values["footer"]
     for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z`])", fw.decision(df).values["footer"]):
         assert len(sentence.split()) <= 40, sentence
+
+
+def test_the_answer_says_when_pinning_each_batch_ties_with_pinning_once():
+    # synthetic: pinned_buffer 8.0 ms, pin_memory_each_step 16.0 ms (spread +-2 %): apart, no note
+    assert "Pinning every batch afresh" not in fw.decision(synthetic_workload()).values["answer"]
+    tie = synthetic_workload({**SYNTHETIC_MS, "pin_memory_each_step": 8.05})
+    a = fw.decision(tie).values["answer"]
+    assert (
+        "Pinning every batch afresh (`x.pin_memory().to(device)`, 8.05 ms a step) came within the quartiles"
+        in a
+    )
+    assert "of the buffer made once (8.00 ms) here." in a
+    for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z`])", a):
+        assert len(sentence.split()) <= 40, sentence
