@@ -12,7 +12,8 @@
 # %% [markdown]
 # # 01 · The forum experiment, revisited
 #
-# A PyTorch user timed three things on an A100 (`x.pin_memory()`, the pinned copy to the GPU,
+# A PyTorch user timed three things on an A100 (`x.pin_memory()`, which copies a tensor into pinned
+# (page-locked) memory; the pinned copy to the GPU;
 # and `x.to("cuda")` from ordinary memory), once per tensor size, sizes in ascending order,
 # with `torch.cuda.empty_cache()` between steps, and asked: *is my experiment set up correctly,
 # and what factors am I missing?* and *why is a tensor of shape `(24, 2, 1, 1026, 4096)` faster to
@@ -159,7 +160,7 @@ display(findings.clocks(forum) if forum is not None else rec.lacks("forum"))
 # ## 8 · The machine
 #
 # *What about the machine itself?* Pinned memory is a limited resource, a host buffer may sit on
-# a NUMA node far from the GPU, and an idle GPU lowers its clocks. What the recording says:
+# a NUMA (non-uniform memory access) node far from the GPU, and an idle GPU lowers its clocks. What the recording says:
 
 # %% tags=["hide-input"]
 if sweep is not None:

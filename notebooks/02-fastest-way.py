@@ -20,7 +20,7 @@
 #
 # | strategy | what is timed |
 # | --- | --- |
-# | `pageable` | `x.to("cuda")` from ordinary memory: the driver stages it through its own pinned buffer |
+# | `pageable` | `x.to("cuda")` from ordinary memory: the driver stages it through its own pinned (page-locked) buffer |
 # | `pageable_non_blocking` | `x.to("cuda", non_blocking=True)`, then synchronise: still staged |
 # | `pin_then_copy` | `x.pin_memory().to("cuda")`: the forum's pattern, pinning included |
 # | `pinned_reuse` | data already in a pinned buffer, copied into a preallocated device buffer |
@@ -48,12 +48,12 @@ rec.banner()
 # goes to the GPU, then a fixed chain of matrix products consumes it, then the step waits for
 # the GPU as `loss.item()` would. The same step ran with the batch already on the GPU. The
 # difference is the *exposed copy time*: what the copy adds to every step. Below the table are
-# the two recipes most training loops need, as the runs executed them
-# (`examples/recipe_dataloader.py`, `examples/recipe_prefetch.py`). The rest of this notebook is
-# the evidence, one copy at a time.
+# the `DataLoader` and prefetch recipes, as the runs executed them
+# (`examples/recipe_dataloader.py`, `examples/recipe_prefetch.py`); the table says whether they
+# paid in this recording. The rest of this notebook is the evidence, one copy at a time.
 
 # %% tags=["hide-input"]
-display(findings_workload.decision(rec.table("workload")) if rec.has("workload") else rec.lacks("workload"), *(Code(recipes.source(n), language="python") for n in ("dataloader", "prefetch")))
+display(findings_workload.decision(rec.table("workload"), f"{rec.name} (workload)") if rec.has("workload") else rec.lacks("workload"), *(Code(recipes.source(n), language="python") for n in ("dataloader", "prefetch")))
 
 # %% [markdown]
 # ## 1 · How fast is each way, from the smallest copy to the largest?
@@ -91,7 +91,8 @@ display(findings_spacing.reference_agreement(rec.env("reference", "reference").g
 # PyTorch's pin_memory/non_blocking tutorial says `x.pin_memory().to("cuda")` can be slower than
 # `x.to("cuda")`. Whether it is depends on two things: does the caching host allocator already
 # hold a free pinned block of the request's power-of-two class, and is the tensor large enough
-# for the faster DMA to repay the extra host copy? The figure puts the first call (a new block)
+# for the faster DMA (direct memory access: the GPU's copy engine reads host memory itself) to
+# repay the extra host copy? The figure puts the first call (a new block)
 # beside calls whose block was cached, against plain pageable and pinned copies.
 
 # %% tags=["hide-input"]
@@ -182,7 +183,7 @@ display(*(findings_transfer.direction_bandwidth(rec.table("d2h")), findings_tran
 # %% [markdown]
 # ## 8 · Both directions at once: is the link full duplex?
 #
-# *Can a copy in and a copy out share the link without slowing each other?* PCIe sends in both
+# *Can a copy in and a copy out share the link without slowing each other?* PCIe (the host's PCI Express link to the GPU) sends in both
 # directions at once on separate lanes. Each size below was copied host → device and
 # device → host on two streams together, and each direction alone:
 

@@ -26,6 +26,12 @@
 # machine's fitted copy times, what each of the kit's recipes would leave of that time.
 # Without a trace of yours, it reads a bundled one, recorded on the H200 with its ground
 # truth (`data/traces`).
+#
+# The bundled traces are not notebook 02's decision table: their batch is one 64 MiB tensor,
+# and their step computes other products. Their `DataLoader` hands over ready-made batches with
+# `num_workers=0`, and their resident step still runs the loader. Notebook 02's loader
+# assembles batches in worker processes (its footer gives `num_workers`), and its resident step
+# has no loader. So a pinned loader can pay here and not there: compare like with like.
 
 # %% tags=["parameters"]
 DATA = "h200"

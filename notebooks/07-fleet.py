@@ -67,9 +67,11 @@ if gpus is not None:
 # ## 2 · Each metric across the fleet, node by node
 #
 # One dot per GPU, one column per host; flagged GPUs are red crosses labelled with their rank.
-# Pinned copies measure the link, so their figures are stable from run to run; pageable copies
-# include a host-side copy, so theirs move with the host's load. With fewer than three GPUs of
-# one model there is no median to compare with, and no GPU is called slow.
+# A large pinned copy by one GPU alone measures mostly the link (a link figure), so it moves
+# least from run to run. Pageable copies include a host-side copy, and copies with the node's
+# other GPUs at once share the host's memory: these host-side figures move with the host's load,
+# and so does the smallest copy's latency. With fewer identical GPUs than the `slow` rule asks
+# for, there is no median to compare with, and no GPU is called slow.
 
 # %% tags=["hide-input"]
 for metric in (survey.metric_columns(gpus) + ["latency_us"]) if gpus is not None else []:

@@ -32,6 +32,7 @@ def test_decision_rows_carry_the_measured_numbers_and_ratios():
     assert f.holds and t["pays"].all()
     md = f.values["markdown"].splitlines()
     assert len(md) == 2 + len(fw.ROWS)
+    assert "| speed-up (their step ÷ yours; under 1: slower) |" in md[0]  # 0.66 must not read as "faster"
     row = next(line for line in md if line.startswith("| A batch of one shape"))
     assert (
         "event (`recipe_pinned_buffer.py`) | 8.00 | 3.50 | `x.to(device)`: 11.5 ms, 7.00 exposed | 1.44× |"
@@ -149,3 +150,36 @@ def test_readme_opens_with_the_answer_and_its_block_follows_the_recording():
         assert block in text, "regenerate: python -m h2dlab.findings.workload data/h200 --readme README.md"
     else:
         assert "no `workload` run yet" in top and "step ms" not in top
+
+
+def test_footer_calls_every_figure_host_side_and_says_what_the_loader_rows_also_wait_for():
+    # synthetic: loader_pageable 12.0 ms, pageable_to 11.5 ms, resident 4.5 ms; the spec has no workers
+    footer = fw.decision(synthetic_workload()).values["footer"]
+    assert "host-side" in footer
+    assert (
+        "exposed 7.50 ms against 7.00 ms for `x.to(device)` of the same batch, 0.50 ms that is not the copy."
+        in footer
+    )
+    assert "num_workers" not in footer  # not in the synthetic spec: not invented
+    df = synthetic_workload()
+    df.attrs["envs"] = {"x": {**df.attrs.get("env", {}), "spec": {"workers": 4}}}
+    assert "(`num_workers=4`)" in fw.decision(df).values["footer"]
+    # without the unpinned loader there is nothing to compare: no note
+    no_loader = synthetic_workload({k: v for k, v in SYNTHETIC_MS.items() if k != "loader_pageable"})
+    assert "not the copy" not in fw.decision(no_loader).values["footer"]
+    for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z`])", fw.decision(df).values["footer"]):
+        assert len(sentence.split()) <= 40, sentence
+
+
+def test_the_answer_says_when_pinning_each_batch_ties_with_pinning_once():
+    # synthetic: pinned_buffer 8.0 ms, pin_memory_each_step 16.0 ms (spread +-2 %): apart, no note
+    assert "Pinning every batch afresh" not in fw.decision(synthetic_workload()).values["answer"]
+    tie = synthetic_workload({**SYNTHETIC_MS, "pin_memory_each_step": 8.05})
+    a = fw.decision(tie).values["answer"]
+    assert (
+        "Pinning every batch afresh (`x.pin_memory().to(device)`, 8.05 ms a step) came within the quartiles"
+        in a
+    )
+    assert "of the buffer made once (8.00 ms) here." in a
+    for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z`])", a):
+        assert len(sentence.split()) <= 40, sentence

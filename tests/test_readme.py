@@ -51,7 +51,7 @@ def expected():
             f"{a.loc['pin_cached', 'gbps']:.1f} GB/s with its pinned block cached",
             f"{a.loc['pin_cold', 'gbps']:.1f} GB/s on its first call",
         ],
-        "`h2dlab.transfer.fastpath.to_device(x)` (staged), 1 GiB": [
+        "`h2dlab.transfer.to_device(x)` (staged), 1 GiB": [
             f"{a.loc['staged', 'gbps']:.1f} GB/s, {a.loc['staged', 'vs_pageable']:.1f}x"
         ],
         "pinning 1 GiB in place (`cudaHostRegister`)": [

@@ -116,8 +116,9 @@ def gpu_clocks(df: pd.DataFrame, *, low: float = 0.8) -> Finding:
     t = timed(df)
     if "sm_clock_mhz" not in t or t.sm_clock_mhz.isna().all():
         return Finding(
-            "This recording has no GPU clock readings (no NVML on the recording machine, or recorded before "
-            "the kit stored `sm_clock_mhz`): whether an idle GPU's lowered clock slowed the first copies "
+            "This recording has no GPU clock readings: it was measured with `--evidence light` "
+            "(`h2dlab measure`'s default, which does not read the clock), without NVML, or before the kit "
+            "stored `sm_clock_mhz`. Whether an idle GPU's lowered clock slowed the first copies "
             "cannot be told from it.",
             False,
             {"rows": 0},

@@ -206,15 +206,16 @@ def duplex_summary(df: pd.DataFrame) -> Finding:
     holds = bool(last.of_one_way >= 1.5)
     verdict = (
         f"At {fmt_bytes(int(last.size_bytes), compact=True)} each way, both directions at once move "
-        f"{last.aggregate_gbps:.1f} GB/s together (both copies' bytes over the time until the later ended, "
-        f"median of {int(last.pairs)} pairs; each on its own clock, host→device {last.duplex_h2d_gbps:.1f} and "
-        f"device→host {last.duplex_d2h_gbps:.1f}), {last.of_ideal:.0%} of the two directions alone "
+        f"{last.aggregate_gbps:.1f} GB/s together: both copies' bytes over the time until the later ended, "
+        f"median of {int(last.pairs)} pairs. Each on its own clock, host→device moved {last.duplex_h2d_gbps:.1f} "
+        f"GB/s and device→host {last.duplex_d2h_gbps:.1f}. Together that is {last.of_ideal:.0%} of the two directions alone "
         f"({last.alone_h2d_gbps:.1f} + {last.alone_d2h_gbps:.1f} = {last.ideal_gbps:.1f} GB/s) and "
         f"{last.of_one_way:.2f}× the faster one alone: "
         + (
             "the link is full duplex."
             if holds
-            else "here the two directions share the link rather than add up."
+            else "here the two directions did not add up. One run cannot tell the link from the host "
+            "(its memory, its cores) as the cause: compare another recording of the same machine."
         )
     )
     return Finding(verdict, holds, last.to_dict(), table)

@@ -143,7 +143,7 @@ def decision(df: pd.DataFrame, source: str | None = None) -> Finding:
                      "times": times, "pays": pays, "when_not": when, "against_code": r.against_code})  # fmt: skip
     table = pd.DataFrame(recs)
     lines = [
-        "| your situation | the code (in `examples/`) | step ms | exposed copy ms | against | × faster step | when it does not pay |",
+        "| your situation | the code (in `examples/`) | step ms | exposed copy ms | against | speed-up (their step ÷ yours; under 1: slower) | when it does not pay |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for t in table.itertuples():
@@ -183,6 +183,7 @@ def _answer(ex: pd.DataFrame, device: str = "GPU", table: pd.DataFrame | None = 
             f"{b['times']:.2f}× faster steps than {b['against_code']} here. "
             "`DataLoader(pin_memory=True)` with `.to(device, non_blocking=True)` did not pay in this recording."
         )
+    first += _pin_once_note(ex)
     ways = ("pageable_to", "loader_pinned", "loader_prefetch")
     if not all(np.isfinite(e(w)) for w in ways):
         return first
@@ -191,6 +192,21 @@ def _answer(ex: pd.DataFrame, device: str = "GPU", table: pd.DataFrame | None = 
     return (
         f"{first} Here getting a {size} batch to the {device} added {naive} to each step by plain `.to()`, "
         f"{pinned} from a pinned loader and {pre} with a side-stream prefetch."
+    )
+
+
+def _pin_once_note(ex: pd.DataFrame) -> str:
+    """Where pinning every batch afresh stepped within the quartiles of the pinned buffer made
+    once, say so: the answer's "pin once" is then not what the data separates (empty otherwise)."""
+    ok = [w in ex.index and ex.loc[w, "n"] > 0 for w in ("pinned_buffer", "pin_memory_each_step")]
+    if not all(ok):
+        return ""
+    once, each = ex.loc["pinned_buffer"], ex.loc["pin_memory_each_step"]
+    if once["q3_ms"] < each["q1_ms"]:
+        return ""
+    return (
+        f" Pinning every batch afresh (`x.pin_memory().to(device)`, {_ms(each['step_ms'])} ms a step) "
+        f"came within the quartiles of the buffer made once ({_ms(once['step_ms'])} ms) here."
     )
 
 
@@ -214,9 +230,29 @@ def _footer(df: pd.DataFrame, ex: pd.DataFrame, source: str | None) -> str:
     base = ex["step_ms"].get("resident", np.nan) if len(ex) else np.nan
     n = int(ex.loc[ex["n"] > 0, "n"].min()) if (ex["n"] > 0).any() else 0
     return (
-        f"data: {name} · {describe_runs(df) or 'no fingerprint'}{how}; the step with the batch already on "
+        f"data: {name} · {describe_runs(df) or 'no fingerprint'}{how}. The step with the batch already on "
         f"the GPU took {_ms(base)} ms (median); medians of at least {n} steps a way. Exposed copy: a way's "
-        "median step minus that one. Host-side figures move between recordings; rerun on your machine."
+        "median step minus that one. Every figure here is a step timed on the host clock (host-side): "
+        f"it moves between recordings; rerun on your machine.{_loader_note(ex, spec)}"
+    )
+
+
+def _loader_note(ex: pd.DataFrame, spec: dict) -> str:
+    """Say what the DataLoader rows' exposed time holds besides the copy, from the data: the
+    unpinned loader's exposed time against plain ``.to()`` of the same batch (empty without both)."""
+
+    def e(way: str) -> float:
+        return float(ex.loc[way, "exposed_ms"]) if way in ex.index and ex.loc[way, "n"] > 0 else np.nan
+
+    loader, plain = e("loader_pageable"), e("pageable_to")
+    if not (np.isfinite(loader) and np.isfinite(plain)):
+        return ""
+    workers = f" (`num_workers={spec['workers']}`)" if "workers" in spec else ""
+    more = loader - plain
+    return (
+        f" The `DataLoader` rows{workers} also wait for the loader's batches: `DataLoader()`, `.to(device)` "
+        f"exposed {_ms(loader)} ms against {_ms(plain)} ms for `x.to(device)` of the same batch"
+        + (f", {_ms(more)} ms that is not the copy." if more > 0 else ".")
     )
 
 
