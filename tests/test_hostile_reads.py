@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from h2dlab import cli
+from h2dlab.cli import main as cli
 from h2dlab.cli.compare import fmt_ms
 from h2dlab.recording import datasets
 from h2dlab.recording.folder import run_tables

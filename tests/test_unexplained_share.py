@@ -67,12 +67,20 @@ def test_the_new_runs_carry_the_evidence_on_every_cuda_copy(bundled, kind):
         if column != "busiest_thread":
             assert rows.loc[rows["run_id"].isin(light), column].isna().all(), (kind, column)
     # CPU time of the timing thread cannot exceed the copy's wall time by more than the
-    # two clocks' granularity (a few microseconds, and rounding in the stored table).
-    assert (rows["cpu_ms"] <= rows["wall_ms"] * 1.05 + 0.05).all()
-    # One thread's wait is part of all the others' wait, and none waited longer than the
-    # window its reads span (the copy and a little more).
+    # two clocks' granularity (a few microseconds, and rounding in the stored table). One copy
+    # of the recording of 2026-12-03 breaks it, and is named here so that any other fails:
+    # forum/ascending-2 order 565 (pinned_to_cuda, 370 MB) read 8.51 ms of thread CPU time in
+    # 8.03 ms of wall time, although the CPU clock is read just outside the wall clock. The
+    # cause is not known (the VM's clocks?); data/README.md says so.
+    over = rows[rows["cpu_ms"] > rows["wall_ms"] * 1.05 + 0.05]
+    named = {("d4b0c1bcd1f4", 565, "pinned_to_cuda", 370016256)} if kind == "forum" else set()
+    got = {(r.run_id, int(r.order), r.strategy, int(r.size_bytes)) for r in over.itertuples()}
+    assert got == (named if len(rows) else set()), over[["run_id", "order", "wall_ms", "cpu_ms"]]
+    # One thread's wait is part of all the others' wait. (No bound against others_window_ms:
+    # since 515ea1d the waits are read before and after that window, to keep their ~0.35 ms
+    # reads out of it, so a wait spans the window plus those reads; on the recording of
+    # 2026-12-03 two forum copies' longest waits ran 0.47 and 0.88 ms past the window.)
     assert (full["longest_wait_ms"] <= full["others_wait_ms"] + 1e-6).all()
-    assert (full["longest_wait_ms"] <= full["others_window_ms"] + 0.01).all()
 
 
 def test_each_unexplained_copy_of_the_new_runs_says_what_was_ruled_out(bundled):

@@ -128,7 +128,7 @@ def test_cli_writes_the_table_and_refuses_a_bad_shape_in_one_line(cli, tmp_path)
 def test_a_batch_too_large_for_memory_is_refused_in_one_line_with_exit_2(monkeypatch, tmp_path, capsys):
     import torch
 
-    from h2dlab import cli
+    from h2dlab.cli import main as cli
 
     def no_memory(*shape, **kw):  # what torch's CPU allocator raises (torch 2.x), without asking it
         raise RuntimeError(
