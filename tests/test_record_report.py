@@ -133,8 +133,8 @@ def _plan_shaped(tmp_path, quick):
             continue
         df = bundled.table(e.kind, e.run)
         a = parser.parse_args([*e.argv(quick), "--out", "x.csv"])
-        if (e.kind == "forum" and not quick) or e.kind in ("bidir", "batch"):
-            keep = df.size_bytes > 0  # whole runs (duplex and batch have their own specs)
+        if (e.kind == "forum" and not quick) or e.kind in ("bidir", "batch", "workload"):
+            keep = df.size_bytes > 0  # whole runs (duplex, batch and workload have their own specs)
         elif e.kind == "forum":
             keep = (df.size_bytes <= QUICK_CAP_BYTES) | df.size_bytes.isin(
                 [forum_nbytes(s) for s in FORUM_PAIR]
