@@ -68,6 +68,18 @@ def test_pyproject_lists_every_dataset_folder():
     assert not missing, f"add these to [tool.setuptools] packages in pyproject.toml: {missing}"
 
 
+def test_pyproject_lists_every_code_folder():
+    """Each folder of the package goes into the wheel (doctor/ and survey/ were once left out)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    folders = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "h2dlab").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    missing = [f for f in sorted(folders) if f'"{f}"' not in text]
+    assert not missing, f"add these to [tool.setuptools] packages in pyproject.toml: {missing}"
+
+
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kw)
     assert out.returncode == 0, f"{' '.join(cmd)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
@@ -92,6 +104,7 @@ def test_installed_wheel_loads_every_bundled_dataset(tmp_path):
     shutil.copytree(ROOT / "h2dlab", src / "h2dlab", ignore=skip)
     shutil.copytree(ROOT / "data", src / "data", ignore=skip)
     shutil.copytree(ROOT / "benchmarks" / "results", src / "benchmarks" / "results", ignore=skip)
+    shutil.copytree(ROOT / "examples", src / "examples", ignore=skip)  # the recipes (h2dlab.examples)
     (src / "data" / "runs").mkdir()  # a checkout's own recordings must stay out of the wheel
     (src / "data" / "runs" / "mine.csv.gz").write_bytes(b"not bundled")
 
