@@ -68,7 +68,10 @@ def test_build_shuts_each_kernel_down_and_writes_its_wall_times(tiny_root, capsy
     assert report.build(outdir=out, notebooks=["tiny"]) == 0
     pid, data, kit = _kernel_output(out)
     assert not Path(f"/proc/{pid}").exists(), "the notebook's kernel outlived report.build"
-    assert data == "None" and Path(kit).resolve() == Path(report.__file__).resolve().parent.parent / "__init__.py"
+    assert (
+        data == "None"
+        and Path(kit).resolve() == Path(report.__file__).resolve().parent.parent / "__init__.py"
+    )
     timing = json.loads((out / report.TIMING).read_text())
     assert timing["mode"] == "replay" and timing["record_s"] is None and timing["failed"] is None
     assert set(timing["notebooks"]) == {"tiny"} and 0 < timing["notebooks"]["tiny"] <= timing["total_s"]
