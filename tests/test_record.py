@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NO_CUDA = not __import__("torch").cuda.is_available()
 
 TINY = {"kind": "sweep", "run": "tiny", "args": ["measure", "--sizes", "1KiB..4KiB", "--reps", "2", "--warmup", "0", "--strategies", "pageable"], "seconds": 3}  # fmt: skip
-SLOW = {"kind": "sweep", "run": "slow", "args": ["measure", "--sizes", "1KiB..64KiB", "--reps", "100", "--warmup", "0", "--strategies", "pageable"], "seconds": 9}  # fmt: skip
+# --pause 5: the light loop copies 1 KiB in microseconds; a stop must land mid-run, not after it
+SLOW = {"kind": "sweep", "run": "slow", "args": ["measure", "--sizes", "1KiB..64KiB", "--reps", "100", "--warmup", "0", "--strategies", "pageable", "--pause", "5"], "seconds": 9}  # fmt: skip
 BAD = {"kind": "sweep", "run": "bad", "args": ["measure", "--strategies", "no_such_way", "--sizes", "1KiB"], "seconds": 2}  # fmt: skip
 
 
