@@ -25,8 +25,9 @@ from h2dlab.measure import batch_methods
 from h2dlab.measure.batch_methods import LAYOUTS, METHODS, batch_sizes, make_batch
 from h2dlab.measure.device import random_source, release_memory, resolve_device
 from h2dlab.measure.duplex import check_whole, empty_row, measuring, start_run
+from h2dlab.measure.failures import keep_failure
 from h2dlab.measure.recorder import StopFlag, progress_bar
-from h2dlab.measure.timing import CudaFault, error_text, is_cuda_fault, is_oom
+from h2dlab.measure.timing import CudaFault, error_text, is_cuda_fault
 
 __all__ = ["DEFAULT_COUNTS", "DEFAULT_TOTALS", "BatchSpec", "batch", "plan_batch"]
 
@@ -224,13 +225,7 @@ def _shape(rows, tensors, spec: BatchSpec, dev, timer, run, stop, bar) -> None:
                             row["error"] = "wrong result: a copied tensor differs from its source"
                     del ys
                 except Exception as exc:  # noqa: BLE001
-                    if not (is_oom(exc) or isinstance(exc, RuntimeError)):
-                        raise
-                    row["error"] = reasons[name] = error_text(exc)
-                    if is_cuda_fault(exc):
-                        run.write(row)
-                        raise CudaFault(row["error"]) from exc
-                    release_memory(dev)
+                    reasons[name] = keep_failure(exc, row, run, dev)
             run.write(row)
             if bar is not None:
                 bar.update(1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["CudaFault", "error_text", "is_cuda_fault", "is_oom"]
+__all__ = ["CudaFault", "error_text", "is_cuda_fault", "is_oom", "keep_failure"]
 
 
 class CudaFault(RuntimeError):
@@ -41,3 +41,23 @@ def error_text(exc: BaseException) -> str:
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     kind = "OOM" if is_oom(exc) else type(exc).__name__
     return f"{kind}: {first}"[:300]
+
+
+def keep_failure(exc: BaseException, row: dict, run, dev: torch.device) -> str:
+    """Record a failed timed step in ``row`` and go on, or stop: returns the ``error`` text.
+
+    Anything but an out-of-memory error or a ``RuntimeError`` is raised again (a bug). A CUDA
+    fault writes ``row`` to ``run`` and raises :class:`CudaFault` (the context is unusable);
+    any other failure frees the device's cached memory so the run can go on. The caller
+    writes ``row`` in that case, as it writes every row.
+    """
+    if not (is_oom(exc) or isinstance(exc, RuntimeError)):
+        raise exc
+    row["error"] = error_text(exc)
+    if is_cuda_fault(exc):
+        run.write(row)
+        raise CudaFault(row["error"]) from exc
+    from h2dlab.measure.device import release_memory
+
+    release_memory(dev)
+    return row["error"]

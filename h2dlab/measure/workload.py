@@ -31,10 +31,10 @@ import torch
 
 from h2dlab import recipes
 from h2dlab.errors import UsageError
-from h2dlab.measure.device import release_memory, resolve_device
+from h2dlab.measure.device import resolve_device
 from h2dlab.measure.duplex import check_whole, empty_row, measuring, start_run
+from h2dlab.measure.failures import keep_failure
 from h2dlab.measure.recorder import StopFlag, progress_bar
-from h2dlab.measure.timing import CudaFault, error_text, is_cuda_fault, is_oom
 
 __all__ = ["BATCH_SHAPE", "WAYS", "ImagePool", "WorkloadSpec", "plan_workload", "workload"]
 
@@ -388,13 +388,7 @@ def workload(
                             )
                         del got
                     except Exception as exc:  # noqa: BLE001 - kept as the way's rows, then on
-                        if not (is_oom(exc) or isinstance(exc, RuntimeError)):
-                            raise
-                        row["error"] = failed[way] = error_text(exc)
-                        if is_cuda_fault(exc):
-                            run.write(row)
-                            raise CudaFault(row["error"]) from exc
-                        release_memory(dev)
+                        failed[way] = keep_failure(exc, row, run, dev)
                 run.write(row)
                 if bar is not None:
                     bar.update(1)
