@@ -183,3 +183,22 @@ def test_the_answer_says_when_pinning_each_batch_ties_with_pinning_once():
     assert "of the buffer made once (8.00 ms) here." in a
     for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z`])", a):
         assert len(sentence.split()) <= 40, sentence
+
+
+def test_a_pinned_loader_that_waited_longer_for_its_batches_is_said_to_be_loader_bound():
+    """Synthetic: the pinned loader's steps slower and its recorded wait in next() longer
+    than the unpinned loader's: its row says the loader set the pace, with both waits, and
+    the footer lists every loader's wait."""
+    ms = {**SYNTHETIC_MS, "loader_pinned": SYNTHETIC_MS["loader_pageable"] + 2.0}
+    df = synthetic_workload(ms)
+    df.attrs["envs"]["synthetic"]["spec"]["loader_wait_ms"] = {
+        "loader_pageable": 2.5, "loader_pinned": 6.25, "loader_prefetch": 6.5
+    }  # fmt: skip
+    f = fw.decision(df)
+    when = f.table.set_index("way").loc["loader_pinned", "when_not"]
+    assert "waited 6.25 ms for each batch, against 2.50 ms unpinned" in when
+    assert "6.25 ms with the pinned loader" in f.values["footer"]
+    assert "2.50 ms with the unpinned loader" in f.values["footer"]
+    # without the waits (older recordings) nothing about them is said
+    plain = fw.decision(synthetic_workload(ms))
+    assert "waited" not in plain.table.set_index("way").loc["loader_pinned", "when_not"]

@@ -144,3 +144,31 @@ def test_a_batch_too_large_for_memory_is_refused_in_one_line_with_exit_2(monkeyp
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "100000x100000x64" in err and "--batch" in err and not out.exists()
+
+
+def test_a_loader_way_s_wait_for_its_batch_is_stored_per_way(monkeypatch):
+    """env.json's spec keeps, per loader way, the median host time a timed step spent in
+    next(): a loader slowed by 20 ms a batch (synthetic) shows it; other ways are absent."""
+    import time as _time
+
+    slow = _Ways._loader
+
+    def slowed(self, pin):
+        it = slow(self, pin)
+        inner = it.it
+
+        class Slow:
+            def __next__(self):
+                _time.sleep(0.02)
+                return next(inner)
+
+        it.it = Slow()
+        return it
+
+    monkeypatch.setattr(_Ways, "_loader", slowed)
+    df = workload(
+        WorkloadSpec(**{**SMALL, "ways": ("resident", "loader_pinned", "loader_pageable")}), progress=False
+    )
+    waits = df.attrs["env"]["spec"]["loader_wait_ms"]
+    assert set(waits) == {"loader_pinned", "loader_pageable"}
+    assert all(20.0 <= v < 200.0 for v in waits.values()), waits

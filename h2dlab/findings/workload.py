@@ -118,6 +118,7 @@ def decision(df: pd.DataFrame, source: str | None = None) -> Finding:
         ``footer``; ``table``: one row per situation with the numbers.
     """
     ex = exposed(df)
+    waits = _spec(df).get("loader_wait_ms") or {}
     recs = []
     for r in ROWS:
         have = r.way in ex.index and ex.loc[r.way, "n"] > 0
@@ -135,6 +136,11 @@ def decision(df: pd.DataFrame, source: str | None = None) -> Finding:
             when = f"did not pay here: its steps and {r.against_code}'s overlap (quartiles)"
         else:
             when = r.caveat
+        if have and not pays and _waited_more(waits, r.way, r.against):
+            when += (
+                f"; its step waited {_ms(waits[r.way])} ms for each batch, against {_ms(waits[r.against])} ms "
+                "unpinned: the loader, not the copy, set the pace"
+            )
         recs.append({"situation": r.situation, "recipe": r.recipe, "code": r.code, "way": r.way, "against": r.against,
                      "step_ms": mine["step_ms"] if have else np.nan,
                      "exposed_ms": mine["exposed_ms"] if have else np.nan,
@@ -237,6 +243,14 @@ def _footer(df: pd.DataFrame, ex: pd.DataFrame, source: str | None) -> str:
     )
 
 
+def _waited_more(waits: dict, way: str, against: str) -> bool:
+    """Whether ``way``'s steps waited longer for their loader's batch than ``against``'s."""
+    try:
+        return float(waits[way]) > float(waits[against])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def _loader_note(ex: pd.DataFrame, spec: dict) -> str:
     """Say what the DataLoader rows' exposed time holds besides the copy, from the data: the
     unpinned loader's exposed time against plain ``.to()`` of the same batch (empty without both)."""
@@ -249,11 +263,21 @@ def _loader_note(ex: pd.DataFrame, spec: dict) -> str:
         return ""
     workers = f" (`num_workers={spec['workers']}`)" if "workers" in spec else ""
     more = loader - plain
-    return (
+    note = (
         f" The `DataLoader` rows{workers} also wait for the loader's batches: `DataLoader()`, `.to(device)` "
         f"exposed {_ms(loader)} ms against {_ms(plain)} ms for `x.to(device)` of the same batch"
         + (f", {_ms(more)} ms that is not the copy." if more > 0 else ".")
     )
+    waits = spec.get("loader_wait_ms") or {}
+    got = [(w, waits[w]) for w in ("loader_pageable", "loader_pinned", "loader_prefetch") if w in waits]
+    if got:
+        names = {"loader_pageable": "unpinned", "loader_pinned": "pinned", "loader_prefetch": "prefetching"}
+        note += (
+            " A step waited for its next batch (median): "
+            + ", ".join(f"{_ms(v)} ms with the {names[w]} loader" for w, v in got)
+            + "."
+        )
+    return note
 
 
 #: Where the README holds the generated table (between these two lines).

@@ -10,7 +10,9 @@ the device: a way's median step time minus resident's is its **exposed copy time
 One row per timed step: ``strategy`` is the way, ``wall_ms`` the host time of the whole step
 (batch in, compute, synchronised), ``event_ms`` the CUDA event time of the step on the main
 stream, ``size_bytes`` the batch's bytes (results ways: the result's, ``direction`` d2h),
-``n_tensors`` how many tensors the batch is. Each pass runs every way as one block of
+``n_tensors`` how many tensors the batch is. env.json's ``spec`` keeps ``loader_wait_ms``: per
+loader way, the median host time a timed step spent in ``next()`` waiting for its batch
+(the part of its exposed time that is the loader keeping up, not the copy). Each pass runs every way as one block of
 ``warmup`` labelled warm-up steps then ``steps`` timed steps, the blocks in a seeded
 shuffled order: a way's pipeline (loader workers, prefetch) runs undisturbed within its
 block, and a slow spell is spread over the ways.
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -206,9 +209,28 @@ class _Compute:
         return per_ms
 
 
+class _Waited:
+    """An iterator that adds the host time spent in each ``next()`` of ``it`` to ``box[0]``
+    (ms): how long a step waited for its loader's batch."""
+
+    def __init__(self, it: Iterator[Any], box: list[float]) -> None:
+        self.it, self.box = it, box
+
+    def __iter__(self) -> _Waited:
+        return self
+
+    def __next__(self) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return next(self.it)
+        finally:
+            self.box[0] += (time.perf_counter() - t0) * 1e3
+
+
 class _Ways:
     """Every way's state (buffers, loaders), made on first use; ``step(way, i)`` runs one step
-    and returns ``(device batch or result, what it must equal on the host, or None)``."""
+    and returns ``(device batch or result, what it must equal on the host, or None)``;
+    ``waited[0]`` is then the host time (ms) the step spent waiting for a loader's batch."""
 
     def __init__(self, spec: WorkloadSpec, dev: torch.device, compute: _Compute) -> None:
         self.spec, self.dev, self.compute = spec, dev, compute
@@ -222,6 +244,7 @@ class _Ways:
         self.resident = self.pool[0].to(dev)
         self.cuda = dev.type == "cuda"
         self.state: dict[str, Any] = {}
+        self.waited = [0.0]
         self.r = {n: recipes.load(n) for n in ("one_tensor", "pinned_buffer", "dataloader", "prefetch",
                                                 "many_tensors", "results_to_host")}  # fmt: skip
 
@@ -233,7 +256,7 @@ class _Ways:
             dl = torch.utils.data.DataLoader(ImagePool(self.images), batch_size=self.spec.shape[0],
                                              shuffle=True, drop_last=True, num_workers=self.spec.workers,
                                              pin_memory=False, persistent_workers=self.spec.workers > 0)  # fmt: skip
-        return iter(dl)
+        return _Waited(iter(dl), self.waited)
 
     def _once(self, key: str, make: Callable[[], Any]) -> Any:
         """``state[key]``, made by ``make()`` the first time (buffers, loaders: made once)."""
@@ -250,6 +273,7 @@ class _Ways:
     def step(self, way: str, i: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         host = self.pool[i % len(self.pool)]
         r, dev = self.r, self.dev
+        self.waited[0] = 0.0
         if way == "resident":
             return self.compute(self.resident), None
         if way == "pageable_to":
@@ -366,6 +390,7 @@ def workload(
     bar = progress_bar(len(planned), 0, f"workload {dev}", progress)
     shape = "x".join(map(str, spec.shape))
     failed: dict[str, str] = {}
+    waits: dict[str, list[float]] = {}  # loader ways: host ms each timed step waited for its batch
     try:
         with measuring(stop, bar):
             previous = None
@@ -382,6 +407,8 @@ def workload(
                     try:
                         (got, want), rec = timer(lambda w=way, i=plan_row["rep"]: ways.step(w, i))
                         row.update(rec)
+                        if way.startswith("loader_") and not plan_row["warmup"]:
+                            waits.setdefault(way, []).append(ways.waited[0])
                         if plan_row["rep"] == 0 and not plan_row["warmup"] and not _arrived(got, want, ways):
                             row["error"] = failed[way] = (
                                 "wrong result: the data that arrived differs from its source"
@@ -394,6 +421,8 @@ def workload(
                     bar.update(1)
     finally:
         ways.close()
+    # env.json's spec: the median host time a loader way's step waited in next() for its batch
+    stored["loader_wait_ms"] = {w: float(np.median(v)) for w, v in waits.items() if v}
     return run.finish(stop, gpu=dev.type == "cuda")
 
 
