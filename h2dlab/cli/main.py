@@ -47,11 +47,13 @@ __all__ = [
     "run",
 ]
 
+#: ``recording.session.MODES``, repeated so that building the parser imports no pandas
+#: (``--help`` and ``--version`` stay instant; tests/test_cli_light.py checks the two agree).
+REPORT_MODES = ("auto", "replay", "live")
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (choices from the package's constants)."""
-    from h2dlab.recording.session import MODES
-
     p = _Parser(prog="h2dlab", description="Measure and explain host-to-device copies in PyTorch.")
     p.add_argument("--version", action="version", version=f"h2dlab {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
@@ -145,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print the fit and flagged rows as JSON (see README)")
 
     r = sub.add_parser("report", help="execute the notebooks and render reports/*.html and a workbook")
-    r.add_argument("--mode", choices=MODES, default=None, help="override H2DLAB_MODE for the notebooks")
+    r.add_argument("--mode", choices=REPORT_MODES, default=None, help="override H2DLAB_MODE for the notebooks")
     r.add_argument("--outdir", default="reports", help="where the HTML pages and the workbook go [reports]")
     r.add_argument(
         "--inplace", action="store_true", help="also refresh the outputs stored in notebooks/*.ipynb"

@@ -24,7 +24,6 @@ from typing import Any
 
 from h2dlab.cli.common import names
 from h2dlab.errors import Unavailable, UsageError
-from h2dlab.recording.env_folder import note_resume, write_folder_env
 from h2dlab.recording.folder import (
     default_folder,
     is_recording,
@@ -169,6 +168,8 @@ def run(
     CLI's parser, handed down by :mod:`h2dlab.cli.main`)."""
     if argv is None:
         argv = sys.argv[1:] if sys.argv[1:2] == ["record"] else ["record"]
+    from h2dlab.recording.env_folder import note_resume, write_folder_env  # pandas: not for --help
+
     command = shlex.join(["h2dlab", *argv])
     for flag, value in (("--out", args.out), ("--resume", args.resume)):
         if value is not None and not str(value).strip():
