@@ -200,3 +200,24 @@ def test_report_json_lists_the_files_written_and_keeps_stdout_for_itself(monkeyp
         str(outdir / n) for n in ("01-synthetic.html", "h2dlab-tables.xlsx", report.TIMING)
     ]
     assert got["timing"]["notebooks"] == {"01-synthetic": 0.1}
+
+
+def test_every_timed_row_lands_in_a_cell_synthetic():
+    """A resumed run's repeated index and a row without a key value (NaN) are still counted:
+    groupby drops NaN keys by default, which would leave rows out of the table in silence."""
+    from h2dlab.cli import results
+
+    df = pd.DataFrame({"strategy": ["a", "a", "b", "b"], "size_bytes": 1024, "world": [1, None, 1, 2],
+                       "warmup": False, "event_ms": [1.0, 2.0, 3.0, 0.0], "wall_ms": 1.0, "error": ""},
+                      index=[0, 0, 1, 1])  # fmt: skip
+    found = results.cells(df, "measure")
+    assert sum(c["rows"] + c["error_rows"] for c in found) == 4
+    assert {(c["strategy"], c["world"]): c["median_ms"] for c in found} == {
+        ("a", 1): 1.0,
+        ("a", None): 2.0,
+        ("b", 1): 3.0,
+        ("b", 2): None,  # 0 ms: no positive time
+    }
+    lines = results.table_lines(found, "measure")
+    assert lines[0].split()[:2] == ["strategy", "at"] and len(lines) == 1 + 4 + 1
+    assert any(ln.split()[:2] == ["b", "2"] and "(1 failed)" in ln for ln in lines)

@@ -54,20 +54,21 @@ def cells(df: Any, command: str) -> list[dict[str, Any]]:
     list of dict
         Per cell, by size, then tensor count or copies at once, direction, and fastest
         first (as pytest-benchmark sorts; no time last): its key columns, ``rows`` (timed
-        copies that succeeded), ``error_rows`` (timed copies that failed), ``median_ms``,
+        copies that succeeded), ``error_rows`` (the cell's other timed copies: an error, or
+        no positive time), ``median_ms``,
         ``q1_ms``, ``q3_ms``, ``iqr_ms`` and ``gbps`` (size over median, 10^9 bytes/s;
         None where no copy succeeded).
     """
     from h2dlab.explain.rows import value_ms
 
     keys = [k for k in CELL_KEYS[command] if k in df.columns]
-    t = df[~df["warmup"].astype(bool)]
+    t = df[~df["warmup"].astype(bool)].reset_index(drop=True)  # a resumed run's index may repeat
     if t.empty:
         return []
     v = value_ms(t)
     ok = (t["error"] == "") & (v > 0)
     out = []
-    for key, part in t.groupby(keys, sort=False):
+    for key, part in t.groupby(keys, sort=False, dropna=False):  # a row without a key is a cell too
         key = key if isinstance(key, tuple) else (key,)
         good = v[part.index][ok[part.index]]
         rec = {k: _finite(x) for k, x in zip(keys, key, strict=True)}
@@ -78,7 +79,7 @@ def cells(df: Any, command: str) -> list[dict[str, Any]]:
                    q3_ms=q3, iqr_ms=q3 - q1, gbps=rec["size_bytes"] / med / 1e6 if med > 0 else math.nan)  # fmt: skip
         out.append({k: _finite(x) for k, x in rec.items()})
     numeric = [k for k in keys if k not in ("strategy", "direction", "size_bytes")]
-    out.sort(key=lambda c: (c["size_bytes"], *(c[k] for k in numeric), c.get("direction") or "",
+    out.sort(key=lambda c: (c["size_bytes"], *((c[k] is None, c[k] or 0) for k in numeric), str(c.get("direction")),
                             c["median_ms"] is None, c["median_ms"] or 0.0))  # fmt: skip
     return out
 
@@ -91,7 +92,11 @@ def table_lines(found: list[dict[str, Any]], command: str) -> list[str]:
     if not found:
         return ["no timed copy in this run: no result to show"]
     keys = [k for k in CELL_KEYS[command] if k in found[0] and k != "size_bytes"]
-    width = {k: max(len(_HEADS[k]), *(len(str(c[k])) for c in found)) for k in keys}
+
+    def name(x: Any) -> str:  # a count read back as a float (2.0) shown as 2
+        return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
+
+    width = {k: max(len(_HEADS[k]), *(len(name(c[k])) for c in found)) for k in keys}
     size_w = max(4, *(len(fmt_size(c["size_bytes"])) for c in found))
 
     def ms(x: float | None) -> str:
@@ -102,7 +107,7 @@ def table_lines(found: list[dict[str, Any]], command: str) -> list[str]:
         med = c["median_ms"]
         iqr = ms(c["iqr_ms"])
         failed = f"  ({c['error_rows']} failed)" if c["error_rows"] else ""
-        rows.append(([str(c[k]) for k in keys], fmt_size(c["size_bytes"]), ms(med), iqr, fmt_gbps(math.nan if c["gbps"] is None else c["gbps"]),
+        rows.append(([name(c[k]) for k in keys], fmt_size(c["size_bytes"]), ms(med), iqr, fmt_gbps(math.nan if c["gbps"] is None else c["gbps"]),
                      f"{c['rows']}{failed}"))  # fmt: skip
     med_w = max(6, *(len(r[2]) for r in rows))
     iqr_w = max(3, *(len(r[3]) for r in rows))
