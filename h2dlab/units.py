@@ -15,6 +15,7 @@ __all__ = [
     "FORUM_SEQS",
     "UNITS",
     "fmt_bytes",
+    "fmt_size",
     "forum_nbytes",
     "forum_shape",
     "forum_sizes",
@@ -23,21 +24,20 @@ __all__ = [
     "parse_sizes",
 ]
 
+#: The units a size may carry, case-insensitive: bytes and the binary (1024-based) units only.
 UNITS = {
     "": 1,
     "b": 1,
-    "k": 1000,
-    "kb": 1000,
     "kib": 1024,
-    "m": 1000**2,
-    "mb": 1000**2,
     "mib": 1024**2,
-    "g": 1000**3,
-    "gb": 1000**3,
     "gib": 1024**3,
-    "tb": 1000**4,
     "tib": 1024**4,
 }
+#: Decimal or ambiguous units, refused: ``64MB`` (10^6-based) beside ``KiB`` (1024-based) made
+#: one command line mix two meanings (issue #35). Each maps to the binary unit to write instead.
+REFUSED_UNITS = {
+    "k": "KiB", "kb": "KiB", "m": "MiB", "mb": "MiB", "g": "GiB", "gb": "GiB", "t": "TiB", "tb": "TiB",
+}  # fmt: skip
 _SIZE_RE = re.compile(r"^\s*(-?[0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 _INT_RE = re.compile(r"\s*[-+]?[0-9]+\s*")
 
@@ -95,8 +95,9 @@ def parse_size(text: str) -> int:
     Parameters
     ----------
     text
-        A number and an optional unit: binary (KiB, MiB, GiB, TiB) or decimal (KB, MB,
-        GB, TB), case-insensitive.
+        A number and an optional unit, case-insensitive: B or a binary unit (KiB, MiB, GiB,
+        TiB: powers of 1024). Decimal units (KB, MB, GB, TB) and bare K, M, G, T are refused
+        with a message that says what to write (``64MiB``, or the bytes ``64000000``).
 
     Returns
     -------
@@ -106,22 +107,42 @@ def parse_size(text: str) -> int:
     Raises
     ------
     UsageError
-        (a ``ValueError``) for an unreadable, zero, negative or fractional size.
+        (a ``ValueError``) for an unreadable, zero, negative or fractional size, or a decimal unit.
     """
     m = _SIZE_RE.match(str(text))
     unit = m.group(2).lower() if m else None
-    if not m or unit not in UNITS:
+    if not m or unit not in {**UNITS, **REFUSED_UNITS}:
         raise UsageError(
             f"cannot read size {text!r}: write a number and a unit such as 4096, 1KiB, 64MiB, 1GiB"
         )
     if len(m.group(1)) > 40:
         raise UsageError(f"size {text!r} is too large to be a size")
-    value = Fraction(m.group(1)) * UNITS[unit]  # exact: 9007199254740993 stays itself
-    if value <= 0:
+    number = Fraction(m.group(1))
+    if number <= 0:
         raise UsageError(f"size {text!r} must be positive")
+    if unit in REFUSED_UNITS:
+        raise UsageError(_decimal_refused(str(text).strip(), m.group(1), m.group(2), number))
+    value = number * UNITS[unit]  # exact: 9007199254740993 stays itself
     if value.denominator != 1:
         raise UsageError(f"size {text!r} is not a whole number of bytes")
     return int(value)
+
+
+def _decimal_refused(text: str, number: str, unit: str, value: Fraction) -> str:
+    """The one line refusing a decimal unit: what to write instead, in binary units or bytes."""
+    binary = REFUSED_UNITS[unit.lower()]
+    ways = []
+    if (value * UNITS[binary.lower()]).denominator == 1:
+        ways.append(f"{number}{binary}")
+    decimal = value * 1000 ** ("kmgt".index(unit[0].lower()) + 1)
+    if decimal.denominator == 1:
+        ways.append(f"{int(decimal)} (bytes)")
+    if not ways:  # 0.0001KB: not a whole number of bytes in either unit
+        ways.append("a whole number of bytes, e.g. 4096 or 1KiB")
+    return (
+        f"size {text!r}: h2dlab takes binary units only ({binary} = {UNITS[binary.lower()]} bytes), "
+        f"not {unit}: write {' or '.join(ways)}"
+    )
 
 
 def parse_sizes(spec: str) -> list[int]:
@@ -163,6 +184,30 @@ def parse_sizes(spec: str) -> list[int]:
         else:
             sizes.add(parse_size(part))
     return sorted(sizes)
+
+
+def fmt_size(n: int) -> str:
+    """A whole number of bytes, exactly, as ``parse_size`` reads it back: the largest binary
+    unit that shows it in at most two decimals, else bytes.
+
+    Parameters
+    ----------
+    n
+        Bytes (a whole number).
+
+    Returns
+    -------
+    str
+        ``1536`` -> ``'1.5 KiB'``, ``67108864`` -> ``'64 MiB'``, ``1500`` -> ``'1500 B'``
+        (:func:`fmt_bytes` rounds: ``'1.46 KiB'``); ``parse_size(fmt_size(n)) == n``.
+    """
+    n = int(n)
+    for unit, div in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        v = Fraction(n, div)
+        if v >= 1 and (v * 100).denominator == 1:
+            whole, part = divmod(int(v * 100), 100)
+            return f"{whole} {unit}" if part == 0 else f"{whole}.{part:02d}".rstrip("0") + f" {unit}"
+    return f"{n} B"
 
 
 def fmt_bytes(n: float, *, compact: bool = False) -> str:

@@ -38,7 +38,7 @@ def test_compare_table_reads_at_a_glance():
     lines = r.stdout.splitlines()
     assert lines[0].startswith("h200_sweep:pow2 (NVIDIA H200")
     header = next(ln for ln in lines if ln.strip().startswith("size"))
-    assert header.split() == ["size", "pageable", "pinned_reuse"]  # the baseline first
+    assert header.split() == ["size", "pageable", "GB/s", "pinned_reuse", "GB/s"]  # the baseline first
     row = next(ln for ln in lines if ln.strip().startswith("1 GiB"))
     med = _medians("pow2").median()
     ratio = med[("pinned_reuse", 2**30)] / med[("pageable", 2**30)]

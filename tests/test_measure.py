@@ -22,7 +22,7 @@ def test_parse_size_units():
     assert parse_size("1KiB") == 1024
     assert parse_size("64MiB") == 64 * 2**20
     assert parse_size("1.5KiB") == 1536
-    assert parse_size("2GB") == 2 * 10**9
+    assert parse_size("2GiB") == 2 * 2**30  # decimal units (2GB) are refused: tests/test_sizes_binary.py
     assert parse_size("4096") == 4096
 
 

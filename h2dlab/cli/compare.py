@@ -2,8 +2,10 @@
 strategy's time as a ratio of a baseline strategy's, and runs against the first run.
 
 In the spirit of ``torch.utils.benchmark.Compare`` and ``pyperf compare_to``: a table a
-person reads at a glance in a terminal. It prints what ``model.medians`` computes and
-adds no analysis of its own.
+person reads at a glance in a terminal. It prints what ``model.medians`` computes (GB/s
+too: size over median, 10^9 bytes/s) and adds no analysis of its own. ``--fail-above PCT``
+makes it a CI gate, as pytest-benchmark's ``--benchmark-compare-fail``: exit 1 when a later
+run's median is more than PCT % above the first run's at some strategy and size.
 """
 
 from __future__ import annotations
@@ -16,7 +18,17 @@ from typing import Any
 
 from h2dlab.errors import UsageError
 
-__all__ = ["add_parser", "fmt_ms", "load_runs", "run", "table"]
+__all__ = [
+    "add_parser",
+    "fmt_gbps",
+    "fmt_ms",
+    "gate",
+    "load_runs",
+    "percent_arg",
+    "regressions",
+    "run",
+    "table",
+]
 
 #: A cell whose IQR exceeds this fraction of its median is marked "!" (unsteady).
 UNSTEADY = 0.10
@@ -48,7 +60,25 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     c.add_argument("--strategies", default=None, help="comma list: show only these strategies")
     c.add_argument("--sizes", type=sizes_arg, default=None, help="show only these sizes, e.g. 1MiB,1GiB")
     c.add_argument("--json", action="store_true", help="one JSON object per cell instead of tables")
+    c.add_argument(
+        "--fail-above",
+        type=percent_arg,
+        default=None,
+        metavar="PCT",
+        help="exit 1 when a cell's median time in a later run is more than PCT %% slower than in "
+        "the first (a CI gate, as pytest-benchmark's --benchmark-compare-fail); each such cell in one line",
+    )
     return c
+
+
+def percent_arg(text: str) -> float:
+    """argparse type: a percentage, ``5`` or ``5%``, at least 0 and finite."""
+    from h2dlab.cli.common import number_arg
+
+    v = number_arg(text.strip().removesuffix("%"))
+    if not 0 <= v < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a percentage of 0 or more, e.g. 5 or 5%")
+    return v
 
 
 def fmt_ms(ms: float, scale_of: float | None = None) -> str:
@@ -121,22 +151,41 @@ def _cell(r) -> str:
     return text
 
 
+def fmt_gbps(g: float) -> str:
+    """GB/s (10^9 bytes/s) with three significant digits, ``n/a`` where not finite."""
+    if not math.isfinite(g):
+        return "n/a"
+    return f"{g:.0f}" if g >= 100 else f"{g:.1f}" if g >= 10 else f"{g:.2f}" if g >= 1 else f"{g:.3g}"
+
+
 def _print_block(label: str, env: dict | None, t) -> None:
     from h2dlab.recording.env import describe
     from h2dlab.units import fmt_bytes
 
     base = t["baseline"].iloc[0]
     print(f"{label} ({describe(env) if env else 'no env.json'})")
-    print(f"  median (IQR) per copy; Nx = time as a multiple of {base}'s at that size (below 1: faster)")
+    print(
+        f"  median (IQR) per copy; Nx = time as a multiple of {base}'s at that size (below 1: faster); "
+        "GB/s = size / median, 10^9 bytes/s"
+    )
     wide = t.pivot(index="size_bytes", columns="strategy", values="cell").fillna("")
+    rate = t.assign(g=[fmt_gbps(g) for g in t["gbps"]]).pivot(
+        index="size_bytes", columns="strategy", values="g"
+    )
     present = set(t["strategy"])
     cols = [base] * (base in present) + [c for c in wide.columns if c in present and c != base]
     widths = {c: max(len(str(c)), *(len(v) for v in wide[c])) for c in cols}
-    print(("  " + f"{'size':>10}  " + "  ".join(f"{str(c):<{widths[c]}}" for c in cols)).rstrip())
+    rates = {c: max(4, *(len(v) for v in rate[c].fillna(""))) for c in cols}
+    print(
+        (
+            "  " + f"{'size':>10}  " + "  ".join(f"{str(c):<{widths[c]}}  {'GB/s':>{rates[c]}}" for c in cols)
+        ).rstrip()
+    )
     for size, row in wide.iterrows():
-        print(
-            ("  " + f"{fmt_bytes(size):>10}  " + "  ".join(f"{row[c]:<{widths[c]}}" for c in cols)).rstrip()
+        cells = "  ".join(
+            f"{row[c]:<{widths[c]}}  {rate.at[size, c] if row[c] else '':>{rates[c]}}" for c in cols
         )
+        print(("  " + f"{fmt_bytes(size):>10}  " + cells).rstrip())
     if t["iqr_over_median"].gt(UNSTEADY).any():
         print(f"  ! IQR above {UNSTEADY:.0%} of the median: an unsteady cell (more reps, a quieter machine)")
     print()
@@ -190,7 +239,7 @@ def _known(keep: list[str] | None, sizes: list[int] | None, tables: list[Any]) -
 
 
 def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
-    """Print the comparison (or JSON); exit code 0."""
+    """Print the comparison (or JSON); exit code 0, or with ``--fail-above`` 1 when a cell regressed."""
     if a.baseline is not None and not a.baseline.strip():
         raise UsageError(
             "--baseline is empty: name a strategy (e.g. pinned_reuse), or leave it out for pageable"
@@ -216,6 +265,8 @@ def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
         if keep is None and a.sizes is None:
             raise UsageError("nothing to compare: these runs hold no timed copy that succeeded")
         raise UsageError("nothing to compare: no timed rows match --strategies/--sizes in these runs")
+    if a.fail_above is not None and len(tables) < 2:  # before any table is printed
+        raise UsageError("--fail-above compares runs: give two or more (e.g. old.csv new.csv)")
     if a.json:
         cells = [
             {
@@ -223,12 +274,68 @@ def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
                 **{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()},
             }
             for label, _, t in tables
-            for r in t.drop(columns=["gbps"]).to_dict("records")
+            for r in t.to_dict("records")
         ]
         print(json.dumps(cells, indent=1, default=str))
+    else:
+        for label, env, t in tables:
+            _print_block(label, env, t.assign(cell=[_cell(r) for r in t.itertuples()]))
+        if len(tables) > 1:
+            _across([(label, t) for label, _, t in tables])
+    if a.fail_above is None:
         return 0
-    for label, env, t in tables:
-        _print_block(label, env, t.assign(cell=[_cell(r) for r in t.itertuples()]))
-    if len(tables) > 1:
-        _across([(label, t) for label, _, t in tables])
-    return 0
+    return gate([(label, t) for label, _, t in tables], a.fail_above)
+
+
+def regressions(tables: list[tuple[str, Any]], pct: float) -> tuple[list[str], list[str], int]:
+    """The cells of each later run whose median time is more than ``pct`` % above the first
+    run's at the same strategy and size, one line each; the first run's cells a later run
+    lacks (not gated), one line per run; and how many cells were compared.
+
+    Parameters
+    ----------
+    tables
+        ``[(label, table), ...]`` as :func:`table` makes them; the first is the reference.
+    pct
+        The allowed slow-down in percent (``5``: a median up to 1.05 times the first's passes).
+    """
+    from h2dlab.units import fmt_bytes
+
+    ref_label, ref = tables[0]
+    ref = ref.set_index(["strategy", "size_bytes"])["median_ms"]
+    failed, missing, compared = [], [], 0
+    for label, t in tables[1:]:
+        other = t.set_index(["strategy", "size_bytes"])["median_ms"]
+        common = ref.index.intersection(other.index)
+        compared += len(common)
+        for key in common:
+            was, now = float(ref[key]), float(other[key])
+            if now > was * (1 + pct / 100):
+                failed.append(
+                    f"{label} {key[0]} {fmt_bytes(key[1])}: median {fmt_ms(now)} against {fmt_ms(was)} in "
+                    f"{ref_label}, {(now / was - 1) * 100:.1f}% slower (--fail-above {pct:g}%)"
+                )
+        lacking = ref.index.difference(other.index)
+        if len(lacking):
+            missing.append(f"{label} has no timed copy of {len(lacking)} cell(s) of {ref_label}: not gated")
+    return failed, missing, compared
+
+
+def gate(tables: list[tuple[str, Any]], pct: float) -> int:
+    """``--fail-above``: each regressed cell in one line on stderr; 1 if any, else 0.
+
+    Raises
+    ------
+    UsageError
+        Fewer than two runs, or no strategy and size in common: nothing would be gated.
+    """
+    if len(tables) < 2:
+        raise UsageError("--fail-above compares runs: give two or more (e.g. old.csv new.csv)")
+    failed, missing, compared = regressions(tables, pct)
+    if not compared:
+        raise UsageError(f"--fail-above: no strategy and size in common with {tables[0][0]}: nothing to gate")
+    for line in missing:
+        print(f"h2dlab: note: {line}", file=sys.stderr)
+    for line in failed:
+        print(f"h2dlab: regression: {line}", file=sys.stderr)
+    return 1 if failed else 0

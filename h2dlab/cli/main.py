@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import h2dlab.cli.survey as survey_command
 import h2dlab.cli.workload as cli_workload
@@ -25,6 +26,7 @@ from h2dlab.cli import doctor as cli_doctor
 from h2dlab.cli import loop as cli_loop
 from h2dlab.cli import measuring as cli_measuring
 from h2dlab.cli import record as cli_record
+from h2dlab.cli import results as cli_results
 from h2dlab.cli import strategies as cli_strategies
 from h2dlab.cli.checks import check_folder, check_out, check_plan, check_target, not_the_source
 from h2dlab.cli.common import EXIT_CODES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, failure, finish_measure
@@ -47,11 +49,15 @@ __all__ = [
     "run",
 ]
 
+#: ``recording.session.MODES``, repeated so that building the parser imports no pandas
+#: (``--help`` and ``--version`` stay instant; tests/test_cli_light.py checks the two agree).
+REPORT_MODES = ("auto", "replay", "live")
+#: The commands whose --json prints one object at the end (what they print on the way goes to stderr).
+JSON_AT_END = ("measure", "batch", "duplex", "record", "report")
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (choices from the package's constants)."""
-    from h2dlab.recording.session import MODES
-
     p = _Parser(prog="h2dlab", description="Measure and explain host-to-device copies in PyTorch.")
     p.add_argument("--version", action="version", version=f"h2dlab {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser, metavar="COMMAND")
@@ -108,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="copy on several GPUs at once, one process each: all, 0,1, N, or 1..N to sweep the count",
     )
     m.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    m.add_argument("--json", action="store_true", help=cli_measuring.JSON_HELP)
 
     f = sub.add_parser(
         "forum", help="the forum's experiment, re-implemented (needs CUDA; run in a fresh process)"
@@ -145,13 +152,18 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print the fit and flagged rows as JSON (see README)")
 
     r = sub.add_parser("report", help="execute the notebooks and render reports/*.html and a workbook")
-    r.add_argument("--mode", choices=MODES, default=None, help="override H2DLAB_MODE for the notebooks")
+    r.add_argument(
+        "--mode", choices=REPORT_MODES, default=None, help="override H2DLAB_MODE for the notebooks"
+    )
     r.add_argument("--outdir", default="reports", help="where the HTML pages and the workbook go [reports]")
     r.add_argument(
         "--inplace", action="store_true", help="also refresh the outputs stored in notebooks/*.ipynb"
     )
     r.add_argument("--only", default=None, help="comma list of notebook names to run")
     r.add_argument("--data", default=None, help="the recording to report: h200 or a folder [h200]")
+    r.add_argument(
+        "--json", action="store_true", help="one JSON object on stdout: the files written, the timing"
+    )
     cli_workload.add_parser(sub)
     cli_measuring.add_parser(sub)  # duplex, batch
     cli_record.add_parser(sub)
@@ -218,12 +230,14 @@ def _cmd_measure(a, argv) -> int:
         from h2dlab.measure.concurrent import concurrent
 
         df = concurrent(spec, gpus=a.gpus, out=out, argv=cmdline, progress=not a.no_progress)
-        return finish_measure(df, out, argv, resumable=False)
+        return cli_results.finish(
+            df, out, "measure", a.json, lambda: finish_measure(df, out, argv, resumable=False)
+        )
     from h2dlab.measure.harness import sweep
 
     df = sweep(spec, out=out, resume=a.resume, force=a.force, progress=not a.no_progress, argv=cmdline)
     cli_loop.after_sweep(a, df, out, spec)
-    return finish_measure(df, out, argv)
+    return cli_results.finish(df, out, "measure", a.json, lambda: finish_measure(df, out, argv))
 
 
 def _cmd_forum(a, argv) -> int:
@@ -282,7 +296,11 @@ def _cmd_report(a, argv) -> int:
                 "give --mode replay (or leave --mode out) to render the recorded data"
             )
     check_folder(a.outdir, "--outdir")  # a file, or a place no folder can be made: before any notebook
-    return report.build(outdir=a.outdir, mode=a.mode, notebooks=only, inplace=a.inplace, data=a.data)
+    started = time.time()
+    code = report.build(outdir=a.outdir, mode=a.mode, notebooks=only, inplace=a.inplace, data=a.data)
+    if a.json:
+        cli_results.emit(cli_results.report_summary(a.outdir, code, started))
+    return code
 
 
 def _cmd_env(a, argv) -> int:
@@ -342,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
             if extra:  # refused by the subcommand's parser, so the line names its --help
                 subs = next(x for x in parser._actions if isinstance(x, argparse._SubParsersAction))
                 subs.choices[args.cmd].error(f"unrecognized arguments: {' '.join(extra)}")
-            return COMMANDS[args.cmd](args, argv)
+            with cli_results.json_stdout(args.cmd in JSON_AT_END and getattr(args, "json", False)):
+                return COMMANDS[args.cmd](args, argv)
     except BrokenPipeError:  # e.g. `h2dlab explain ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -19,6 +19,7 @@ COMMANDS = ("duplex", "batch")
 #: ``batch_methods.LAYOUTS``, repeated here so that building the parser imports no torch
 #: (every h2dlab command builds it; tests/test_cli_ux.py checks that the two agree).
 LAYOUTS = ("equal", "mixed")
+JSON_HELP = "one JSON object on stdout at the end: the files written and each cell's result (README)"
 
 
 def _counts(text: str) -> list[int]:
@@ -57,6 +58,7 @@ def add_parser(subparsers: Any) -> None:
         "--force", action="store_true", help="replace an existing --out (or an unfinished run's rows)"
     )
     d.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    d.add_argument("--json", action="store_true", help=JSON_HELP)
 
     b = subparsers.add_parser("batch", help="a batch of many tensors to the GPU, by each way of moving it")
     b.add_argument("--counts", type=_counts, default=None, help="tensors per batch [1,16,64,256,1024]")
@@ -80,6 +82,7 @@ def add_parser(subparsers: Any) -> None:
         "--force", action="store_true", help="replace an existing --out (or an unfinished run's rows)"
     )
     b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    b.add_argument("--json", action="store_true", help=JSON_HELP)
 
 
 def duplex_spec(a: argparse.Namespace):
@@ -108,11 +111,9 @@ def batch_spec(a: argparse.Namespace):
 
 
 def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
-    """Run ``duplex`` or ``batch``; 0 when done, 130 when interrupted (rows kept)."""
-    import shlex
-
+    """Run ``duplex`` or ``batch``: the result table (or ``--json``), then the rows written;
+    0 when done, 130 when interrupted (rows kept)."""
     from h2dlab.cli.checks import check_out, check_target
-    from h2dlab.recording import datasets
 
     argv = list(argv or [])
     resume = bool(getattr(a, "resume", False))
@@ -128,6 +129,17 @@ def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
         raise ValueError(f"{a.cmd} is not one of {', '.join(COMMANDS)}")
     out = check_target(check_out(a.out), resume=resume, force=a.force, resumable=a.cmd == "batch")
     df = fn(spec, out=out, progress=not a.no_progress, argv=["h2dlab", *argv], force=a.force, **more)
+    from h2dlab.cli.results import finish
+
+    return finish(df, out, a.cmd, bool(getattr(a, "json", False)), lambda: _done(a, df, out, argv))
+
+
+def _done(a: argparse.Namespace, df: Any, out: Any, argv: list[str]) -> int:
+    """The lines on stderr at the end (rows written, or kept and how to go on); the exit code."""
+    import shlex
+
+    from h2dlab.recording import datasets
+
     errors = int((df["error"] != "").sum()) if len(df) else 0
     if df.attrs.get("stopped"):
         again = [x for x in ["h2dlab", *argv] if not abbreviates(x, "--resume", "--force")]

@@ -24,7 +24,6 @@ from typing import Any
 
 from h2dlab.cli.common import names
 from h2dlab.errors import Unavailable, UsageError
-from h2dlab.recording.env_folder import note_resume, write_folder_env
 from h2dlab.recording.folder import (
     default_folder,
     is_recording,
@@ -53,6 +52,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     r.add_argument("--only", default=None, help="comma list of experiments (runs or kinds) to record")
     r.add_argument(
         "--device", default="cuda", help="cuda, cuda:N, or cpu (the sweep only, host copies) [cuda]"
+    )
+    r.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object on stdout at the end: the folder, each experiment's status and table",
     )
     r.add_argument("--plan", default=None, help=argparse.SUPPRESS)  # a JSON list of experiments, for tests
     return r
@@ -101,6 +105,13 @@ def _for_device(exps: list[Experiment], device: str, quick: bool) -> list[dict[s
 
 
 def _print_plan(runs: list[dict[str, Any]], quick: bool, gpus: int, device: str, folder: Path) -> None:
+    from h2dlab.cli.results import emit, emitting
+
+    if emitting():  # --dry-run --json: the plan as one object
+        emit({"command": "record", "dry_run": True, "folder": folder, "device": device, "gpus": gpus,
+              "estimated_s": sum(r["seconds"] for r in runs),
+              "experiments": [{k: r[k] for k in ("name", "kind", "run", "args", "env", "seconds")} for r in runs]})  # fmt: skip
+        return
     n = f"{len(runs)} experiment{'s' if len(runs) != 1 else ''}"
     print(f"h2dlab record{' --quick' if quick else ''}: {n} into {folder}")
     print("\n".join(plan_lines(runs, gpus, device)))
@@ -169,6 +180,8 @@ def run(
     CLI's parser, handed down by :mod:`h2dlab.cli.main`)."""
     if argv is None:
         argv = sys.argv[1:] if sys.argv[1:2] == ["record"] else ["record"]
+    from h2dlab.recording.env_folder import note_resume, write_folder_env  # pandas: not for --help
+
     command = shlex.join(["h2dlab", *argv])
     for flag, value in (("--out", args.out), ("--resume", args.resume)):
         if value is not None and not str(value).strip():
@@ -187,7 +200,7 @@ def run(
             )
             return 0
         note_resume(folder, command=command, quick=bool(manifest.get("quick")), device=manifest["device"])
-        return record(folder, manifest, options)
+        return _recorded(folder, record(folder, manifest, options))
     device = str(args.device)
     if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", device):
         raise UsageError(f"unknown device {device!r}: use cuda, cuda:N or cpu")
@@ -221,4 +234,16 @@ def run(
     manifest = new_manifest(runs, quick=args.quick, device=device, gpus=gpus, gpu_name=name, command=command)
     write_manifest(folder, manifest)
     write_folder_env(folder, command=command, quick=args.quick, device=device, gpu_name=name)
-    return record(folder, manifest, options)
+    return _recorded(folder, record(folder, manifest, options))
+
+
+def _recorded(folder: Path, code: int) -> int:
+    """``code``, after ``--json``'s object: the folder and, per experiment, its status and table."""
+    from h2dlab.cli.results import emit, emitting
+
+    if emitting():
+        runs = (read_manifest(folder) or {}).get("experiments", [])
+        emit({"command": "record", "exit_code": code, "folder": folder, "experiments": [
+            {"name": r.get("name"), "status": r.get("status"), "wall_s": r.get("wall_s"), "rc": r.get("rc"),
+             "table": folder / str(r.get("kind")) / f"{r.get('run')}.csv.gz"} for r in runs]})  # fmt: skip
+    return code

@@ -14,11 +14,12 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from h2dlab.errors import Unavailable, UsageError
+
+if TYPE_CHECKING:  # pandas is imported where used: `h2dlab --help` stays instant
+    import pandas as pd
 
 __all__ = ["EXIT_FLAGGED", "add_parser", "finish", "run"]
 
@@ -76,6 +77,8 @@ def _read_baseline(path: str):
     for col in ("rank", "local_rank"):  # checked now: after the survey they would stop rank 0 unwritten
         if col not in table.columns:
             continue
+        import pandas as pd
+
         given = table[col].dropna()
         number = pd.to_numeric(given, errors="coerce")
         bad = given[number.isna() | (number != number.round()) | (number < 0)]
