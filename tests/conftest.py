@@ -32,7 +32,7 @@ SLOW = {
     "test_survey_parts.py": {"test_one_process_writes_a_fleet_table_that_the_kit_reads_and_a_page"},
     "test_doctor.py": {"test_profile_writes_a_trace_of_the_recorded_steps_on_cpu"},
     "test_analysis.py": {
-        "test_advise_h200",
+        "test_advice_h200",
         "test_decaying_episode_is_one_episode",
         "test_fit_h200_sweep_bandwidths",
         "test_forum_a100_causes",
@@ -288,9 +288,10 @@ SLOW = {
         "test_other_runtime_error_is_a_row",
     },
     "test_model.py": {
-        "test_advise_cases_and_upfront_cost",
-        "test_advise_one_off_uses_cold_pin_rows",
-        "test_advise_smallest_sizes_and_anchored_messages",
+        "test_advice_ways_and_upfront_cost",
+        "test_advice_first_call_uses_cold_pin_rows",
+        "test_advice_smallest_sizes_and_anchored_messages",
+        "test_advice_never_says_same_where_a_time_is_missing",
         "test_concurrency_scaling",
         "test_fit_confidence_interval_is_the_bootstrap_percentile_interval",
         "test_fit_skips_one_size_groups_and_sorts_groups",

@@ -1,4 +1,4 @@
-"""model.fit/advise and outliers.detect/explain, on real recorded tables and on synthetic
+"""model.fit, advice.advice and outliers.detect/explain, on real recorded tables and on synthetic
 tables with anomalies injected at known positions."""
 
 import numpy as np
@@ -167,21 +167,20 @@ def test_fit_h200_sweep_bandwidths():
     assert g.loc["pageable", "gbps"].min() < 15
 
 
-def test_advise_h200():
-    sweep = datasets.load("h200_sweep")
-    cold = datasets.run_named(datasets.load("h200_allocator"), "pin-emptied")
-    a = model.advise(GiB, df=sweep, one_off=cold).set_index("case")
-    assert a.loc["data already pinned", "best"] == "pinned_reuse"
-    one = a.loc["one-off copy of a pageable tensor"]
-    assert one["best"] == "staged" and one["speedup_vs_pageable"] > 3
-    rep = a.loc["the same buffer copied again and again"]
-    assert rep["best"] == "pinned_reuse" and rep["upfront_ms"] > 0
-    # The one-off case weighs pin_then_copy at its cold cost (a new pinned block).
-    assert one["runner_up"] != "pin_then_copy"
-    cold_ms = model.interpolate_ms(model.medians(model.cold_pin_rows(cold)), "pin_then_copy", GiB)
-    assert cold_ms > 10 * one["best_ms"]
-    small = model.advise(4096, df=sweep).set_index("case")
-    assert (
-        small.loc["one-off copy of a pageable tensor", "best"] != "staged"
-        or small.loc["one-off copy of a pageable tensor", "speedup_vs_pageable"] < 1.5
-    )
+def test_advice_h200():
+    """The one advice engine on the bundled recording, read as the notebooks, the README and
+    the workbook read it (advice.of_recording)."""
+    from h2dlab.findings import advice
+    from h2dlab.recording import session
+
+    rec = session.Recorded("data/h200")
+    t = advice.of_recording(rec, GiB)
+    a = t[t.case == "one tensor to the GPU"].set_index("way")
+    one = advice.best_way(t)  # one copy of a fresh pageable tensor
+    assert one.values["way"] == "staged" and a.loc["staged", "vs_pageable"] > 3
+    many = advice.best_way(t, 100)  # the same buffer copied again and again
+    assert many.values["way"] == "pinned_reuse" and a.loc["pinned_in_place", "upfront_ms"] > 0
+    # The first call of pin_memory() is weighed at its cold cost (a new pinned block).
+    assert a.loc["pin_cold", "per_copy_ms"] > 10 * a.loc["staged", "per_copy_ms"]
+    small = advice.of_recording(rec, 4096).set_index("way")
+    assert small.loc["staged", "vs_pageable"] < 1.5

@@ -10,7 +10,7 @@ import torch
 
 from h2dlab.cli import main as cli
 from h2dlab.errors import UsageError
-from h2dlab.explain import model
+from h2dlab.findings import advice
 from h2dlab.measure.concurrent import parse_gpus
 from h2dlab.measure.recorder import Recording
 from h2dlab.measure.spec import ForumSpec, OverlapSpec, SweepSpec
@@ -213,10 +213,10 @@ LIBRARY_CASES = [
     (lambda: datasets.validate([1, 2]), ValueError, "DataFrame"),
     (lambda: datasets.validate(pd.DataFrame({"x": [1]})), ValueError, "missing column"),
     (lambda: datasets.save(datasets.load("forum_a100").head(3), "/tmp/x.json"), ValueError, "cannot write"),
-    (lambda: model.advise(-5, df=datasets.load("h200_sweep")), ValueError, "positive"),
-    (lambda: model.advise(math.nan, df=datasets.load("h200_sweep")), ValueError, "finite"),
-    (lambda: model.advise("1GiB", df=datasets.load("h200_sweep")), TypeError, "number of bytes"),
-    (lambda: model.advise(2**30, df=datasets.empty_table()), ValueError, "no timed rows"),
+    (lambda: advice.advice(datasets.load("h200_sweep"), -5), ValueError, "positive"),
+    (lambda: advice.advice(datasets.load("h200_sweep"), math.nan), ValueError, "whole number of bytes"),
+    (lambda: advice.advice(datasets.load("h200_sweep"), "1GiB"), ValueError, "number of bytes"),
+    (lambda: advice.advice(datasets.empty_table(), 2**30), ValueError, "no timed rows"),
     (lambda: transfer.to_device(torch.zeros(4), "cuda", num_threads=0), ValueError, "num_threads"),
     (lambda: transfer.to_device(torch.zeros(4), "cuda", chunk_bytes=1), ValueError, "chunk_bytes"),
     (lambda: transfer.to_device([1, 2], "cuda"), TypeError, "torch.Tensor"),

@@ -1,5 +1,6 @@
-"""model: advise() reads only the tables it is given and refuses bad input in library
-terms; fit_line, check_values, concurrency — on synthetic (made-up, not measured) tables."""
+"""model: fit_line, check_values, concurrency; and the one advice engine (advice.advice, which
+replaced model.advise) reads only the tables it is given and refuses bad input in library terms
+— on synthetic (made-up, not measured) tables."""
 
 import math
 
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h2dlab.explain import model, outliers, rows
+from h2dlab.findings import advice
 from h2dlab.recording import datasets
 
 MiB, GiB = 2**20, 2**30
@@ -51,86 +53,77 @@ def synthetic_table(strategies=SPEEDS, *, reps=3, run_id="synthetic-cpu", host_a
     return datasets.validate(df)
 
 
-def test_advise_uses_only_the_table_given():
-    """A CPU run with two strategies: advice names only those, with their own times."""
+def test_advice_uses_only_the_table_given():
+    """A CPU run with two strategies: the advice engine times only those, with their own
+    times, and says "not measured" (never "same as") for every other way (issue 29: the one
+    engine, advice.advice, replaced model.advise)."""
     cpu = synthetic_table(["pageable", "staged"])
-    a = model.advise(GiB, df=cpu).set_index("case")
-    assert set(a["best"]) | set(a["runner_up"]) <= {"pageable", "staged", ""}
-    assert "data already pinned" not in a.index  # no pinned_reuse rows, no such case
-    one = a.loc["one-off copy of a pageable tensor"]
-    assert one["best"] == "staged" and one["runner_up"] == "pageable"
-    assert one["best_ms"] == pytest.approx(0.05 + GiB / 30e6)
-    assert one["pageable_ms"] == pytest.approx(0.02 + GiB / 5e6)
-    assert one["speedup_vs_pageable"] == pytest.approx(one["pageable_ms"] / one["best_ms"])
-    assert one["best_gbps"] == pytest.approx(GiB / one["best_ms"] / 1e6)
-    assert one["upfront_ms"] == 0.0
+    a = advice.advice(cpu, GiB).set_index("way")
+    measured = a[a["per_copy_ms"].notna()]
+    assert set(measured.index) == {"pageable", "staged"}
+    assert (a.loc[a["per_copy_ms"].isna(), "verdict"] == "not measured").all()
+    one = a.loc["staged"]
+    assert one["per_copy_ms"] == pytest.approx(0.05 + GiB / 30e6)
+    assert a.loc["pageable", "per_copy_ms"] == pytest.approx(0.02 + GiB / 5e6)
+    assert one["vs_pageable"] == pytest.approx(a.loc["pageable", "per_copy_ms"] / one["per_copy_ms"])
+    assert one["gbps"] == pytest.approx(GiB / one["per_copy_ms"] / 1e6)
+    assert one["upfront_ms"] == 0.0 and one["verdict"] == "faster than x.to()"
+    assert advice.best_way(advice.advice(cpu, GiB)).values["way"] == "staged"
 
 
-def test_advise_cases_and_upfront_cost():
+def test_advice_ways_and_upfront_cost():
     df = synthetic_table()
-    a = model.advise(64 * MiB, df=df)
-    assert list(a["case"]) == list(model.CASES)
-    a = a.set_index("case")
+    t = advice.advice(df, 64 * MiB)
+    assert list(t["way"]) == [w for w, _, _ in advice.WAYS]
+    a = t.set_index("way")
     ms = {s: o + 64 * MiB / (g * 1e6) for s, (g, o) in SPEEDS.items()}
-    rep = a.loc["the same buffer copied again and again"]
-    assert rep["best"] == "pinned_reuse" and rep["runner_up"] == "staged"
-    assert rep["upfront_ms"] == pytest.approx(ms["host_register"] - ms["pinned_reuse"])
-    loop = a.loc["data you cannot pin ahead (a new tensor each step)"]
-    assert (loop["best"], loop["runner_up"]) == ("staged", "pin_then_copy")
-    assert loop["best_ms"] == pytest.approx(ms["staged"]) and loop["runner_up_ms"] == pytest.approx(
-        ms["pin_then_copy"]
-    )
-    # Without a cold table, the one-off case leaves pin_then_copy out (its cached cost would flatter it).
-    one = a.loc["one-off copy of a pageable tensor"]
-    assert one["best"] == "staged" and one["runner_up"] == "host_register"
-    assert a.loc["data already pinned", "best"] == "pinned_reuse"
-    assert a.loc["data already pinned", "runner_up"] == ""
-    assert a.loc["data already pinned", "upfront_ms"] == 0.0  # only the reuse case pays registering
-    assert math.isnan(a.loc["data already pinned", "runner_up_ms"])
-    only = model.advise(64 * MiB, df=df, reuse=True)
-    assert list(only["case"]) == ["the same buffer copied again and again"]
-    others = model.advise(64 * MiB, df=df, reuse=False)
-    assert "the same buffer copied again and again" not in set(others["case"]) and len(others) == 3
+    assert a.loc["pinned_in_place", "upfront_ms"] == pytest.approx(ms["host_register"] - ms["pinned_reuse"])
+    assert a.loc["pinned_in_place", "per_copy_ms"] == pytest.approx(ms["pinned_reuse"])
+    assert a.loc["pin_cached", "per_copy_ms"] == pytest.approx(ms["pin_then_copy"])
+    assert a.loc["staged", "per_copy_ms"] == pytest.approx(ms["staged"])
+    assert (a.drop(index="pinned_in_place")["upfront_ms"] == 0.0).all()  # only pinning in place pays once
+    # No row made a new pinned block and no cold table: the first call is not measured, not a guess.
+    assert np.isnan(a.loc["pin_cold", "per_copy_ms"]) and a.loc["pin_cold", "verdict"] == "not measured"
+    # One copy of a fresh tensor: the staged copy; many: pinning in place once, then pinned copies.
+    assert advice.best_way(t, 1).values["way"] == "staged"
+    many = advice.best_way(t, 100)
+    assert many.values["way"] == "pinned_reuse" and "pinned() in place once" in many.verdict
 
 
-def test_advise_one_off_uses_cold_pin_rows():
+def test_advice_first_call_uses_cold_pin_rows():
     df = synthetic_table(["pageable", "staged"])
     cold = synthetic_table(["pin_then_copy"], host_allocs=1.0, run_id="synthetic-cold")
-    # Cold pinning 100x slower: it must not win, but it is weighed (runner-up over pageable
-    # when pageable is slower still).
     cold = cold.assign(event_ms=cold["event_ms"] * 2, wall_ms=cold["wall_ms"] * 2)
-    one = model.advise(GiB, df=df, one_off=cold).set_index("case").loc["one-off copy of a pageable tensor"]
-    assert (one["best"], one["runner_up"]) == ("staged", "pin_then_copy")
-    assert one["runner_up_ms"] == pytest.approx(2 * (0.03 + GiB / 20e6))
+    a = advice.advice(df, GiB, cold=cold).set_index("way")
+    assert a.loc["pin_cold", "per_copy_ms"] == pytest.approx(2 * (0.03 + GiB / 20e6))
+    assert a.loc["pin_cold", "basis"] == "3 copies at this size"
     # Only rows that made a new pinned block count as cold.
-    mixed = pd.concat([cold, synthetic_table(["pin_then_copy"], run_id="synthetic-warm")], ignore_index=True)
-    assert (model.cold_pin_rows(mixed)["run_id"] == "synthetic-cold").all()
-    with pytest.raises(ValueError, match="host_allocs > 0"):
-        model.advise(GiB, df=df, one_off=synthetic_table(["pin_then_copy"]))
+    warm = synthetic_table(["pin_then_copy"], run_id="synthetic-warm").assign(
+        order=lambda d: d["order"] + 10**6
+    )
+    mixed = pd.concat([cold, warm], ignore_index=True)
+    b = advice.advice(df, GiB, cold=mixed).set_index("way")
+    assert b.loc["pin_cold", "per_copy_ms"] == pytest.approx(a.loc["pin_cold", "per_copy_ms"])
+    none = advice.advice(df, GiB, cold=synthetic_table(["pin_then_copy"])).set_index("way")
+    assert np.isnan(none.loc["pin_cold", "per_copy_ms"]) and none.loc["pin_cold", "verdict"] == "not measured"
 
 
-@pytest.mark.parametrize("bad", [-5, 0, float("nan"), float("inf"), -float("inf")])
-def test_advise_refuses_sizes(bad):
-    with pytest.raises(ValueError, match="size_bytes must be a positive, finite number of bytes"):
-        model.advise(bad, df=synthetic_table(["pageable"]))
+@pytest.mark.parametrize("bad", [-5, 0, float("nan"), float("inf"), -float("inf"), "1GiB", None, True])
+def test_advice_refuses_sizes(bad):
+    with pytest.raises(ValueError, match="size_bytes must be a positive whole number of bytes"):
+        advice.advice(synthetic_table(["pageable"]), bad)
 
 
-@pytest.mark.parametrize("bad", ["1GiB", None, True])
-def test_advise_refuses_non_numbers(bad):
-    with pytest.raises(TypeError, match="size_bytes must be a number"):
-        model.advise(bad, df=synthetic_table(["pageable"]))
-
-
-def test_advise_needs_its_data():
-    with pytest.raises(TypeError, match="df"):
-        model.advise(GiB)  # nothing is loaded behind the caller's back
+def test_advice_needs_its_data():
+    with pytest.raises(TypeError):
+        advice.advice(size_bytes=GiB)  # nothing is loaded behind the caller's back
     with pytest.raises(ValueError, match="no timed rows"):
-        model.advise(GiB, df=datasets.empty_table())
+        advice.advice(datasets.empty_table(), GiB)
     warm = synthetic_table(["pageable"]).assign(warmup=True)
     with pytest.raises(ValueError, match="no timed rows"):
-        model.advise(GiB, df=warm)
+        advice.advice(warm, GiB)
     with pytest.raises(TypeError, match="DataFrame"):
-        model.advise(GiB, df=[1, 2])
+        advice.advice([1, 2], GiB)
 
 
 @pytest.mark.parametrize("col", ["wall_ms", "event_ms", "size_bytes", "minflt", "cpu_ms", "sm_clock_mhz"])
@@ -365,23 +358,27 @@ def test_interpolate_ms_between_beside_and_beyond_measured_sizes():
     assert f(med.iloc[::-1], "staged", 2048) == pytest.approx(math.sqrt(0.01 * 0.02), rel=1e-12)
 
 
-def test_advise_smallest_sizes_and_anchored_messages():
+def test_advice_smallest_sizes_and_anchored_messages():
     df = synthetic_table(["pageable", "staged"])
-    a = model.advise(1, df=df)  # one byte is a size
+    a = advice.advice(df, 1)  # one byte is a size, measured nowhere near
     assert (a["size_bytes"] == 1).all()
-    assert model.advise(0.5, df=df)["best_ms"].iloc[0] == pytest.approx(0.02 + 1024 / 5e6, rel=1e-12)
+    assert a["per_copy_ms"].isna().all() and (a["verdict"] == "not measured").all()
+    assert (a["basis"] == "not measured").all()
     with pytest.raises(
-        ValueError, match=r"^df has no timed rows \(no rows without warm-up or error\): nothing"
+        ValueError, match=r"^advice: the sweep has no timed rows \(every row a warm-up or an error\)"
     ):
-        model.advise(GiB, df=df.assign(warmup=True))
-    with pytest.raises(TypeError, match=r"^size_bytes must be a number of bytes, got str$"):
-        model.advise("1", df=df)
-    cold = synthetic_table(["pin_then_copy"])
-    with pytest.raises(ValueError, match=r"^one_off has no pin_then_copy row .* emptied before each size$"):
-        model.advise(GiB, df=df, one_off=cold)
-    for col in ("host_allocs", "strategy"):
-        with pytest.raises(ValueError, match=f"missing column.*{col}"):
-            model.cold_pin_rows(cold.drop(columns=[col]))
+        advice.advice(df.assign(warmup=True), GiB)
+    with pytest.raises(
+        ValueError, match=r"^advice: size_bytes must be a positive whole number of bytes, not '1'$"
+    ):
+        advice.advice(df, "1")
+    for col in ("strategy", "size_bytes"):
+        with pytest.raises(
+            ValueError, match=f"^advice: sweep: not a measurement table: missing column.*{col}"
+        ):
+            advice.advice(df.drop(columns=[col]), GiB)
+    with pytest.raises(ValueError, match="^advice: cold: not a measurement table: missing column.*strategy"):
+        advice.advice(df, GiB, cold=df.drop(columns=["strategy"]))
 
 
 def test_concurrency_messages_and_columns():
@@ -408,3 +405,53 @@ def test_medians_quartiles_and_bandwidth():
     with pytest.raises(ValueError, match="missing column.*strategy"):
         model.medians(df.drop(columns=["strategy"]))
     assert len(model.medians(df.drop(columns=["run_id"]))) == 1  # medians needs no run_id
+
+
+BUNDLED_SWEEP = "data/h200/sweep/pow2-interleaved.csv.gz"
+
+
+def test_fit_and_advice_read_a_table_from_plain_pandas():
+    """Issue 35: a bundled .csv.gz read with pd.read_csv (an empty error read as NaN, no attrs)
+    gave an empty fit and "same as x.to()" for every way; it must give what datasets.read gives."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / BUNDLED_SWEEP
+    plain, kit = pd.read_csv(path), datasets.read(path)
+    assert plain["error"].isna().all()  # the case: no error text reads as NaN
+    got, want = model.fit(plain, n_boot=20), model.fit(kit, n_boot=20)
+    assert len(want) == 6
+    pd.testing.assert_frame_equal(got, want)
+    pd.testing.assert_frame_equal(model.medians(plain), model.medians(kit))
+    a, b = advice.advice(plain, GiB), advice.advice(kit, GiB)
+    pd.testing.assert_frame_equal(a, b)
+    assert a["per_copy_ms"].notna().sum() >= 5 and "same as x.to()" not in set(
+        a.loc[a.way != "pageable", "verdict"]
+    )
+    assert advice.registering_cost(plain, GiB).values["ms"] == advice.registering_cost(kit, GiB).values["ms"]
+
+
+def test_fit_and_advice_say_in_one_line_what_a_plain_table_lacks():
+    df = synthetic_table(["pageable", "staged"])
+    twice = pd.concat([df, df.iloc[[0]]], ignore_index=True)  # a row repeated in every column
+    for call in (lambda: model.fit(twice), lambda: advice.advice(twice, GiB)):
+        with pytest.raises(ValueError, match="repeats an earlier row") as info:
+            call()
+        assert "\n" not in str(info.value)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ways=st.sets(st.sampled_from(sorted(SPEEDS)), min_size=1),
+    size=st.sampled_from([2**10, 2**20, 3 * 2**20, 2**30, 2**34]),
+)
+def test_advice_never_says_same_where_a_time_is_missing(ways, size):
+    """'same as x.to()' only where both this way's time and x.to()'s were measured."""
+    t = advice.advice(synthetic_table(sorted(ways)), size)
+    same = t["verdict"].str.startswith("same as")
+    assert (
+        t.loc[same, "per_copy_ms"].notna()
+        & t.loc[same, "baseline_ms" if "baseline_ms" in t else "vs_pageable"].notna()
+    ).all()
+    assert (t.loc[t["per_copy_ms"].isna(), "verdict"] == "not measured").all()
+    if "pageable" not in ways:
+        assert set(t.loc[t["per_copy_ms"].notna(), "verdict"]) <= {"x.to() not measured"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -28,7 +29,8 @@ def _folder(tmp_path):
 
 
 def test_workbook_reads_the_recording_it_is_given(tmp_path):
-    path = report.workbook(tmp_path / "t.xlsx", _folder(tmp_path))
+    folder = _folder(tmp_path)
+    path = report.workbook(tmp_path / "t.xlsx", folder)
     sheets = pd.read_excel(path, sheet_name=None)
     assert set(sheets) == {
         "README",
@@ -43,6 +45,15 @@ def test_workbook_reads_the_recording_it_is_given(tmp_path):
     assert set(flagged["strategy"]) <= {"pin_then_copy"} and len(flagged) > 0
     medians = sheets["medians_recording_sweep"]
     assert medians["size_bytes"].max() == 4 * 2**30  # pow2 alone: 1 KiB .. 4 GiB
+    # One advice engine (issue 29): the workbook's advice is the notebooks' and the README's table.
+    from h2dlab.findings import advice
+
+    for sheet, size in (("advice_1GiB", 2**30), ("advice_64MiB", 2**26)):
+        want = advice.of_recording(session.Recorded(folder), size)
+        got = sheets[sheet]
+        assert list(got["way"]) == list(want["way"])
+        np.testing.assert_allclose(got["per_copy_ms"], want["per_copy_ms"], rtol=1e-12)
+        assert list(got["verdict"]) == list(want["verdict"])
 
 
 def test_report_data_must_be_a_recording(tmp_path, capsys):

@@ -2,7 +2,7 @@
 
 The estimates come from a recording's ``sweep`` and ``d2h`` tables: the median time per copy
 of each strategy at the site's copy size, interpolated in log-log between the recorded sizes
-(:func:`h2dlab.explain.model.interpolate_ms`, as ``advise()`` reads them), and the fitted line
+(:func:`h2dlab.explain.model.interpolate_ms`), and the fitted line
 ``latency = overhead + bytes / bandwidth`` (:func:`h2dlab.explain.model.fit`) for a strategy the
 tables have no medians of. The medians come first because ``pageable``'s time is not a
 straight line in size (13-15 GB/s at 16-64 MiB, 7 GB/s at 1 GiB on the H200): its line

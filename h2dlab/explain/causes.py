@@ -1,9 +1,11 @@
-"""Why one flagged copy was slow: the rules ``outliers.explain()`` applies to each flagged
-row, each giving a cause from ``CAUSES`` and an evidence sentence that quotes the numbers.
+"""Why one flagged copy was slow: the causes ``outliers.explain()`` gives each flagged row, as
+data: one :class:`~h2dlab.explain.registry.Cause` entry each (name, what it means, the
+columns it needs, its test, which returns the evidence sentence quoting the numbers) in the
+registry of its family, and ``CAUSES``, the vocabulary, read from them.
 
-Rules with direct evidence come first, in this order: ``context_init``,
-``host_alloc_growth``, ``device_alloc`` (allocator counters), then the per-copy evidence
-of table schemas 2 and 3 (``h2dlab.explain.causes_evidence``) — ``page_faults``,
+Rules with direct evidence come first, in this order: ``ALLOCATOR`` (here) —
+``context_init``, ``host_alloc_growth``, ``device_alloc`` (allocator counters) — then
+``causes_evidence.PER_COPY``, the per-copy evidence of table schemas 2 and 3 — ``page_faults``,
 ``host_preempted``, ``host_blocked``, ``gc_pause``, ``other_threads``, ``host_parallel``,
 ``host_crowded``, ``gpu_shared``, ``gpu_clock_low``. A
 column a table does not have (older tables) or a NaN in it (not measured) makes its rule
@@ -11,11 +13,16 @@ unavailable, never a guess. Every rule compares the row with its neighbours (sam
 and strategy, or same run for the GPU's state), so a condition that holds for every copy
 of a run does not explain one slow copy. A flagged copy none of them explains is then
 ``episode`` when it lies in a time-ordered stretch of slow copies (of its own strategy, or
-across strategies and sizes in the run's time order: ``h2dlab.explain.episodes``), else ``gpu_wake`` when
+across strategies and sizes in the run's time order: ``h2dlab.explain.episodes``), else ``LIKELY`` (here):
+``gpu_wake`` when
 the GPU sat idle long enough before it and its extra time is small, as this machine's idle
 runs calibrate (``h2dlab.explain.causes_wake``; never without them), else ``host_stall`` when the
 copy was on its CPU and its extra time is no longer than the stalls its run's stall census
 counted (``h2dlab.explain.causes_stall``; never without one), else ``unexplained``.
+
+A new cause is one entry in its family's list (this module's ``ALLOCATOR`` or ``LIKELY``,
+``causes_evidence.PER_COPY``), or one ``register`` call, and its test; its colour in a
+figure is ``show.plots_style.CAUSE_COLORS`` (black where it has none).
 """
 
 from __future__ import annotations
@@ -32,77 +39,46 @@ from h2dlab.explain.causes_evidence import (
     HOST_BOUND_SHARE,
     MIN_EXTRA_FAULTS,
     PAGE_BYTES,
+    PER_COPY,
     PREEMPTED_SHARE,
-    evidence_cause,
     finite,
     ruled_out,
     slow_text,
 )
 from h2dlab.explain.causes_parallel import busiest_share, wait_baseline
-from h2dlab.explain.causes_stall import run_censuses, run_copy_seconds, stall_cause, stall_check
+from h2dlab.explain.causes_stall import HOST_STALL, run_censuses, run_copy_seconds, stall_check
 from h2dlab.explain.causes_threads import others_share
-from h2dlab.explain.causes_wake import WakeCalibration, idle_gap_ms, run_pauses, wake_cause
+from h2dlab.explain.causes_wake import GPU_WAKE, WakeCalibration, idle_gap_ms, run_pauses
 from h2dlab.explain.episodes import Stretch
+from h2dlab.explain.registry import Cause, Registry, Vocabulary, first
 from h2dlab.explain.rows import MODEL_COLUMNS, check_values, column
 from h2dlab.explain.wake_source import Wake, of_table, per_run
 from h2dlab.measure.spec import MAX_PAUSE_MS
 
 __all__ = [
+    "ALLOCATOR",
     "CAUSES",
     "CLOCK_LOW",
     "CONTEXT_INIT_MS",
     "EXPLAINED_SHARE",
     "FAULT_SHARE",
+    "EPISODE",
     "HOST_BOUND_SHARE",
+    "LIKELY",
     "MIN_CELL_ROWS",
     "MIN_EXTRA_FAULTS",
     "PAGE_BYTES",
+    "PER_COPY",
     "PINNING_STRATEGIES",
     "PREEMPTED_SHARE",
+    "UNEXPLAINED",
     "across_text",
     "generic_cause",
     "group_columns",
     "neighbours",
     "specific_cause",
+    "usable",
 ]
-
-#: The vocabulary of ``explain()``'s ``cause`` column, in the order rules are tried.
-CAUSES: dict[str, str] = {
-    "context_init": "first timed operation of the run: CUDA context start-up",
-    "host_alloc_growth": "the pinned request outgrew every cached block, so cudaHostAlloc ran",
-    "device_alloc": "the copy waited on new device segments (cudaMalloc), e.g. after empty_cache()",
-    "page_faults": "the kernel was mapping host memory: many more page faults than its neighbours",
-    "host_preempted": (
-        "the timing thread waited to run while another task had its CPU (its run-queue wait; in "
-        "tables without it, wall time far above its CPU time)"
-    ),
-    "host_blocked": "the timing thread slept during the copy (a lock, the kernel, another thread)",
-    "gc_pause": "Python's garbage collector ran during the copy",
-    "other_threads": "the process's other threads ran far more CPUs' worth during the copy than during copies like it",
-    "host_parallel": (
-        "the time went into the timed host call while PyTorch's worker threads ran beside it (a parallel CPU "
-        "copy waits for its slowest worker)"
-    ),
-    "host_crowded": (
-        "PyTorch's worker threads took the CPUs: the timing thread waited to run, then on its CPU for them "
-        "(a parallel CPU copy with as many workers as CPUs)"
-    ),
-    "gpu_shared": "other processes used the GPU during the copy, more than during its neighbours",
-    "gpu_clock_low": "the GPU's SM clock was well below the run's median",
-    "episode": "part of a time-ordered stretch of slow copies, or of one in which the host itself ran slow",
-    "gpu_wake": (
-        "a small copy a little slow after a spell without copies, consistent with some part waking up (the GPU's "
-        "copy engine, its PCIe link, the driver or the host: not shown which); named only where idle runs "
-        "recorded beside the table show after how long a spell, and at what cost (likely, not certain: only the "
-        "gap points to it)"
-    ),
-    "host_stall": (
-        "a copy a few tens of microseconds slow, on its CPU with every counter clean, its extra within the stalls "
-        "a thread spinning in its run's process met (the run's stall census): time taken from a running vCPU "
-        "where the guest cannot see it; only with a census (likely, not certain: only the extra's size points to it)"
-    ),
-    "unexplained": "no evidence points anywhere; the evidence says what was ruled out",
-}
 
 #: ``others_cell`` needs at least this many timed copies of the same group and size.
 MIN_CELL_ROWS = 3
@@ -167,6 +143,7 @@ def neighbours(
     ``busiest_cell`` likewise of the busiest other thread's share of that window
     (``causes_parallel.busiest_share``, schema 4), ``busiest_typ`` its median over the group,
     ``wait_usual`` (``causes_parallel.wait_baseline``, schema 5). Medians are over timed rows.
+    Then the columns each cause with a ``context`` function adds (``registry.Cause.context``).
 
     Raises
     ------
@@ -228,6 +205,9 @@ def neighbours(
     run = df["run_id"]
     ctx["clock_med"] = _col(df, "sm_clock_mhz").where(timed).groupby(run, sort=False).transform("median")
     ctx["procs_med"] = _col(df, "gpu_procs").where(timed).groupby(run, sort=False).transform("median")
+    for own in CAUSES.contexts():  # what a registered cause reads beyond these (its ``context``)
+        for name, part in own(df).items():
+            ctx[name] = part
     return ctx
 
 
@@ -236,8 +216,115 @@ def _mib(n: float) -> str:
     return f"{v:.2f} MiB" if v < 1024 else f"{v / 1024:.2f} GiB"
 
 
-def specific_cause(row: pd.Series, ctx: pd.Series, val: float) -> tuple[str, str] | None:
-    """The cause with direct evidence for one flagged row, or None.
+def _context_init(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> str | None:
+    """The run's first timed operation, at least :data:`CONTEXT_INIT_MS`: CUDA context start-up."""
+    exp, wall, event = row["expected_ms"], row["wall_ms"], row["event_ms"]
+    if not (row["order"] == ctx["first_order"] and wall >= CONTEXT_INIT_MS):
+        return None
+    if np.isfinite(event):
+        return (
+            f"first timed operation of the run: {wall:.1f} ms by the host clock, of which "
+            f"{wall - event:.1f} ms passed before the GPU recorded the start event (CUDA context "
+            f"start-up); the operation itself took {event:.2f} ms by CUDA events"
+        )
+    return (
+        f"first timed operation of the run, {wall:.1f} ms ({wall / exp:.0f}x the {exp:.2f} ms expected): "
+        f"it includes CUDA context start-up"
+    )
+
+
+def _host_alloc_growth(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> str | None:
+    """A pinning strategy's request that no cached block served: ``num_host_alloc`` rose, or
+    (no counters) its power-of-two block is one no earlier request of its group needed."""
+    if row["strategy"] not in PINNING_STRATEGIES:
+        return None
+    block = 2.0 ** ctx["bucket"]
+    faults = ctx["faults"]
+    allocs = row["host_allocs"]
+    with_faults = (
+        f"; {int(faults)} page faults came with it ({faults / (block / PAGE_BYTES):.2f} per 4 KiB page "
+        f"of the block)"
+        if finite(faults)
+        else ""
+    )
+    if np.isfinite(allocs) and allocs > 0:
+        return (
+            f"{slow}; num_host_alloc rose by {int(allocs)}: the pinned request of "
+            f"{_mib(row['size_bytes'])} rounds up to a {_mib(block)} block and no cached block was free "
+            f"in that size, so the host allocator called cudaHostAlloc{with_faults}"
+        )
+    if not np.isfinite(allocs) and ctx["new_bucket"]:
+        return (
+            f"{slow}; the pinned request of {_mib(row['size_bytes'])} rounds up to a {_mib(block)} block, "
+            f"larger or other than any block an earlier request in this run needed, so the host allocator "
+            f"had to call cudaHostAlloc (inferred from sizes and order: the table has no counters)"
+            f"{with_faults}"
+        )
+    return None
+
+
+def _device_alloc(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> str | None:
+    """More new device segments (``cudaMalloc``) than its neighbours needed."""
+    dallocs, dev_typ = row["device_allocs"], ctx["dev_typ"]
+    if not (np.isfinite(dallocs) and dallocs > 0 and (not np.isfinite(dev_typ) or dallocs > dev_typ)):
+        return None
+    pre = "empty_cache() before this copy released the cached segment, so " if row["empty_cache"] else ""
+    return (
+        f"{slow}; {pre}the copy waited on {int(dallocs)} new cudaMalloc segment(s), where its neighbours "
+        f"needed {0 if not np.isfinite(dev_typ) else int(dev_typ)}"
+    )
+
+
+#: Start-up and the allocators' counters, tried first, in this order.
+ALLOCATOR = Registry(
+    "start-up and allocator",
+    [
+        Cause(
+            "context_init",
+            "first timed operation of the run: CUDA context start-up",
+            needs=("order", "wall_ms", "event_ms"),
+            test=_context_init,
+        ),
+        Cause(
+            "host_alloc_growth",
+            "the pinned request outgrew every cached block, so cudaHostAlloc ran",
+            needs=("strategy", "host_allocs"),
+            test=_host_alloc_growth,
+        ),
+        Cause(
+            "device_alloc",
+            "the copy waited on new device segments (cudaMalloc), e.g. after empty_cache()",
+            needs=("device_allocs", "empty_cache"),
+            test=_device_alloc,
+        ),
+    ],
+)
+#: A copy in a time-ordered stretch of slow copies (``outliers.explain``'s episode search names it).
+EPISODE = Cause(
+    "episode", "part of a time-ordered stretch of slow copies, or of one in which the host itself ran slow"
+)
+#: What only the gap before a copy, or the size of its extra, points to: tried, in this order,
+#: for a flagged copy with no direct evidence and in no episode.
+LIKELY = Registry("likely", [GPU_WAKE, HOST_STALL])
+#: A copy no cause fits; its evidence says what was ruled out.
+UNEXPLAINED = Cause("unexplained", "no evidence points anywhere; the evidence says what was ruled out")
+#: The vocabulary of ``explain()``'s ``cause`` column, in the order causes are tried: name ->
+#: what it means, read from the registries (a cause registered at run time is in it).
+CAUSES = Vocabulary(ALLOCATOR, PER_COPY, EPISODE, LIKELY, UNEXPLAINED)
+
+
+def usable(columns: object) -> list[Cause]:
+    """The causes with direct evidence (``ALLOCATOR``, then ``PER_COPY``) that a table with
+    ``columns`` can have, in order: those whose ``needs`` it has (``outliers.explain`` asks
+    once per table)."""
+    return [*ALLOCATOR.usable(columns), *PER_COPY.usable(columns)]
+
+
+def specific_cause(
+    row: pd.Series, ctx: pd.Series, val: float, causes: list[Cause] | None = None
+) -> tuple[str, str] | None:
+    """The cause with direct evidence for one flagged row, or None: the first of
+    ``ALLOCATOR``, then ``causes_evidence.PER_COPY``, whose test holds.
 
     Parameters
     ----------
@@ -247,65 +334,32 @@ def specific_cause(row: pd.Series, ctx: pd.Series, val: float) -> tuple[str, str
         Its row of ``neighbours()``.
     val
         Its timing in ms (``model.value_ms``).
+    causes
+        The entries to try (:func:`usable` for the row's table); all of both families where None.
 
     Returns
     -------
     tuple of str or None
         ``(cause, evidence)``.
     """
-    exp = row["expected_ms"]
     slow = slow_text(row, val)
-    wall, event = row["wall_ms"], row["event_ms"]
-    if row["order"] == ctx["first_order"] and wall >= CONTEXT_INIT_MS:
-        if np.isfinite(event):
-            return "context_init", (
-                f"first timed operation of the run: {wall:.1f} ms by the host clock, of which "
-                f"{wall - event:.1f} ms passed before the GPU recorded the start event (CUDA context "
-                f"start-up); the operation itself took {event:.2f} ms by CUDA events"
-            )
-        return "context_init", (
-            f"first timed operation of the run, {wall:.1f} ms ({wall / exp:.0f}x the {exp:.2f} ms expected): "
-            f"it includes CUDA context start-up"
-        )
-    block = 2.0 ** ctx["bucket"]
-    faults = ctx["faults"]
-    if row["strategy"] in PINNING_STRATEGIES:
-        allocs = row["host_allocs"]
-        with_faults = (
-            f"; {int(faults)} page faults came with it ({faults / (block / PAGE_BYTES):.2f} per 4 KiB page "
-            f"of the block)"
-            if finite(faults)
-            else ""
-        )
-        if np.isfinite(allocs) and allocs > 0:
-            return "host_alloc_growth", (
-                f"{slow}; num_host_alloc rose by {int(allocs)}: the pinned request of "
-                f"{_mib(row['size_bytes'])} rounds up to a {_mib(block)} block and no cached block was free "
-                f"in that size, so the host allocator called cudaHostAlloc{with_faults}"
-            )
-        if not np.isfinite(allocs) and ctx["new_bucket"]:
-            return "host_alloc_growth", (
-                f"{slow}; the pinned request of {_mib(row['size_bytes'])} rounds up to a {_mib(block)} block, "
-                f"larger or other than any block an earlier request in this run needed, so the host allocator "
-                f"had to call cudaHostAlloc (inferred from sizes and order: the table has no counters)"
-                f"{with_faults}"
-            )
-    dallocs, dev_typ = row["device_allocs"], ctx["dev_typ"]
-    if np.isfinite(dallocs) and dallocs > 0 and (not np.isfinite(dev_typ) or dallocs > dev_typ):
-        pre = "empty_cache() before this copy released the cached segment, so " if row["empty_cache"] else ""
-        return "device_alloc", (
-            f"{slow}; {pre}the copy waited on {int(dallocs)} new cudaMalloc segment(s), where its neighbours "
-            f"needed {0 if not np.isfinite(dev_typ) else int(dev_typ)}"
-        )
-    return evidence_cause(row, ctx, val, slow)
+    if causes is None:
+        return ALLOCATOR.first(row, ctx, val, slow) or PER_COPY.first(row, ctx, val, slow)
+    return first(causes, row, ctx, val, slow)
 
 
 def generic_cause(
-    row: pd.Series, ctx: pd.Series, val: float, episode: int, stretch: Stretch | None = None
+    row: pd.Series,
+    ctx: pd.Series,
+    val: float,
+    episode: int,
+    stretch: Stretch | None = None,
+    likely: list[Cause] | None = None,
 ) -> tuple[str, str]:
-    """``episode`` (when the row lies in one), else ``gpu_wake`` (a small extra after the
-    GPU sat idle, ``causes_wake.wake_cause``), else ``host_stall`` (an extra no longer than
-    the run's census stalls, ``causes_stall.stall_cause``), else ``unexplained``, with evidence.
+    """``episode`` (when the row lies in one), else the first of ``LIKELY`` whose test holds:
+    ``gpu_wake`` (a small extra after the GPU sat idle, ``causes_wake.wake_cause``), then
+    ``host_stall`` (an extra no longer than the run's census stalls, ``causes_stall.stall_cause``);
+    else ``unexplained``, with evidence.
 
     An episode found across strategies in the run's time order (``stretch``, from
     ``episodes.across_curves``) says so, with the stretch's length, span and median ratio;
@@ -316,7 +370,8 @@ def generic_cause(
     faults, CPU time, the run-queue wait, context switches, GC, the SM clock, other
     processes on the GPU and how the time split between the call and the wait for the
     GPU, the checks the table could not make, the idle gap before it and the run's stall census.
-    Same parameters as ``specific_cause`` plus the episode id (-1: none) and its stretch."""
+    Same parameters as ``specific_cause`` plus the episode id (-1: none), its stretch and the
+    ``LIKELY`` entries to try (``LIKELY.usable`` for the row's table; all where None)."""
     slow = slow_text(row, val)
     if episode >= 0 and stretch is not None:
         return "episode", f"{slow}; {across_text(stretch, episode)}"
@@ -325,9 +380,9 @@ def generic_cause(
             f"{slow}; one of a stretch of consecutive slow copies in time order (episode {episode}): a "
             f"time-correlated slowdown, not a property of this size"
         )
-    wake = wake_cause(row, ctx, val, slow) or stall_cause(row, ctx, val, slow)
-    if wake:
-        return wake
+    found = LIKELY.first(row, ctx, val, slow, likely)
+    if found:
+        return found
     why = ruled_out(row, ctx)
     census = stall_check(row, ctx, val)
     if census:

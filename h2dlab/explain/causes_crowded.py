@@ -29,10 +29,13 @@ from h2dlab.explain.causes_parallel import (
     MIN_ON_CPU,
     MIN_OTHERS_CPUS,
     in_call_where,
+    wait_inside,
 )
+from h2dlab.explain.registry import Cause
 from h2dlab.explain.rows import number
 
 __all__ = [
+    "HOST_CROWDED",
     "MAX_ON_CPU",
     "MAX_WAIT_SHARE",
     "MIN_AWAKE",
@@ -161,3 +164,18 @@ def crowded_cause(
         "number of CPUs) would leave it one. Consistent with, not proof: which tasks held the CPUs it "
         "waited for, the table cannot say"
     )
+
+
+def _test(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> str | None:
+    found = crowded_cause(row, ctx, val, slow, wait_inside(row))
+    return None if found is None else found[1]
+
+
+#: The cause's entry (``causes_evidence.PER_COPY``: right after ``host_parallel``).
+HOST_CROWDED = Cause(
+    "host_crowded",
+    "PyTorch's worker threads took the CPUs: the timing thread waited to run, then on its CPU for them "
+    "(a parallel CPU copy with as many workers as CPUs)",
+    needs=("others_cpu_ms", "others_window_ms", "busiest_cpu_ms", "cpu_ms", "run_delay_ms"),
+    test=_test,
+)

@@ -1,14 +1,16 @@
-"""The per-copy evidence rules of table schemas 2 and 3, and what an unexplained copy
-rules out.
+"""The per-copy evidence rules of table schemas 2 and 3 (the registry ``PER_COPY``), and what
+an unexplained copy rules out.
 
 Schema 2 gives page faults, the timing thread's CPU time, Python GC, other processes on
 the GPU and the SM clock; schema 3 adds the scheduler's account of the timing thread
 (run-queue wait, context switches, a move to another CPU), every thread's CPU time and
-page faults, and ``issue_ms`` (when the timed call returned). ``evidence_cause`` tries,
-in order: ``page_faults`` (``h2dlab.explain.causes_faults``), ``host_preempted``, ``host_blocked``, ``gc_pause``,
-``other_threads``, ``host_parallel``, ``host_crowded`` (schema 4: ``h2dlab.explain.causes_parallel``,
-``h2dlab.explain.causes_crowded``), ``gpu_shared``, ``gpu_clock_low``. A NaN or missing column
-makes its rule unavailable, never a guess; every rule compares the row with its
+page faults, and ``issue_ms`` (when the timed call returned). ``PER_COPY`` holds one
+:class:`~h2dlab.explain.registry.Cause` per rule, tried in this order by ``evidence_cause``:
+``page_faults`` (``h2dlab.explain.causes_faults``), ``host_preempted``, ``host_blocked``,
+``gc_pause``, ``other_threads`` (``h2dlab.explain.causes_threads``), ``host_parallel``,
+``host_crowded`` (schema 4: ``h2dlab.explain.causes_parallel``, ``h2dlab.explain.causes_crowded``),
+``gpu_shared``, ``gpu_clock_low``. A missing column makes its rule unavailable (the entry's
+``needs``), and so does a NaN in it, never a guess; every rule compares the row with its
 neighbours (``causes.neighbours``).
 """
 
@@ -17,11 +19,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from h2dlab.explain.causes_crowded import crowded_cause
-from h2dlab.explain.causes_faults import FAULT_SHARE, MIN_EXTRA_FAULTS, PAGE_BYTES, fault_cause
-from h2dlab.explain.causes_parallel import parallel_cause
-from h2dlab.explain.causes_threads import MIN_OTHERS_RATIO, others_cause, others_ms, usual_share
+from h2dlab.explain.causes_crowded import HOST_CROWDED
+from h2dlab.explain.causes_faults import FAULT_SHARE, MIN_EXTRA_FAULTS, PAGE_BYTES, PAGE_FAULTS
+from h2dlab.explain.causes_parallel import HOST_PARALLEL, run_delay_inside
+from h2dlab.explain.causes_threads import MIN_OTHERS_RATIO, OTHER_THREADS, others_ms, usual_share
 from h2dlab.explain.causes_wake import wake_check
+from h2dlab.explain.registry import Cause, Registry
 
 __all__ = [
     "CHECKS",
@@ -32,6 +35,7 @@ __all__ = [
     "MIN_EXTRA_FAULTS",
     "MIN_OTHERS_RATIO",
     "PAGE_BYTES",
+    "PER_COPY",
     "PREEMPTED_SHARE",
     "UNCHECKED",
     "evidence_cause",
@@ -94,15 +98,6 @@ def slow_text(row: pd.Series, val: float) -> str:
 def _get(row: pd.Series, name: str) -> float:
     v = row.get(name, np.nan)
     return np.nan if v is None else float(v)
-
-
-def run_delay_inside(run_delay_ms: float, wall_ms: float, cpu_ms: float) -> float:
-    """The part of a run-queue wait that can lie inside the copy: the wait is read just
-    outside the timed window and the thread's CPU time just around it, so at most the
-    wall time the thread spent off the CPU (all of the wait where CPU time is unknown)."""
-    if not finite(cpu_ms):
-        return run_delay_ms
-    return min(run_delay_ms, max(wall_ms - cpu_ms, 0.0))
 
 
 def _window(row: pd.Series, val: float) -> float:
@@ -171,8 +166,115 @@ def _scheduler_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> t
     return None
 
 
+def _preempted(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> str | None:
+    """host_preempted: the run-queue wait covers the extra (schema 3, :func:`_scheduler_cause`);
+    without a run-queue wait (schema 2), the thread was on its CPU for far less of the copy than
+    this strategy's copies are, and its time off the CPU covers the extra."""
+    if finite(_get(row, "run_delay_ms")):
+        found = _scheduler_cause(row, ctx, val, slow)
+        return found[1] if found and found[0] == "host_preempted" else None
+    share, typ = ctx["cpu_share"], ctx["cpu_typ"]
+    if not (finite(share) and finite(typ) and typ >= HOST_BOUND_SHARE and share <= PREEMPTED_SHARE * typ):
+        return None
+    exp, wall = row["expected_ms"], row["wall_ms"]
+    off = wall - row["cpu_ms"]
+    if off - (1 - typ) * exp < 0.5 * (val - exp):
+        return None
+    return (
+        f"{slow}; the host clock ran {wall:.2f} ms but the timing thread was on the CPU for only "
+        f"{row['cpu_ms']:.2f} ms of it ({share:.0%}, where this strategy's copies use {typ:.0%}): the "
+        f"thread was off the CPU for {off:.2f} ms (preempted or asleep: the table has no run-queue wait "
+        f"to tell which)"
+    )
+
+
+def _blocked(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> str | None:
+    """host_blocked: asleep beyond its neighbours for the extra (schema 3, :func:`_scheduler_cause`)."""
+    if not finite(_get(row, "run_delay_ms")):
+        return None
+    found = _scheduler_cause(row, ctx, val, slow)
+    return found[1] if found and found[0] == "host_blocked" else None
+
+
+def _gc(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> str | None:
+    """gc_pause: more collections than its neighbours, long enough (where timed) for the extra."""
+    exp = row["expected_ms"]
+    share, typ = ctx["cpu_share"], ctx["cpu_typ"]
+    gc, gtyp, gc_ms = _get(row, "gc_count"), ctx["gc_typ"], _get(row, "gc_ms")
+    long_enough = not finite(gc_ms) or gc_ms >= EXPLAINED_SHARE * (val - exp)
+    if not (finite(gc) and gc > 0 and (not finite(gtyp) or gc > gtyp) and long_enough):
+        return None
+    took = f" and took {gc_ms:.2f} ms" if finite(gc_ms) else ""
+    cpu = f"; CPU time {share:.0%} of wall (this strategy's copies: {typ:.0%})" if finite(share) else ""
+    return (
+        f"{slow}; Python's garbage collector ran {int(gc)} time(s) during the copy{took} (its neighbours: "
+        f"{0 if not finite(gtyp) else gtyp:g}), pausing the thread that issues it{cpu}"
+    )
+
+
+def _shared(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> str | None:
+    """gpu_shared: more other processes on the GPU than the run's copies usually saw."""
+    procs, pmed = _get(row, "gpu_procs"), ctx["procs_med"]
+    if not (finite(procs) and procs > 0 and (not finite(pmed) or procs > pmed)):
+        return None
+    return (
+        f"{slow}; {int(procs)} other process(es) used the GPU when the copy ended (NVML), where the run's "
+        f"copies usually saw {0 if not finite(pmed) else pmed:g}: the copy shared the GPU"
+    )
+
+
+def _clock_low(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> str | None:
+    """gpu_clock_low: the SM clock at most :data:`CLOCK_LOW` of the run's median."""
+    clock, cmed = _get(row, "sm_clock_mhz"), ctx["clock_med"]
+    if not (finite(clock) and finite(cmed) and clock <= CLOCK_LOW * cmed):
+        return None
+    return (
+        f"{slow}; the SM clock read {clock:.0f} MHz after the copy, {clock / cmed:.0%} of the run's median "
+        f"{cmed:.0f} MHz: the GPU was clocked down (power or thermal limit, or idling)"
+    )
+
+
+#: The per-copy evidence of table schemas 2 to 5, one entry per cause, in the order tried.
+PER_COPY = Registry(
+    "per-copy evidence",
+    [
+        PAGE_FAULTS,
+        Cause(
+            "host_preempted",
+            "the timing thread waited to run while another task had its CPU (its run-queue wait; in "
+            "tables without it, wall time far above its CPU time)",
+            needs=(("run_delay_ms", "cpu_ms"),),
+            test=_preempted,
+        ),
+        Cause(
+            "host_blocked",
+            "the timing thread slept during the copy (a lock, the kernel, another thread)",
+            needs=("run_delay_ms", "cpu_ms"),
+            test=_blocked,
+        ),
+        Cause("gc_pause", "Python's garbage collector ran during the copy", needs=("gc_count",), test=_gc),
+        OTHER_THREADS,
+        HOST_PARALLEL,
+        HOST_CROWDED,
+        Cause(
+            "gpu_shared",
+            "other processes used the GPU during the copy, more than during its neighbours",
+            needs=("gpu_procs",),
+            test=_shared,
+        ),
+        Cause(
+            "gpu_clock_low",
+            "the GPU's SM clock was well below the run's median",
+            needs=("sm_clock_mhz",),
+            test=_clock_low,
+        ),
+    ],
+)
+
+
 def evidence_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[str, str] | None:
-    """The schema-2/3 cause of one flagged row with its evidence sentence, or None.
+    """The schema-2/3 cause of one flagged row with its evidence sentence, or None: the first
+    of :data:`PER_COPY` whose test holds.
 
     Parameters
     ----------
@@ -190,51 +292,7 @@ def evidence_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tup
     tuple of str or None
         ``(cause, evidence)``.
     """
-    exp, wall = row["expected_ms"], row["wall_ms"]
-    found = fault_cause(row, ctx, val, slow)
-    if found:
-        return found
-    share, typ = ctx["cpu_share"], ctx["cpu_typ"]
-    if finite(_get(row, "run_delay_ms")):
-        found = _scheduler_cause(row, ctx, val, slow)
-        if found:
-            return found
-    elif finite(share) and finite(typ) and typ >= HOST_BOUND_SHARE and share <= PREEMPTED_SHARE * typ:
-        off = wall - row["cpu_ms"]
-        if off - (1 - typ) * exp >= 0.5 * (val - exp):
-            return "host_preempted", (
-                f"{slow}; the host clock ran {wall:.2f} ms but the timing thread was on the CPU for only "
-                f"{row['cpu_ms']:.2f} ms of it ({share:.0%}, where this strategy's copies use {typ:.0%}): the "
-                f"thread was off the CPU for {off:.2f} ms (preempted or asleep: the table has no run-queue wait "
-                f"to tell which)"
-            )
-    gc, gtyp, gc_ms = _get(row, "gc_count"), ctx["gc_typ"], _get(row, "gc_ms")
-    long_enough = not finite(gc_ms) or gc_ms >= EXPLAINED_SHARE * (val - exp)
-    if finite(gc) and gc > 0 and (not finite(gtyp) or gc > gtyp) and long_enough:
-        took = f" and took {gc_ms:.2f} ms" if finite(gc_ms) else ""
-        cpu = f"; CPU time {share:.0%} of wall (this strategy's copies: {typ:.0%})" if finite(share) else ""
-        return "gc_pause", (
-            f"{slow}; Python's garbage collector ran {int(gc)} time(s) during the copy{took} (its neighbours: "
-            f"{0 if not finite(gtyp) else gtyp:g}), pausing the thread that issues it{cpu}"
-        )
-    wait = run_delay_inside(_get(row, "run_delay_ms"), wall, _get(row, "cpu_ms"))
-    found = others_cause(row, ctx, val, slow)
-    found = found or parallel_cause(row, ctx, val, slow, wait) or crowded_cause(row, ctx, val, slow, wait)
-    if found:
-        return found
-    procs, pmed = _get(row, "gpu_procs"), ctx["procs_med"]
-    if finite(procs) and procs > 0 and (not finite(pmed) or procs > pmed):
-        return "gpu_shared", (
-            f"{slow}; {int(procs)} other process(es) used the GPU when the copy ended (NVML), where the run's "
-            f"copies usually saw {0 if not finite(pmed) else pmed:g}: the copy shared the GPU"
-        )
-    clock, cmed = _get(row, "sm_clock_mhz"), ctx["clock_med"]
-    if finite(clock) and finite(cmed) and clock <= CLOCK_LOW * cmed:
-        return "gpu_clock_low", (
-            f"{slow}; the SM clock read {clock:.0f} MHz after the copy, {clock / cmed:.0%} of the run's median "
-            f"{cmed:.0f} MHz: the GPU was clocked down (power or thermal limit, or idling)"
-        )
-    return None
+    return PER_COPY.first(row, ctx, val, slow)
 
 
 def ruled_out(row: pd.Series, ctx: pd.Series) -> dict[str, str]:

@@ -14,10 +14,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from h2dlab.explain.registry import Cause, said
 from h2dlab.explain.rows import number
 from h2dlab.units import fmt_bytes
 
-__all__ = ["FAULT_SHARE", "MAX_MS_PER_MINOR_FAULT", "MIN_EXTRA_FAULTS", "PAGE_BYTES", "fault_cause"]
+__all__ = [
+    "FAULT_SHARE",
+    "MAX_MS_PER_MINOR_FAULT",
+    "MIN_EXTRA_FAULTS",
+    "PAGE_BYTES",
+    "PAGE_FAULTS",
+    "fault_cause",
+]
 
 #: Page-fault granularity: one minor fault maps one 4 KiB page.
 PAGE_BYTES = 4096
@@ -79,3 +87,12 @@ def fault_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[
         f"{extra_ms:.2f} ms; {how}: the kernel was mapping host memory ({what})"
         + (" or reading it in" if major else "")
     )
+
+
+#: The cause's entry (``causes_evidence.PER_COPY`` tries it first).
+PAGE_FAULTS = Cause(
+    "page_faults",
+    "the kernel was mapping host memory: many more page faults than its neighbours",
+    needs=(("minflt", "majflt", "proc_faults"),),
+    test=said("page_faults", fault_cause),
+)

@@ -23,10 +23,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from h2dlab.explain.registry import Cause
 from h2dlab.explain.rows import column, number
 
 __all__ = [
     "AS_USUAL",
+    "HOST_PARALLEL",
     "LAGGED",
     "MAX_WAIT_SHARE",
     "MIN_BUSIEST_SHARE",
@@ -37,7 +39,9 @@ __all__ = [
     "in_call_where",
     "lagging",
     "parallel_cause",
+    "run_delay_inside",
     "usual_issue",
+    "wait_inside",
     "wait_baseline",
 ]
 
@@ -73,6 +77,22 @@ MIN_BUSIEST_SHARE = 0.9
 AS_USUAL = "these columns place the extra time in host CPU work inside the call"
 #: ... and of one whose worker waited to run, longer than ordinary copies' workers did.
 LAGGED = "consistent with a worker that lost its CPU holding the parallel copy open"
+
+
+def run_delay_inside(run_delay_ms: float, wall_ms: float, cpu_ms: float) -> float:
+    """The part of a run-queue wait that can lie inside the copy: the wait is read just
+    outside the timed window and the thread's CPU time just around it, so at most the
+    wall time the thread spent off the CPU (all of the wait where CPU time is unknown)."""
+    if cpu_ms is None or not np.isfinite(cpu_ms):
+        return run_delay_ms
+    return min(run_delay_ms, max(wall_ms - cpu_ms, 0.0))
+
+
+def wait_inside(row: pd.Series) -> float:
+    """The timing thread's run-queue wait that fits inside one row's copy
+    (:func:`run_delay_inside` of its ``run_delay_ms``, ``wall_ms``, ``cpu_ms``); NaN where
+    the table has no run-queue wait."""
+    return run_delay_inside(number(row.get("run_delay_ms")), row["wall_ms"], number(row.get("cpu_ms")))
 
 
 def busiest_share(df: pd.DataFrame) -> pd.Series:
@@ -263,3 +283,17 @@ def parallel_cause(
         "slowest worker, spinning on its CPU; whether one worker lagged (descheduled by the VM's host, say) "
         "or all ran slow, the table cannot say"
     )
+
+
+#: The cause's entry (``causes_evidence.PER_COPY``: after ``other_threads``, before ``host_crowded``).
+HOST_PARALLEL = Cause(
+    "host_parallel",
+    "the time went into the timed host call while PyTorch's worker threads ran beside it (a parallel CPU "
+    "copy waits for its slowest worker)",
+    needs=("others_cpu_ms", "others_window_ms", "busiest_cpu_ms", "cpu_ms", "run_delay_ms"),
+    test=lambda row, ctx, val, slow: _text(parallel_cause(row, ctx, val, slow, wait_inside(row))),
+)
+
+
+def _text(found: tuple[str, str] | None) -> str | None:
+    return None if found is None else found[1]

@@ -25,9 +25,11 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from h2dlab.explain.registry import Cause, said
 from h2dlab.explain.rows import number
 
 __all__ = [
+    "HOST_STALL",
     "ON_CPU_COPY_SHARE",
     "MIN_CENSUS_S",
     "census_of",
@@ -249,3 +251,14 @@ def stall_check(row: pd.Series, ctx: pd.Series, val: float) -> str | None:
     else:
         why = "the table does not say whether the timing thread was on its CPU"
     return f"{why} ({_census_text(c)})"
+
+
+#: The cause's entry (``causes.LIKELY``: after ``gpu_wake``).
+HOST_STALL = Cause(
+    "host_stall",
+    "a copy a few tens of microseconds slow, on its CPU with every counter clean, its extra within the stalls "
+    "a thread spinning in its run's process met (the run's stall census): time taken from a running vCPU "
+    "where the guest cannot see it; only with a census (likely, not certain: only the extra's size points to it)",
+    needs=("cpu_ms",),
+    test=said("host_stall", stall_cause),
+)

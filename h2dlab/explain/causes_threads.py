@@ -14,9 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from h2dlab.explain.registry import Cause, said
 from h2dlab.explain.rows import column, number
 
-__all__ = ["MIN_OTHERS_RATIO", "others_cause", "others_ms", "others_share", "usual_share"]
+__all__ = ["MIN_OTHERS_RATIO", "OTHER_THREADS", "others_cause", "others_ms", "others_share", "usual_share"]
 
 #: other_threads: the process's other threads ran at least this multiple of their usual
 #: CPUs' worth for copies like it (besides covering its extra time with extra CPU).
@@ -105,3 +106,12 @@ def others_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple
         "running, so the amount can include time from before the copy, and a longer copy is likelier "
         f"to span a tick; which threads, the table cannot say ({candidates} are candidates)"
     )
+
+
+#: The cause's entry (``causes_evidence.PER_COPY``).
+OTHER_THREADS = Cause(
+    "other_threads",
+    "the process's other threads ran far more CPUs' worth during the copy than during copies like it",
+    needs=(("others_cpu_ms", "proc_cpu_ms"),),
+    test=said("other_threads", others_cause),
+)

@@ -35,10 +35,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from h2dlab.explain.registry import Cause, said
 from h2dlab.explain.rows import number
 from h2dlab.measure.spec import MAX_PAUSE_MS
 
 __all__ = [
+    "GPU_WAKE",
     "TIMELINE_COLUMNS",
     "WakeCalibration",
     "calibration_of",
@@ -348,3 +350,15 @@ def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
             f"idle runs"
         )
     return f"{idle}: long enough for a wake-up, which can cost the extra {extra:.2f} ms"
+
+
+#: The cause's entry (``causes.LIKELY``, tried first: after the episode search).
+GPU_WAKE = Cause(
+    "gpu_wake",
+    "a small copy a little slow after a spell without copies, consistent with some part waking up (the GPU's "
+    "copy engine, its PCIe link, the driver or the host: not shown which); named only where idle runs "
+    "recorded beside the table show after how long a spell, and at what cost (likely, not certain: only the "
+    "gap points to it)",
+    needs=("t_s",),
+    test=said("gpu_wake", wake_cause),
+)

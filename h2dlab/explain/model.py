@@ -1,6 +1,10 @@
 """The latency model: ``latency_ms = overhead_ms + size_bytes / bandwidth``, fitted
-robustly per strategy and run; medians per size; ``advise()`` turns measured curves into
-a recommendation; ``concurrency()`` the scaling over several GPUs.
+robustly per strategy and run; medians per size; ``concurrency()`` the scaling over several
+GPUs. The advice (which way is fastest) is one engine, :func:`h2dlab.findings.advice.advice`.
+
+A table built in pandas (``pd.read_csv`` of a bundled ``.csv.gz``: an empty ``error`` read
+as NaN, no ``attrs``) is read as ``datasets.read`` would (``rows.normalised``), or refused
+in one line.
 
 Which rows and which time per row it reads (``check_values``, ``timed``, ``value_ms``)
 is :mod:`h2dlab.explain.rows`, re-exported here.
@@ -8,22 +12,15 @@ is :mod:`h2dlab.explain.rows`, re-exported here.
 
 from __future__ import annotations
 
-import math
-from numbers import Real
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
 from h2dlab.explain.linefit import fit_lines
-from h2dlab.explain.rows import MEASURED_COLUMNS, MODEL_COLUMNS, check_values, timed, value_ms
+from h2dlab.explain.rows import MEASURED_COLUMNS, MODEL_COLUMNS, check_values, normalised, timed, value_ms
 
 __all__ = [
-    "CASES",
     "MEASURED_COLUMNS",
     "MODEL_COLUMNS",
-    "advise",
-    "cold_pin_rows",
     "check_values",
     "concurrency",
     "fit",
@@ -100,6 +97,7 @@ def fit(
         ``median_abs_rel_err`` (how far the straight model is from the data: a curved
         strategy such as ``pageable`` shows it here).
     """
+    df = normalised(df)
     check_values(df, (*MODEL_COLUMNS, *by))
     rng = np.random.default_rng(seed)
     t = timed(df).assign(_v=lambda d: value_ms(d))
@@ -146,6 +144,7 @@ def predict(fitted: pd.DataFrame, size_bytes: float | np.ndarray) -> np.ndarray:
 
 def medians(df: pd.DataFrame) -> pd.DataFrame:
     """Per (strategy, size): median and quartiles of the timing, n, and GB/s (1e9 bytes/s)."""
+    df = normalised(df)
     check_values(df, MODEL_COLUMNS[1:])
     t = timed(df).assign(_v=lambda d: value_ms(d))
     g = t.groupby(["strategy", "size_bytes"])["_v"]
@@ -172,148 +171,6 @@ def interpolate_ms(med: pd.DataFrame, strategy: str, size_bytes: float) -> float
     return float(np.exp(np.interp(np.log(size_bytes), np.log(s), np.log(v))))
 
 
-ONE_OFF_CASE = "one-off copy of a pageable tensor"
-REUSE_CASE = "the same buffer copied again and again"
-#: The cases advise() answers, in order: the strategies that can serve each (ties go to
-#: the first) and the note it prints.
-CASES: dict[str, tuple[tuple[str, ...], str]] = {
-    ONE_OFF_CASE: (
-        ("pageable", "pageable_non_blocking", "host_register", "staged", "pin_then_copy"),
-        "pin_then_copy here pays a cold cudaHostAlloc (host cache emptied before the copy)",
-    ),
-    "data you cannot pin ahead (a new tensor each step)": (
-        ("pageable", "pageable_non_blocking", "pin_then_copy", "staged"),
-        "pin_then_copy here reuses the host allocator's cached pinned block (steady state)",
-    ),
-    REUSE_CASE: (
-        ("pinned_reuse", "staged", "pageable"),
-        "pin it once in place (h2dlab.transfer.fastpath.pinned), then every copy is a pinned copy; "
-        "upfront_ms = host_register minus pinned_reuse, measured",
-    ),
-    "data already pinned": (
-        ("pinned_reuse",),
-        "copy with non_blocking=True; nothing faster exists on this link",
-    ),
-}
-
-
-def _check_size(size_bytes: Any) -> float:
-    if isinstance(size_bytes, bool) or not isinstance(size_bytes, Real):
-        raise TypeError(f"size_bytes must be a number of bytes, got {type(size_bytes).__name__}")
-    n = float(size_bytes)
-    if not math.isfinite(n) or n <= 0:
-        raise ValueError(f"size_bytes must be a positive, finite number of bytes, got {size_bytes!r}")
-    return n
-
-
-def cold_pin_rows(one_off: pd.DataFrame) -> pd.DataFrame:
-    """The ``pin_then_copy`` rows of ``one_off`` that made a new pinned block.
-
-    Those copies paid ``cudaHostAlloc`` (``host_allocs > 0``), the cost a one-off
-    ``x.pin_memory()`` pays. Which runs were measured with the host cache emptied (and
-    with which ``PYTORCH_CUDA_ALLOC_CONF``) is the caller's choice of table, e.g.
-    ``datasets.run_named(datasets.load("h200_allocator"), "pin-emptied")``.
-
-    Raises
-    ------
-    ValueError
-        ``one_off`` has no such row (no ``pin_then_copy`` rows, or no allocator counters).
-    """
-    check_values(one_off, (*MODEL_COLUMNS[1:], "host_allocs"))
-    t = timed(one_off)
-    cold = t[(t["strategy"] == "pin_then_copy") & (t["host_allocs"] > 0)]
-    if cold.empty:
-        raise ValueError(
-            "one_off has no pin_then_copy row that made a new pinned block (host_allocs > 0): pass a "
-            "run measured with the host cache emptied before each size"
-        )
-    return cold
-
-
-def advise(
-    size_bytes: float,
-    *,
-    df: pd.DataFrame,
-    reuse: bool | None = None,
-    one_off: pd.DataFrame | None = None,
-) -> pd.DataFrame:
-    """Which strategy is fastest for a copy of ``size_bytes``, by case, from measured data.
-
-    Only the tables passed in are read; nothing is loaded behind the caller's back.
-
-    Parameters
-    ----------
-    size_bytes
-        The payload, a positive number of bytes.
-    df
-        A sweep table with the strategies (e.g. ``datasets.load("h200_sweep")``).
-    reuse
-        True: only the case where the same buffer is copied repeatedly; False: only
-        the cases where it is copied once; None: every case.
-    one_off
-        A table whose ``pin_then_copy`` rows ran with the host cache emptied before
-        each size (e.g. ``h200_allocator``'s ``pin-emptied`` run), for the cold cost of
-        ``x.pin_memory()`` that a one-off copy pays: its rows with a new pinned block
-        (see ``cold_pin_rows``). Without it, the one-off case leaves ``pin_then_copy`` out.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per case: ``best``, ``best_ms``, ``best_gbps`` (GB/s = 1e9 bytes/s),
-        ``runner_up``, ``runner_up_ms``, ``pageable_ms`` (``x.to("cuda")``),
-        ``speedup_vs_pageable``, ``upfront_ms`` (what the case pays once before its first
-        copy) and ``note``.
-
-    Raises
-    ------
-    TypeError
-        ``size_bytes`` is not a number, or ``df`` not a DataFrame.
-    ValueError
-        ``size_bytes`` is not positive and finite; ``df`` has no timed rows or bad
-        values; ``one_off`` has no cold ``pin_then_copy`` rows.
-    """
-    size_bytes = _check_size(size_bytes)
-    med = medians(df)
-    if med.empty:
-        raise ValueError("df has no timed rows (no rows without warm-up or error): nothing to advise from")
-    cold_pin = float("nan")
-    if one_off is not None:
-        cold_pin = interpolate_ms(medians(cold_pin_rows(one_off)), "pin_then_copy", size_bytes)
-    ms = {s: interpolate_ms(med, s, size_bytes) for s in med["strategy"].unique()}
-
-    reg_cost = max(ms.get("host_register", np.nan) - ms.get("pinned_reuse", np.nan), 0.0)
-    rows: list[dict[str, Any]] = []
-    for case, (strategies, note) in CASES.items():
-        if reuse is not None and reuse != (case == REUSE_CASE):
-            continue
-        cands = {
-            s: cold_pin if (s, case) == ("pin_then_copy", ONE_OFF_CASE) else ms.get(s, np.nan)
-            for s in strategies
-        }
-        ranked = sorted(((k, v) for k, v in cands.items() if np.isfinite(v)), key=lambda kv: kv[1])
-        if not ranked:
-            continue
-        best, best_ms = ranked[0]
-        ru, ru_ms = ranked[1] if len(ranked) > 1 else ("", float("nan"))
-        base = ms.get("pageable", np.nan)
-        rows.append(
-            {
-                "case": case,
-                "size_bytes": int(size_bytes),
-                "best": best,
-                "best_ms": best_ms,
-                "best_gbps": size_bytes / best_ms / 1e6,
-                "runner_up": ru,
-                "runner_up_ms": ru_ms,
-                "pageable_ms": base,
-                "speedup_vs_pageable": base / best_ms,
-                "upfront_ms": reg_cost if case == REUSE_CASE and best == "pinned_reuse" else 0.0,
-                "note": note,
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 def concurrency(df: pd.DataFrame) -> pd.DataFrame:
     """Per (strategy, size, GPUs at once): per-GPU and aggregate bandwidth from a
     concurrent run (``gpu`` and ``world`` columns), against the one-GPU figure.
@@ -326,6 +183,7 @@ def concurrency(df: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(
             "not a concurrent run: the table has no gpu and world columns (measure on several GPUs at once)"
         )
+    df = normalised(df)
     check_values(df, MODEL_COLUMNS[1:])
     t = timed(df).assign(_v=lambda d: value_ms(d))
     per = t.groupby(["strategy", "size_bytes", "world", "gpu"])["_v"].median().rename("ms").reset_index()

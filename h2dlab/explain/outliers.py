@@ -10,7 +10,8 @@ median absolute deviation of those residuals. Only slow rows are flagged: a spik
 copy that took longer than it should.
 
 explain() gives every flagged row one cause from ``CAUSES`` with an evidence sentence
-(the rules live in ``h2dlab.explain.causes``):
+(the causes are data: one entry each in the registries of ``h2dlab.explain.causes``, tried
+in order where the table has the columns an entry needs):
 
 - ``context_init``: the first timed operation of the run, seconds not milliseconds;
 - ``host_alloc_growth``: a pinned request whose power-of-two block no cached block could
@@ -55,7 +56,15 @@ import numpy as np
 import pandas as pd
 
 from h2dlab.explain import causes_evidence, episodes, host_pace
-from h2dlab.explain.causes import CAUSES, generic_cause, group_columns, neighbours, specific_cause
+from h2dlab.explain.causes import (
+    CAUSES,
+    LIKELY,
+    generic_cause,
+    group_columns,
+    neighbours,
+    specific_cause,
+    usable,
+)
 from h2dlab.explain.causes_evidence import slow_text
 from h2dlab.explain.causes_stall import censuses_by_run, stall_check
 from h2dlab.explain.causes_wake import WakeCalibration, run_pauses
@@ -233,9 +242,10 @@ def explain(
     ctx = neighbours(out, pauses, wake, censuses=censuses)
 
     flagged = out.index[out["is_outlier"].to_numpy(bool)]
+    direct, likely = usable(out.columns), LIKELY.usable(out.columns)  # the causes this table can have
     specific: dict = {}
     for i in flagged:
-        found = specific_cause(out.loc[i], ctx.loc[i], v[i])
+        found = specific_cause(out.loc[i], ctx.loc[i], v[i], direct)
         if found:
             specific[i] = found
 
@@ -283,7 +293,9 @@ def explain(
             s, ep, own = paced[i]
             said[i] = ("episode", f"{slow_text(row, v[i])}; {host_pace.pace_text(s, ep, own)}")
             continue
-        said[i] = specific.get(i) or generic_cause(row, ctx.loc[i], v[i], int(row["episode"]), across.get(i))
+        said[i] = specific.get(i) or generic_cause(
+            row, ctx.loc[i], v[i], int(row["episode"]), across.get(i), likely
+        )
     if said:
         at = list(said)
         out.loc[at, "cause"] = [c for c, _ in said.values()]

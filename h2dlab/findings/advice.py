@@ -1,6 +1,7 @@
-"""The answer to "what is the fastest way?": ONE advice table that notebooks 01, 02, 04
-and the README share, what pinning in place costs, the fastest way for n copies, and
-when ``pin_memory()`` first pays.
+"""The answer to "what is the fastest way?": ONE advice engine, :func:`advice`, whose table
+notebooks 01, 02, 04, the README and the report's workbook share (:func:`of_recording` picks
+the runs they read), what pinning in place costs, the fastest way for n copies, and when
+``pin_memory()`` first pays.
 
 Each function takes its tables explicitly (a sweep run such as ``h200_sweep``'s
 ``pow2-interleaved``, whose interleaved order keeps slow moments from posing as sizes)
@@ -19,6 +20,7 @@ import pandas as pd
 
 from h2dlab.explain.finding import Finding, copies, size_text, spread
 from h2dlab.explain.model import timed, value_ms
+from h2dlab.explain.rows import check_values, column, normalised
 from h2dlab.findings.speed import bandwidth, host_copy_ceiling, memory_kind, small_copy_floor
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "best_way",
     "host_copy_ceiling",
     "memory_kind",
+    "of_recording",
     "pin_cached_pays",
     "pin_first_pays",
     "registering_cost",
@@ -86,6 +89,7 @@ def registering_cost(df: pd.DataFrame, size_bytes: int = 2**30) -> Finding:
     """What pinning a buffer in place costs once: ``host_register`` (register, copy,
     unregister) minus the median ``pinned_reuse`` copy, per ``host_register`` repetition
     at ``size_bytes``. The one number every notebook quotes for it."""
+    df = normalised(df)
     hr = _strategy(df, "host_register")
     hr = hr[hr.size_bytes == size_bytes]
     pr = _strategy(df, "pinned_reuse")
@@ -125,22 +129,37 @@ def advice(
         ``way``, ``code``, ``what``, ``per_copy_ms`` with ``q1_ms``/``q3_ms``, ``gbps``,
         ``upfront_ms`` (paid once before the first copy), ``once_ms`` (upfront + one
         copy), ``vs_pageable`` (the plain way's time over this per-copy time: ``x.to()``,
-        ``y.cpu()`` or a loop of ``.to()``), ``verdict``, ``basis`` (which rows it comes
-        from), ``case`` and ``compared_with`` (its plain way).
+        ``y.cpu()`` or a loop of ``.to()``), ``verdict`` ("faster than", "slower than" or
+        "same as" its plain way; "not measured" where the way, or "<plain way> not
+        measured" where its plain way, has no time), ``basis`` (which rows it comes from),
+        ``case`` and ``compared_with`` (its plain way).
 
     Raises
     ------
+    TypeError
+        A table is not a DataFrame.
     ValueError
-        ``size_bytes`` is not a positive whole number.
+        ``size_bytes`` is not a positive whole number; a table lacks a column the advice
+        reads, or ``rows.normalised`` refuses it (one line, naming the argument); the
+        sweep has no timed rows. A table built in pandas (``pd.read_csv``) is read as
+        ``datasets.read`` reads it.
     """
     if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, np.integer)) or size_bytes <= 0:
         raise ValueError(f"advice: size_bytes must be a positive whole number of bytes, not {size_bytes!r}")
+    sweep = _table(sweep, "sweep")
+    if timed(sweep).empty:
+        raise ValueError(
+            "advice: the sweep has no timed rows (every row a warm-up or an error): nothing to advise from"
+        )
     pin = sweep[(sweep.strategy == "pin_then_copy") & (sweep.error == "")]
-    cached = timed(pin[pin.host_allocs == 0])
-    new = [pin[pin.host_allocs > 0]]
+    allocs = column(pin, "host_allocs")  # NaN where the table has no allocator counters
+    cached = timed(pin[allocs == 0])
+    new = [pin[allocs > 0]]
     if cold is not None:
+        cold = _table(cold, "cold")
         c = cold[(cold.strategy.isin(["pin_then_copy", "pin_memory"])) & (cold.error == "")]
-        new.append(c[c.host_allocs > 0] if c.host_allocs.notna().any() else c[c.rep == 0])
+        c_allocs = column(c, "host_allocs")
+        new.append(c[c_allocs > 0] if c_allocs.notna().any() else c[c.rep == 0])
     cold_rows = pd.concat(new)
     src = {
         "pinned_reuse": _strategy(sweep, "pinned_reuse"),
@@ -179,15 +198,18 @@ def advice(
     ):  # issue 16: results back, and batches, each against its plain way
         from h2dlab.findings.advice_ways import extra_rows
 
+        d2h = None if d2h is None else _table(d2h, "d2h")
+        batch = None if batch is None else _table(batch, "batch")
         t = pd.concat([t, extra_rows(size_bytes, d2h=d2h, batch=batch)], ignore_index=True)
     t["gbps"] = t.size_bytes / t.per_copy_ms / 1e6
     t["once_ms"] = t.upfront_ms + t.per_copy_ms
     t["vs_pageable"] = t.baseline_ms / t.per_copy_ms
-    t["verdict"] = np.select(
-        [t.vs_pageable > 1.05, t.vs_pageable < 0.95],
-        ["faster than " + t.compared_with, "slower than " + t.compared_with],
+    t["verdict"] = np.select(  # "same as" only where both times were measured
+        [t.per_copy_ms.isna(), t.baseline_ms.isna(), t.vs_pageable > 1.05, t.vs_pageable < 0.95],
+        ["not measured", t.compared_with + " not measured", "faster than " + t.compared_with,
+         "slower than " + t.compared_with],
         "same as " + t.compared_with,
-    )
+    )  # fmt: skip
     cols = [
         "size_bytes",
         "way",
@@ -201,6 +223,48 @@ def advice(
         "once_ms",
     ]
     return t[cols + ["vs_pageable", "verdict", "basis", "case", "compared_with"]].reset_index(drop=True)
+
+
+def _table(df: object, name: str) -> pd.DataFrame:
+    """``df`` read as ``datasets.read`` would (a ``pd.read_csv`` table's NaN errors are none,
+    ``rows.normalised``), or a one-line error naming the argument and what it lacks."""
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(
+            f"advice: {name} must be a pandas DataFrame (a measurement table), not {type(df).__name__}"
+        )
+    try:
+        df = normalised(df)
+        check_values(df, ("strategy", "size_bytes", "warmup", "wall_ms", "event_ms", "error"))
+    except ValueError as e:
+        raise ValueError(f"advice: {name}: {e}") from None
+    return df
+
+
+def of_recording(rec: Any, size_bytes: int) -> pd.DataFrame | None:
+    """The advice table at ``size_bytes`` from a recording, read as the notebooks and the
+    README read it: the sweep's ``pow2-interleaved`` run (else ``pow2``), the first-call
+    ``pin_memory()`` rows of the allocator's ``pin-emptied`` run, and the ``d2h`` run and the
+    batch's ``equal`` run where the recording has them.
+
+    Parameters
+    ----------
+    rec
+        A ``h2dlab.recording.session.Recorded``.
+    size_bytes
+        The payload, a positive whole number of bytes.
+
+    Returns
+    -------
+    pandas.DataFrame or None
+        :func:`advice`'s table; None where the recording has no such sweep run.
+    """
+    run = next((r for r in ("pow2-interleaved", "pow2") if rec.has("sweep", r)), None)
+    sweep = None if run is None else rec.get("sweep", run)  # None: a sweep made with --device cpu
+    if sweep is None:
+        return None
+    cold = rec.get("allocator", "pin-emptied")
+    extra = {kind: rec.table(kind, r) for kind, r in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, r)}
+    return advice(sweep, size_bytes, cold=cold, **extra)
 
 
 def best_way(table: pd.DataFrame, copies: int = 1, *, case: str = "one tensor to the GPU") -> Finding:
@@ -244,7 +308,9 @@ def pin_cached_pays(sweep: pd.DataFrame) -> Finding:
     new block (``host_allocs == 0``) over the median ``pageable`` copy. ``from_bytes`` is the
     smallest size from which every larger size has the ratio below 1. ``holds`` when some
     size has the cached pin slower (the size matters, not only the cache)."""
-    pin = timed(sweep[(sweep.strategy == "pin_then_copy") & (sweep.host_allocs == 0)])
+    sweep = normalised(sweep)
+    allocs = column(sweep, "host_allocs")
+    pin = timed(sweep[(sweep.strategy == "pin_then_copy") & (allocs == 0)])
     page = _strategy(sweep, "pageable")
     a = pin.assign(_v=value_ms(pin)).groupby("size_bytes")["_v"].median()
     b = page.assign(_v=value_ms(page)).groupby("size_bytes")["_v"].median()

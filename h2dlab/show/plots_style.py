@@ -16,6 +16,7 @@ from matplotlib.text import Annotation
 from matplotlib.ticker import FuncFormatter
 
 from h2dlab.explain import model
+from h2dlab.measure.names import COLOUR
 from h2dlab.recording import datasets
 from h2dlab.recording.env import PCIE_X16_GBPS, describe
 
@@ -25,12 +26,8 @@ __all__ = [
     "size_label", "subplots", "timed_rows",
 ]  # fmt: skip
 
-PALETTE = {
-    "pageable": "#d62728", "pageable_non_blocking": "#ff9896", "pin_then_copy": "#9467bd",
-    "pin_then_copy_register": "#c5b0d5", "pinned_reuse": "#2ca02c", "host_register": "#8c564b",
-    "staged": "#1f77b4", "tensordict": "#17becf", "pin_memory": "#9467bd", "pinned_to_cuda": "#2ca02c",
-    "direct_to_cuda": "#d62728",
-}  # fmt: skip
+#: Each strategy's colour: its record in ``measure.names.RECORDS`` (one place per strategy).
+PALETTE = dict(COLOUR)
 #: Colours for names PALETTE lacks (batch methods, benchmark ways), in turn.
 SPARE = ("#ff7f0e", "#7f7f7f", "#bcbd22", "#e377c2", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#333333")
 CAUSE_COLORS = {

@@ -25,12 +25,11 @@ FORMATS = {
     "GB/s": "0.0",
     "GB/s lo": "0.0",
     "GB/s hi": "0.0",
-    "best GB/s": "0.0",
     "overhead_us": "0.0",
     "overhead_us_lo": "0.0",
     "overhead_us_hi": "0.0",
     "robust_z": "0.0",
-    "speedup_vs_pageable": "0.00",
+    "vs_pageable": "0.00",
     "fit_error": "0.0%",
     "iqr_over_median": "0.0%",
     "size_bytes": "#,##0",
@@ -39,7 +38,6 @@ RENAME = {
     "gbps": "GB/s",
     "gbps_lo": "GB/s lo",
     "gbps_hi": "GB/s hi",
-    "best_gbps": "best GB/s",
     "median_abs_rel_err": "fit_error",
 }
 FLAGGED = ["run_id", "order", "strategy", "size_bytes", "wall_ms", "event_ms", "expected_ms", "robust_z",
@@ -76,6 +74,7 @@ def sheets(
     machine's fingerprint, and the command that made each run (``kind/run`` -> command);
     kinds the recording lacks get no sheet."""
     from h2dlab.explain import model, outliers
+    from h2dlab.findings import advice
 
     rec = session.Recorded(data)
     label = "h200" if rec.bundled else "recording"
@@ -97,11 +96,14 @@ def sheets(
             "copies, GB/s at the median, IQR as a fraction of the median",
         )
         for size in (2**30, 2**26):
-            out[f"advice_{fmt_bytes(size).replace(' ', '')}"] = (
-                _readable(model.advise(size, df=sweep)),
-                f"the fastest way to move {fmt_bytes(size)} per case (one copy, repeated copies, ...), "
-                "the runner-up and pageable for comparison, from the sweep's medians",
-            )
+            adv = advice.of_recording(rec, size)  # the notebooks' and the README's advice table
+            if adv is not None:
+                out[f"advice_{fmt_bytes(size).replace(' ', '')}"] = (
+                    _readable(adv),
+                    f"the advice table at {fmt_bytes(size)} (the one notebooks 01, 02, 04 and the README show): "
+                    "per way, the median time per copy with its quartiles, GB/s, what it pays once up front, its "
+                    "speed against its plain way (vs_pageable) and the rows it rests on (basis)",
+                )
     tables = {"forum_a100": datasets.load("forum_a100")}
     tables.update({f"{label}_{k}": rec.table(k) for k in ("forum", "allocator") if rec.has(k)})
     for name, df in tables.items():
