@@ -112,7 +112,9 @@ def check_target(out: Path, *, resume: bool = False, force: bool = False, resuma
             "continue it with --resume, or discard them with --force"
         )
     if out.exists() or out.is_symlink():
-        again = ", continue its run with --resume," if resumable else ""
+        from h2dlab.recording.folder import finished  # a whole table has nothing to resume
+
+        again = ", continue its run with --resume," if resumable and not finished(out) else ""
         raise UsageError(f"{out} exists: write elsewhere{again} or replace it with --force")
     fingerprint = env_path(out)  # written beside --out: an orphan of another table is kept too
     if fingerprint.exists() or fingerprint.is_symlink():

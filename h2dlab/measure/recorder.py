@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from h2dlab.errors import UsageError
+from h2dlab.errors import AlreadyDone, UsageError
 from h2dlab.measure.census import census, census_seconds
 from h2dlab.measure.row_line import csv_line
 from h2dlab.measure.spec import differences
@@ -228,7 +228,8 @@ class Recording:
     planned
         The planned rows.
     resume
-        Continue the run already in ``out``.
+        Continue the run already in ``out``. A finished table (every planned row, no
+        partial file) is never rewritten: ``AlreadyDone`` (a ``UsageError``) says so.
     argv
         The command line recorded in env.json.
     force
@@ -262,6 +263,11 @@ class Recording:
                 if done is None:
                     raise UsageError(f"nothing to resume: {self.out} has not been started")
                 check_resume(done, planned, (env or {}).get("spec"), spec)
+                if fd is None and len(done) >= len(planned):  # no partial file: a whole table
+                    raise AlreadyDone(
+                        f"{self.out} is finished ({len(done)} of {len(planned)} planned rows): "
+                        "nothing to resume; it is left as it is"
+                    )
             except BaseException:
                 if fd is not None:
                     os.close(fd)
