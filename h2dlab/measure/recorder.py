@@ -165,11 +165,13 @@ def existing_rows(out: str | Path) -> tuple[pd.DataFrame | None, dict[str, Any] 
     try:
         if partial.exists():
             df = datasets.read(partial) if partial.stat().st_size else datasets.empty_table()
-            env = datasets.read_env(partial) or datasets.read_env(out)
+            ids = df["run_id"].unique() if len(df) else None  # another run's env.json is not used
+            env = datasets.read_env(partial, run_ids=ids) or datasets.read_env(out, run_ids=ids)
             return df, env
-        env = datasets.read_env(out)
         if out.exists():
-            return datasets.read(out), env
+            df = datasets.read(out)
+            return df, df.attrs.get("env")
+        env = datasets.read_env(out)
     except datasets.SchemaError as exc:
         raise UsageError(f"cannot resume: {exc}; force a new run to replace it") from None
     return None, env
