@@ -282,6 +282,9 @@ def _cmd_report(a, argv) -> int:
                 "give --mode replay (or leave --mode out) to render the recorded data"
             )
     check_folder(a.outdir, "--outdir")  # a file, or a place no folder can be made: before any notebook
+    from h2dlab.cli.checks import not_a_data_folder
+
+    not_a_data_folder(a.outdir)  # its workbook made the dataset or kind unreadable
     return report.build(outdir=a.outdir, mode=a.mode, notebooks=only, inplace=a.inplace, data=a.data)
 
 

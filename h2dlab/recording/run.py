@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from h2dlab.errors import UsageError
-from h2dlab.recording.folder import MANIFEST, experiment_problem, finished, write_manifest
+from h2dlab.recording.folder import MANIFEST, RECORDING_OUT_VAR, experiment_problem, finished, write_manifest
 
 __all__ = ["CLI_MODULE", "EXIT_FAILED", "EXIT_INTERRUPTED", "options_of", "record"]
 
@@ -208,7 +208,7 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
                         cmd,
                         stdout=fh,
                         stderr=subprocess.STDOUT,
-                        env={**base_env, **r["env"]},
+                        env={**base_env, **r["env"], RECORDING_OUT_VAR: str(out)},
                         start_new_session=True,
                     )
                     while stop.proc.poll() is None:
