@@ -35,6 +35,7 @@ __all__ = [
     "not_a_table",
     "plan_options",
     "read_manifest",
+    "repeated_output",
     "run_tables",
     "write_manifest",
 ]
@@ -243,6 +244,18 @@ def _problem(m: Any) -> str | None:
             return f"experiment {i} has no status"
         if not isinstance(r.get("name"), str):
             return f"experiment {i} has no name"
+    return repeated_output(runs)
+
+
+def repeated_output(runs: list[dict[str, Any]]) -> str | None:
+    """Which experiment of ``runs`` writes the same ``<kind>/<run>`` table as an earlier one,
+    in words, or None: the second would be marked done with the first's table, unrun."""
+    seen: dict[tuple[str, str], int] = {}
+    for i, r in enumerate(runs):
+        key = (str(r.get("kind")), str(r.get("run")))
+        if key in seen:
+            return f"experiments {seen[key]} and {i} both write {key[0]}/{key[1]}"
+        seen[key] = i
     return None
 
 
