@@ -349,8 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `h2dlab explain ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt:
-        print("h2dlab: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # a measurement's own says where its rows are
+        print(f"h2dlab: interrupted: {exc}" if str(exc) else "h2dlab: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
         return failure(exc)  # one line and exit 1 or 2; a bug is raised again, with its traceback

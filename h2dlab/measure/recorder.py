@@ -10,6 +10,7 @@ created exclusively, never through a link, locked). A resumed run must have the 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -315,10 +316,41 @@ class Recording:
     def finish(self, stop: StopFlag, gpu: bool) -> pd.DataFrame:
         """The table of every row kept; ``out`` and its env.json written if there is an ``out``.
 
-        ``attrs``: ``env``, ``stopped`` (a stop was asked for), ``planned_rows``. A run on a
-        GPU that was not stopped spins a stall census first (``census.census``, about a
-        second, after its last copy), stored as ``env['stall_census']``.
+        ``attrs``: ``env``, ``stopped`` (a stop was asked for before every planned row was
+        measured), ``planned_rows``. A run on a GPU that was not stopped spins a stall census
+        first (``census.census``, about a second, after its last copy), stored as
+        ``env['stall_census']``.
+
+        The stop flag covers the finish too: a SIGINT or SIGTERM while the table is written
+        only sets it, and the table is written. A second one stops the write: the partial
+        file keeps every row and the ``KeyboardInterrupt`` says how to resume.
         """
+        with stop.installed():
+            try:
+                return self._finish(stop, gpu)
+            except KeyboardInterrupt:
+                raise KeyboardInterrupt(self._resume_hint()) from None
+
+    def _resume_hint(self) -> str:
+        """Where the rows are and how to resume, for a finish cut short."""
+        if self.writer is None:
+            return f"{len(self.rows)} of {len(self.planned)} rows measured, none kept (no output file)"
+        if self.argv:
+            flags = ("--resume", "--force")  # and argparse's abbreviations of them (--res)
+            again = [
+                a
+                for a in self.argv
+                if not (a[:2] == "--" and len(a) > 3 and any(f.startswith(a) for f in flags))
+            ]
+            how = f"resume with: {shlex.join([*again, '--resume'])}"
+        else:
+            how = "resume it (resume=True)"
+        return (
+            f"the table was not written; {len(self.rows)} of {len(self.planned)} rows kept in "
+            f"{self.writer.partial}; {how}"
+        )
+
+    def _finish(self, stop: StopFlag, gpu: bool) -> pd.DataFrame:
         # Measured before the fingerprint: collect_env's reads are not part of it.
         stalls = census() if gpu and not stop and census_seconds() > 0 else None
         env = self._env(gpu=gpu)
@@ -332,6 +364,6 @@ class Recording:
             df = datasets.validate(pd.DataFrame(self.rows) if self.rows else datasets.empty_table())
         df = df.sort_values("order", kind="stable").reset_index(drop=True) if len(df) else df
         df.attrs["env"] = env
-        df.attrs["stopped"] = bool(stop)
+        df.attrs["stopped"] = bool(stop) and len(self.rows) < len(self.planned)  # else: whole
         df.attrs["planned_rows"] = len(self.planned)
         return df
