@@ -6,7 +6,9 @@ Files, in ``DIR/ranks/`` (every node must be able to write ``DIR``: a shared fol
 ``started``, ``ok`` or ``error``), written before any collective and again after each
 phase; ``rNNNNN-<phase>-<group>.csv.gz`` the copies of each phase (``alone``,
 ``together``) and group (``pinned``, ``pageable``), written row by row by the kit's own
-harness (:func:`h2dlab.measure.harness.sweep`). A rank that hangs or dies thus loses only what it
+harness (:func:`h2dlab.measure.harness.sweep`); ``rNNNNN.claim-<token>.json`` (each
+process given that rank: its host and pid; a second live one measures nothing and rank 0
+names both). A rank that hangs or dies thus loses only what it
 had not yet written, and no other rank waits on it for longer than one barrier's timeout:
 after one failed collective a rank measures on without any (``synced`` false).
 
