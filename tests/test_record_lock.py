@@ -151,3 +151,18 @@ def test_two_experiments_writing_one_table_are_refused_before_anything_runs(reco
     assert cli.main(["record", "--resume", str(recorded)]) == 2
     assert "both write sweep/a" in capsys.readouterr().err
     assert (recorded / MANIFEST).read_bytes() == before
+
+
+def test_every_table_of_the_bundled_recording_is_its_experiments_own():
+    """What the recorder accepts as 'finished before' holds for each real table of
+    data/h200 (an overlap timeline included): a resume never runs them again or fails them."""
+    from h2dlab.recording.run import _not_its_own
+
+    folder = datasets.DATA_DIR / "h200"
+    m = read_manifest(folder)
+    for r in m["experiments"]:
+        out = folder / r["kind"] / f"{r['run']}.csv.gz"
+        assert _not_its_own(out, r) is None, r["name"]
+    r = m["experiments"][0]
+    twin = {**r, "run": r["run"] + "-twin"}
+    assert "written by another command" in _not_its_own(folder / r["kind"] / f"{r['run']}.csv.gz", twin)

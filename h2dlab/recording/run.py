@@ -98,13 +98,15 @@ def _not_its_own(out: Path, r: dict[str, Any]) -> str | None:
     it, vouches for nothing) and a command whose ``--out`` is ``<kind>/<run>`` (a copy of a
     twin experiment's table, ``forum/ascending-1`` as ``ascending-2``, would be marked done
     unrun, and its run counted twice)."""
+    from h2dlab.recording.datasets import timeline
     from h2dlab.recording.schema import SchemaError
     from h2dlab.recording.tableio import read
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # another run's env.json: said when the table is read
-            env = read(out).attrs.get("env")
+            df = timeline(str(out)) if r["kind"] == "overlap" else read(out)  # overlap: a timeline
+            env = df.attrs.get("env")
     except (SchemaError, OSError) as exc:
         return f"it cannot be read ({str(exc).splitlines()[0][:200]})"
     if env is None:
