@@ -89,6 +89,13 @@ def test_report_outdir_in_a_kind_or_dataset_folder_is_refused(rec, capsys):
     refused_in_one_line(["report", "--outdir", str(folder)], ["the dataset h200_sweep"], capsys, folder)
 
 
+def test_a_survey_into_a_kind_folder_is_refused(rec, capsys, monkeypatch):
+    for v in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK"):
+        monkeypatch.delenv(v, raising=False)
+    argv = ["survey", "--device", "cpu", "--out", str(rec / "sweep")]
+    refused_in_one_line(argv, ["--out", "sweep folder", "survey's files"], capsys, rec / "sweep")
+
+
 def _workbook(path):
     """An .xlsx shaped like the report's workbook: a README sheet first, then a table."""
     with pd.ExcelWriter(path, engine="openpyxl") as xw:

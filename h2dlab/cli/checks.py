@@ -200,16 +200,19 @@ def not_into_data(out: Path) -> None:
     )
 
 
-def not_a_data_folder(outdir: str) -> None:
-    """Refuse a report's ``--outdir`` that is or lies in a bundled dataset's folder or a kind
-    folder of a recording: its workbook (an .xlsx) was read there as one more table."""
+def not_a_data_folder(
+    outdir: str, flag: str = "--outdir", writes: str = "the report's pages and workbook"
+) -> None:
+    """Refuse a folder option (report's ``--outdir``, survey's ``--out``) that is or lies in a
+    bundled dataset's folder or a kind folder of a recording: what is written there (a
+    report's workbook, a survey's fleet table) was read as one more table of it."""
     home = _data_home(Path(outdir).resolve())
     if home is None:
         return
     folder, _, what, _ = home
     raise UsageError(
-        f"--outdir {outdir} is inside {folder}, {what}: the report's pages and workbook do not belong "
-        "among its tables; give a folder outside every dataset and recording kind"
+        f"{flag} {outdir} is inside {folder}, {what}: {writes} do not belong among its tables; "
+        "give a folder outside every dataset and recording kind"
     )
 
 

@@ -146,7 +146,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     """The ``survey`` command (see the module's docstring for its exit codes)."""
     import torch
 
-    from h2dlab.cli.checks import check_folder
+    from h2dlab.cli.checks import check_folder, not_a_data_folder
     from h2dlab.survey.fleet import FLEET_NAME, wait_for_ranks
     from h2dlab.survey.launch import place_from_env
     from h2dlab.survey.rank import DuplicateRank, plan, rank_file, survey_rank
@@ -159,6 +159,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"--device {a.device!r}: give cuda, cuda:N or cpu")
     place = place_from_env()
     folder = check_folder(a.out, "--out")
+    not_a_data_folder(a.out, "--out", "the survey's files")  # its fleet table joined that kind
     if (folder / FLEET_NAME).exists() and rank_file(folder, place.rank).exists():
         raise UsageError(f"--out {folder} holds a finished survey already: give a new folder")
     baseline = _read_baseline(a.baseline) if a.baseline and place.rank == 0 else None
