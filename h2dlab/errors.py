@@ -10,7 +10,7 @@ is a bug, not a mistake in what was asked.
 
 from __future__ import annotations
 
-__all__ = ["Unavailable", "UsageError"]
+__all__ = ["AlreadyDone", "Unavailable", "UsageError"]
 
 
 class UsageError(ValueError):
@@ -24,3 +24,10 @@ class Unavailable(UsageError):
     """This machine lacks what the request needs (CUDA); the
     message says what can be done here instead (e.g. replay the recorded data). A GPU
     index the machine does not have is a ``UsageError`` (exit 2), like ``--gpus``."""
+
+
+class AlreadyDone(UsageError):
+    """What was asked is already done, and nothing was changed: a ``--resume`` of a table
+    whose every planned row is measured. The ``h2dlab`` command says so in one line and
+    exits 0 (the table the user asked for is there); a library caller gets a
+    ``UsageError``, so that it never takes the untouched table for a new run."""

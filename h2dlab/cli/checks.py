@@ -22,7 +22,9 @@ __all__ = [
     "check_out",
     "check_plan",
     "check_target",
+    "not_a_data_folder",
     "not_in_a_kind_folder",
+    "not_into_data",
     "not_the_source",
 ]
 
@@ -90,6 +92,7 @@ def check_target(out: Path, *, resume: bool = False, force: bool = False, resuma
     if resume and force:
         raise UsageError("--resume continues the run in --out and --force replaces it: give one of them")
     partial = partial_path(out)
+    not_into_data(out)  # a dataset's or a recording kind's folder: never joined unasked
     check_free(out)  # another live run writing this output: refused whatever the flags
     if partial.is_symlink():
         raise UsageError(f"{partial} is a symbolic link: h2dlab never writes a run through a link; remove it")
@@ -112,7 +115,9 @@ def check_target(out: Path, *, resume: bool = False, force: bool = False, resuma
             "continue it with --resume, or discard them with --force"
         )
     if out.exists() or out.is_symlink():
-        again = ", continue its run with --resume," if resumable else ""
+        from h2dlab.recording.folder import finished  # a whole table has nothing to resume
+
+        again = ", continue its run with --resume," if resumable and not finished(out) else ""
         raise UsageError(f"{out} exists: write elsewhere{again} or replace it with --force")
     fingerprint = env_path(out)  # written beside --out: an orphan of another table is kept too
     if fingerprint.exists() or fingerprint.is_symlink():
@@ -144,28 +149,70 @@ def not_in_a_kind_folder(out: Path) -> None:
     """Refuse an annotated table's ``--out`` inside a kind folder of any recording
     (``record_folder.is_kind_folder``) or a bundled dataset's folder: every reader of that
     folder would take it for one more run of that kind (mixed in, or counted twice)."""
-    from h2dlab.recording.datasets import DATA_DIR, DATASETS
-    from h2dlab.recording.folder import is_kind_folder
-
-    where = out.resolve().parent
-    for folder in (where, *where.parents):
-        if is_kind_folder(folder):
-            top, what, run = (
-                folder.parent,
-                f"the {folder.name} folder of the recording {folder.parent}",
-                folder.name,
-            )
-            break
-        named = [n for n, (d, _) in DATASETS.items() if (DATA_DIR / d).resolve() == folder]
-        if named:
-            top, what, run = folder, f"the folder of the dataset {named[0]}", named[0]
-            break
-    else:
+    home = _data_home(out.resolve().parent)
+    if home is None:
         return
+    folder, top, what, run = home
     here = Path.cwd().resolve().is_relative_to(folder)  # then a bare file name lands there too
     raise UsageError(
         f"--out {out} is inside {folder}, {what}: it would be read as one more {run} run; write the "
         f"annotated table outside every kind folder, e.g. --out {top.parent / out.name if here else out.name}"
+    )
+
+
+def _data_home(where: Path) -> tuple[Path, Path, str, str] | None:
+    """The kind folder of a recording or the bundled dataset's folder that ``where`` (a
+    resolved folder) is or lies in, as (that folder, the folder above which is outside,
+    what it is in words, the run kind or dataset name); None when none."""
+    from h2dlab.recording.datasets import DATA_DIR, DATASETS
+    from h2dlab.recording.folder import is_kind_folder
+
+    for folder in (where, *where.parents):
+        if is_kind_folder(folder):
+            return (
+                folder,
+                folder.parent,
+                f"the {folder.name} folder of the recording {folder.parent}",
+                folder.name,
+            )
+        named = [n for n, (d, _) in DATASETS.items() if (DATA_DIR / d).resolve() == folder]
+        if named:
+            return folder, folder, f"the folder of the dataset {named[0]}", named[0]
+    return None
+
+
+def not_into_data(out: Path) -> None:
+    """Refuse a measurement's ``--out`` inside a bundled dataset's folder or a kind folder
+    of a recording: it silently joined that dataset or kind as one more run. The recorder's
+    own experiments (``folder.RECORDING_OUT_VAR`` names their ``--out``) are let through."""
+    from h2dlab.recording.folder import RECORDING_OUT_VAR
+
+    given = os.environ.get(RECORDING_OUT_VAR, "")
+    if given and Path(given).resolve() == out.resolve():
+        return
+    home = _data_home(out.resolve().parent)
+    if home is None:
+        return
+    folder, _, what, run = home
+    raise UsageError(
+        f"--out {out} is inside {folder}, {what}: it would join it as one more {run} run; "
+        "write the table outside every dataset and recording folder (h2dlab record adds runs to a recording)"
+    )
+
+
+def not_a_data_folder(
+    outdir: str, flag: str = "--outdir", writes: str = "the report's pages and workbook"
+) -> None:
+    """Refuse a folder option (report's ``--outdir``, survey's ``--out``) that is or lies in a
+    bundled dataset's folder or a kind folder of a recording: what is written there (a
+    report's workbook, a survey's fleet table) was read as one more table of it."""
+    home = _data_home(Path(outdir).resolve())
+    if home is None:
+        return
+    folder, _, what, _ = home
+    raise UsageError(
+        f"{flag} {outdir} is inside {folder}, {what}: {writes} do not belong among its tables; "
+        "give a folder outside every dataset and recording kind"
     )
 
 

@@ -12,7 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from h2dlab.errors import Unavailable, UsageError
+from h2dlab.errors import AlreadyDone, Unavailable, UsageError
 from h2dlab.interrupts import terminate_raises
 from h2dlab.recording.places import PACKAGE_DIR
 
@@ -41,7 +41,7 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_CODES = """exit codes:
-  0    done
+  0    done (also --resume of a finished table: it says so and leaves the table as it is)
   1    this machine or the run failed: no CUDA, a full disk, a CUDA fault, a failed
        notebook (one line; a bug in h2dlab also exits 1, with its traceback)
   2    the command line or its input is wrong: an unknown option or dataset, a bad value,
@@ -193,8 +193,12 @@ def _is_cuda_fault(exc: BaseException) -> bool:
 def failure(exc: Exception) -> int:
     """The exit code for ``exc`` after printing it in one line on stderr: 1 when this
     machine or the run failed (``Unavailable``, an ``OSError``, a CUDA fault), 2 for a
-    ``UsageError`` (and a file name too long for this system: a name the user gave). Anything else is a bug and is raised again (Python prints its
+    ``UsageError`` (and a file name too long for this system: a name the user gave), 0 for
+    ``AlreadyDone`` (said in one line, nothing changed). Anything else is a bug and is raised again (Python prints its
     traceback and exits 1); so is everything when ``H2DLAB_DEBUG`` is on (:func:`debugging`)."""
+    if isinstance(exc, AlreadyDone):  # `--resume` of a finished table: said, nothing changed
+        print(f"h2dlab: {_one_line(exc)}", file=sys.stderr)
+        return 0
     if debugging():
         raise exc
     if isinstance(exc, Unavailable) or _is_cuda_fault(exc):

@@ -296,6 +296,9 @@ def _cmd_report(a, argv) -> int:
                 "give --mode replay (or leave --mode out) to render the recorded data"
             )
     check_folder(a.outdir, "--outdir")  # a file, or a place no folder can be made: before any notebook
+    from h2dlab.cli.checks import not_a_data_folder
+
+    not_a_data_folder(a.outdir)  # its workbook made the dataset or kind unreadable
     started = time.time()
     code = report.build(outdir=a.outdir, mode=a.mode, notebooks=only, inplace=a.inplace, data=a.data)
     if a.json:
@@ -365,8 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `h2dlab explain ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt:
-        print("h2dlab: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # a measurement's own says where its rows are
+        print(f"h2dlab: interrupted: {exc}" if str(exc) else "h2dlab: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
         return failure(exc)  # one line and exit 1 or 2; a bug is raised again, with its traceback

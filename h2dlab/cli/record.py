@@ -33,7 +33,7 @@ from h2dlab.recording.folder import (
     write_manifest,
 )
 from h2dlab.recording.plan import PLAN, Experiment, experiment_from_dict, experiments, plan_lines, select
-from h2dlab.recording.run import EXIT_FAILED, EXIT_INTERRUPTED, record
+from h2dlab.recording.run import EXIT_FAILED, EXIT_INTERRUPTED, record, recording_lock
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "add_parser", "record", "run"]
 
@@ -199,8 +199,10 @@ def run(
                 todo, manifest.get("quick", False), manifest.get("gpu_count", 1), manifest["device"], folder
             )
             return 0
-        note_resume(folder, command=command, quick=bool(manifest.get("quick")), device=manifest["device"])
-        return _recorded(folder, record(folder, manifest, options))
+        with recording_lock(folder):  # a second recorder of this folder is refused here
+            manifest = load_manifest(folder)  # as the recorder that held the lock left it
+            note_resume(folder, command=command, quick=bool(manifest.get("quick")), device=manifest["device"])
+            return _recorded(folder, record(folder, manifest, options))
     device = str(args.device)
     if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", device):
         raise UsageError(f"unknown device {device!r}: use cuda, cuda:N or cpu")
@@ -232,9 +234,10 @@ def run(
     except OSError as exc:
         raise UsageError(f"cannot create {folder}: {exc.strerror} ({_where_from(args.out)})") from None
     manifest = new_manifest(runs, quick=args.quick, device=device, gpus=gpus, gpu_name=name, command=command)
-    write_manifest(folder, manifest)
-    write_folder_env(folder, command=command, quick=args.quick, device=device, gpu_name=name)
-    return _recorded(folder, record(folder, manifest, options))
+    with recording_lock(folder):
+        write_manifest(folder, manifest)
+        write_folder_env(folder, command=command, quick=args.quick, device=device, gpu_name=name)
+        return _recorded(folder, record(folder, manifest, options))
 
 
 def _recorded(folder: Path, code: int) -> int:

@@ -3,7 +3,9 @@ verdicts. Run it under the launcher you have (torchrun, ``srun``, ``mpirun``) or
 
 Exit codes: 0 no GPU flagged, 3 some GPU flagged (or a rank failed or gave no result),
 1 this machine cannot survey (one process, no CUDA), 2 a usage mistake. Ranks other
-than 0 exit 0 once their files are written: their failures are rows, not exit codes.
+than 0 exit 0 once their files are written: their failures are rows, not exit codes. A
+process given a rank another live process of the survey claimed (one ``RANK`` twice)
+measures nothing and says so; rank 0 marks that rank's rows ``error``, naming both.
 """
 
 from __future__ import annotations
@@ -102,6 +104,8 @@ def finish(
     report: bool = False,
     argv: list[str] | None = None,
     gpu: bool = False,
+    since: float | None = None,
+    job_id: str = "",
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Write ``fleet.csv.gz`` (and its env.json; ``fleet.html`` with ``report``) from the
     ranks' files; return the fleet table and the judged GPU table."""
@@ -112,7 +116,8 @@ def finish(
     from h2dlab.survey.show import report_html
     from h2dlab.survey.verdicts import gpu_table, judge
 
-    fleet = assemble(folder, infos, specs, survey_id, deadline_s)
+    fleet = assemble(folder, infos, specs, survey_id, deadline_s, since=since, job_id=job_id)
+    duplicates = fleet.attrs.get("duplicates") or {}
     gpus = judge(gpu_table(fleet), baseline)
     verdict = gpus.set_index("rank")[["flag", "reason"]]
     fleet["flag"] = fleet["rank"].map(verdict["flag"])
@@ -126,6 +131,7 @@ def finish(
         "no_result": [r for r, i in sorted(infos.items()) if not i or i.get("status") not in ("ok", "error")],
         "flagged": [int(r) for r in gpus.loc[gpus["flag"] != "", "rank"]],
         "ranks": {str(r): i for r, i in sorted(infos.items())},
+        "duplicate_ranks": {str(r): c for r, c in sorted(duplicates.items())},
     }
     schema_cols = [c for c in fleet.columns if c not in RANK_COLUMNS]
     fleet = validate(fleet[[*schema_cols, *RANK_COLUMNS]], source=FLEET_NAME)
@@ -143,19 +149,20 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     """The ``survey`` command (see the module's docstring for its exit codes)."""
     import torch
 
-    from h2dlab.cli.checks import check_folder
+    from h2dlab.cli.checks import check_folder, not_a_data_folder
     from h2dlab.survey.fleet import FLEET_NAME, wait_for_ranks
     from h2dlab.survey.launch import place_from_env
-    from h2dlab.survey.rank import plan, rank_file, survey_rank
+    from h2dlab.survey.rank import DuplicateRank, plan, rank_file, survey_rank
     from h2dlab.survey.show import summary_line
 
-    t0 = time.monotonic()
+    t0, started = time.monotonic(), time.time()
     if not a.deadline > 0:
         raise UsageError(f"--deadline {a.deadline:g}: give a number of seconds above 0")
     if a.device not in ("cpu", "cuda") and not re.fullmatch(r"cuda:[0-9]+", a.device):
         raise UsageError(f"--device {a.device!r}: give cuda, cuda:N or cpu")
     place = place_from_env()
     folder = check_folder(a.out, "--out")
+    not_a_data_folder(a.out, "--out", "the survey's files")  # its fleet table joined that kind
     if (folder / FLEET_NAME).exists() and rank_file(folder, place.rank).exists():
         raise UsageError(f"--out {folder} holds a finished survey already: give a new folder")
     baseline = _read_baseline(a.baseline) if a.baseline and place.rank == 0 else None
@@ -176,7 +183,11 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
             reps=a.reps,
             timeout_s=timeout_s,
             argv=args,
+            fresh_s=a.deadline,
         )
+    except DuplicateRank as exc:  # a row of rank 0's table, as any rank's failure (0: no table)
+        print(f"h2dlab survey: {exc}", file=sys.stderr)
+        return 0 if place.rank != 0 else 2
     except KeyboardInterrupt:  # SIGTERM: the launcher stops this node (one of its ranks died)
         if place.rank != 0:
             raise
@@ -208,6 +219,8 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
         report=a.report,
         argv=args,
         gpu=kind == "cuda" and torch.cuda.is_available(),
+        since=started - a.deadline,  # an earlier survey's claims in this folder are not this one's
+        job_id=place.job_id,
     )
     if interrupted:
         print(

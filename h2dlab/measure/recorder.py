@@ -10,6 +10,7 @@ created exclusively, never through a link, locked). A resumed run must have the 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from h2dlab.errors import UsageError
+from h2dlab.errors import AlreadyDone, UsageError
 from h2dlab.measure.census import census, census_seconds
 from h2dlab.measure.row_line import csv_line
 from h2dlab.measure.spec import differences
@@ -165,11 +166,13 @@ def existing_rows(out: str | Path) -> tuple[pd.DataFrame | None, dict[str, Any] 
     try:
         if partial.exists():
             df = datasets.read(partial) if partial.stat().st_size else datasets.empty_table()
-            env = datasets.read_env(partial) or datasets.read_env(out)
+            ids = df["run_id"].unique() if len(df) else None  # another run's env.json is not used
+            env = datasets.read_env(partial, run_ids=ids) or datasets.read_env(out, run_ids=ids)
             return df, env
-        env = datasets.read_env(out)
         if out.exists():
-            return datasets.read(out), env
+            df = datasets.read(out)
+            return df, df.attrs.get("env")
+        env = datasets.read_env(out)
     except datasets.SchemaError as exc:
         raise UsageError(f"cannot resume: {exc}; force a new run to replace it") from None
     return None, env
@@ -228,7 +231,8 @@ class Recording:
     planned
         The planned rows.
     resume
-        Continue the run already in ``out``.
+        Continue the run already in ``out``. A finished table (every planned row, no
+        partial file) is never rewritten: ``AlreadyDone`` (a ``UsageError``) says so.
     argv
         The command line recorded in env.json.
     force
@@ -262,6 +266,11 @@ class Recording:
                 if done is None:
                     raise UsageError(f"nothing to resume: {self.out} has not been started")
                 check_resume(done, planned, (env or {}).get("spec"), spec)
+                if fd is None and len(done) >= len(planned):  # no partial file: a whole table
+                    raise AlreadyDone(
+                        f"{self.out} is finished ({len(done)} of {len(planned)} planned rows): "
+                        "nothing to resume; it is left as it is"
+                    )
             except BaseException:
                 if fd is not None:
                     os.close(fd)
@@ -307,10 +316,41 @@ class Recording:
     def finish(self, stop: StopFlag, gpu: bool) -> pd.DataFrame:
         """The table of every row kept; ``out`` and its env.json written if there is an ``out``.
 
-        ``attrs``: ``env``, ``stopped`` (a stop was asked for), ``planned_rows``. A run on a
-        GPU that was not stopped spins a stall census first (``census.census``, about a
-        second, after its last copy), stored as ``env['stall_census']``.
+        ``attrs``: ``env``, ``stopped`` (a stop was asked for before every planned row was
+        measured), ``planned_rows``. A run on a GPU that was not stopped spins a stall census
+        first (``census.census``, about a second, after its last copy), stored as
+        ``env['stall_census']``.
+
+        The stop flag covers the finish too: a SIGINT or SIGTERM while the table is written
+        only sets it, and the table is written. A second one stops the write: the partial
+        file keeps every row and the ``KeyboardInterrupt`` says how to resume.
         """
+        with stop.installed():
+            try:
+                return self._finish(stop, gpu)
+            except KeyboardInterrupt:
+                raise KeyboardInterrupt(self._resume_hint()) from None
+
+    def _resume_hint(self) -> str:
+        """Where the rows are and how to resume, for a finish cut short."""
+        if self.writer is None:
+            return f"{len(self.rows)} of {len(self.planned)} rows measured, none kept (no output file)"
+        if self.argv:
+            flags = ("--resume", "--force")  # and argparse's abbreviations of them (--res)
+            again = [
+                a
+                for a in self.argv
+                if not (a[:2] == "--" and len(a) > 3 and any(f.startswith(a) for f in flags))
+            ]
+            how = f"resume with: {shlex.join([*again, '--resume'])}"
+        else:
+            how = "resume it (resume=True)"
+        return (
+            f"the table was not written; {len(self.rows)} of {len(self.planned)} rows kept in "
+            f"{self.writer.partial}; {how}"
+        )
+
+    def _finish(self, stop: StopFlag, gpu: bool) -> pd.DataFrame:
         # Measured before the fingerprint: collect_env's reads are not part of it.
         stalls = census() if gpu and not stop and census_seconds() > 0 else None
         env = self._env(gpu=gpu)
@@ -324,6 +364,6 @@ class Recording:
             df = datasets.validate(pd.DataFrame(self.rows) if self.rows else datasets.empty_table())
         df = df.sort_values("order", kind="stable").reset_index(drop=True) if len(df) else df
         df.attrs["env"] = env
-        df.attrs["stopped"] = bool(stop)
+        df.attrs["stopped"] = bool(stop) and len(self.rows) < len(self.planned)  # else: whole
         df.attrs["planned_rows"] = len(self.planned)
         return df

@@ -101,7 +101,8 @@ def timeline(name: str) -> pd.DataFrame:
         raise SchemaError(
             f"{folder}: not an overlap timeline (missing {', '.join(sorted(need - set(df.columns)))})"
         )
-    df.attrs["env"] = read_env(paths[0])
+    ids = df["run_id"].astype(str).unique() if "run_id" in df.columns else None
+    df.attrs["env"] = read_env(paths[0], run_ids=ids)  # another run's env.json is not this one's
     df.attrs["dataset"] = name
     return df
 
@@ -206,7 +207,8 @@ def read_runs(paths: list[Path], label: str) -> pd.DataFrame:
                     "count twice; keep one of the two files (or give one file)"
                 )
             where[rid] = p
-            envs[rid] = df.attrs.get("env")
+            env = df.attrs.get("env")  # a file of several runs: its env.json speaks for its own
+            envs[rid] = env if env is None or env.get("run_id") in (None, rid) else None
             run_names[rid] = str(rid) if several else p.name[: -len(suffix_of(p))]
         frames.append(df)
     out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]

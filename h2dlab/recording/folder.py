@@ -23,6 +23,7 @@ from h2dlab.recording.plan import KINDS, PLAN, PLAN_VERSION, experiment_from_dic
 __all__ = [
     "ALLOWED_ENV",
     "MANIFEST",
+    "RECORDING_OUT_VAR",
     "default_folder",
     "experiment_problem",
     "finished",
@@ -31,19 +32,27 @@ __all__ = [
     "kinds_in",
     "load_manifest",
     "new_manifest",
+    "not_a_table",
     "plan_options",
     "read_manifest",
+    "repeated_output",
     "run_tables",
     "write_manifest",
 ]
 
 #: The file that makes a folder a recording.
 MANIFEST = "recording.json"
+#: Set by ``h2dlab record`` for each experiment it runs: the one ``--out`` inside a
+#: recording's kind folder that a measuring command may write (its own run of that kind);
+#: any other ``--out`` in a kind folder or a bundled dataset's folder is refused.
+RECORDING_OUT_VAR = "H2DLAB_RECORDING_OUT"
 
 
 def run_tables(folder: str | Path) -> list[Path]:
     """The tables in ``folder`` (``tableio.SUFFIXES``), sorted: whole runs and runs stopped
-    early, not a ``.partial.csv`` (a run still being written); ``[]`` for no folder."""
+    early, not a ``.partial.csv`` (a run still being written), nor a file of a table's
+    suffix whose header names neither ``run_id`` nor ``strategy`` (a report's workbook, a
+    user's own sheet: :func:`not_a_table`); ``[]`` for no folder."""
     from h2dlab.recording.tableio import SUFFIXES, suffix_of
 
     folder = Path(folder)
@@ -52,8 +61,59 @@ def run_tables(folder: str | Path) -> list[Path]:
     return sorted(
         p
         for p in folder.iterdir()
-        if suffix_of(p) in SUFFIXES and not p.name.endswith(".partial.csv") and p.is_file()
+        if suffix_of(p) in SUFFIXES
+        and not p.name.endswith(".partial.csv")
+        and p.is_file()
+        and not not_a_table(p)
     )
+
+
+_HEADERS: dict[tuple[str, int, int], bool] = {}
+
+
+def not_a_table(path: Path) -> bool:
+    """Whether the file at ``path`` is plainly not a measurement table: its header (an
+    .xlsx's first sheet's first row) reads and names neither ``run_id`` nor ``strategy``.
+    A header that cannot be read says nothing (False): reading the table will say why."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _HEADERS:
+        names = _header(path)
+        _HEADERS[key] = bool(names) and not {"run_id", "strategy"} & {n.strip() for n in names}
+    return _HEADERS[key]
+
+
+def _header(path: Path) -> list[str] | None:
+    import csv
+    import gzip
+    import io
+
+    from h2dlab.recording.tableio import suffix_of
+
+    suf = suffix_of(path)
+    try:
+        if suf == ".xlsx":
+            from openpyxl import load_workbook
+
+            wb = load_workbook(path, read_only=True)
+            try:
+                row = next(wb.worksheets[0].iter_rows(max_row=1, values_only=True), ())
+            finally:
+                wb.close()
+            return [str(v) for v in row if v is not None]
+        if suf == ".parquet":
+            import pyarrow.parquet as pq
+
+            return list(pq.read_schema(path).names)
+        opener = gzip.open if suf == ".csv.gz" else open
+        with opener(path, "rt", encoding="utf-8", newline="") as fh:
+            line = fh.readline(65536)
+        return [c.lstrip("\ufeff") for c in next(csv.reader(io.StringIO(line)), [])]
+    except Exception:  # noqa: BLE001 - any failure: not plainly a non-table
+        return None
 
 
 def kinds_in(folder: str | Path) -> list[str]:
@@ -184,6 +244,18 @@ def _problem(m: Any) -> str | None:
             return f"experiment {i} has no status"
         if not isinstance(r.get("name"), str):
             return f"experiment {i} has no name"
+    return repeated_output(runs)
+
+
+def repeated_output(runs: list[dict[str, Any]]) -> str | None:
+    """Which experiment of ``runs`` writes the same ``<kind>/<run>`` table as an earlier one,
+    in words, or None: the second would be marked done with the first's table, unrun."""
+    seen: dict[tuple[str, str], int] = {}
+    for i, r in enumerate(runs):
+        key = (str(r.get("kind")), str(r.get("run")))
+        if key in seen:
+            return f"experiments {seen[key]} and {i} both write {key[0]}/{key[1]}"
+        seen[key] = i
     return None
 
 

@@ -12,7 +12,10 @@ flight (its rows are kept in its partial file); :func:`record` then returns
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
+import errno
+import fcntl
 import os
 import shlex
 import shutil
@@ -20,18 +23,104 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from h2dlab.errors import UsageError
-from h2dlab.recording.folder import MANIFEST, experiment_problem, finished, write_manifest
+from h2dlab.recording.folder import (
+    MANIFEST,
+    RECORDING_OUT_VAR,
+    experiment_problem,
+    finished,
+    repeated_output,
+    write_manifest,
+)
 
-__all__ = ["CLI_MODULE", "EXIT_FAILED", "EXIT_INTERRUPTED", "options_of", "record"]
+__all__ = [
+    "CLI_MODULE",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "LOCK_NAME",
+    "options_of",
+    "record",
+    "recording_lock",
+]
 
 EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
 #: The module each experiment runs as (``python -m``): the kit's command line.
 CLI_MODULE = "h2dlab.cli.main"
+
+
+#: The lock file a recorder holds (``flock``) in its recording folder while it runs.
+LOCK_NAME = ".record.lock"
+
+
+@contextlib.contextmanager
+def recording_lock(folder: str | Path) -> Iterator[None]:
+    """Hold the recording folder's lock (``flock`` on :data:`LOCK_NAME`, this process's id
+    written in it) for the block; released when the block ends or the process dies.
+
+    Raises
+    ------
+    UsageError
+        Another recorder holds it: two recorders of one folder ran the same experiments
+        at once and each rewrote recording.json over the other's.
+    """
+    path = Path(folder) / LOCK_NAME
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise UsageError(f"cannot lock the recording {folder} ({path.name}: {exc.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            held = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            who = f"pid {held}" if held.isdigit() else "another process"
+            raise UsageError(
+                f"{folder} is being recorded by {who}: wait for it to end (or stop it), then resume"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _not_its_own(out: Path, r: dict[str, Any]) -> str | None:
+    """Why the finished-looking table ``out`` is not experiment ``r``'s own whole run, or
+    None when it is: its env.json must name the table's run (another run's, copied beside
+    it, vouches for nothing) and a command whose ``--out`` is ``<kind>/<run>`` (a copy of a
+    twin experiment's table, ``forum/ascending-1`` as ``ascending-2``, would be marked done
+    unrun, and its run counted twice)."""
+    from h2dlab.recording.datasets import timeline
+    from h2dlab.recording.schema import SchemaError
+    from h2dlab.recording.tableio import read
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # another run's env.json: said when the table is read
+            df = timeline(str(out)) if r["kind"] == "overlap" else read(out)  # overlap: a timeline
+            env = df.attrs.get("env")
+    except (SchemaError, OSError) as exc:
+        return f"it cannot be read ({str(exc).splitlines()[0][:200]})"
+    if env is None:
+        return "it has no env.json of its own"
+    try:
+        words = shlex.split(str(env.get("command") or ""))
+    except ValueError:
+        words = []
+    given = [w.split("=", 1)[1] for w in words if w.startswith("--out=")]
+    given += [words[k + 1] for k, w in enumerate(words[:-1]) if w == "--out"]
+    want = (str(r["kind"]), f"{r['run']}.csv.gz")
+    if not any(Path(g).parts[-2:] == want for g in given):
+        return f"its env.json says it was written by another command ({' '.join(words)[:120] or 'none'})"
+    return None
 
 
 #: The signals that stop a recording: Ctrl-C, SIGTERM, and SIGHUP (a closed terminal or
@@ -175,6 +264,9 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
             raise UsageError(
                 f"{folder / MANIFEST}: experiment {r.get('name', '?')!r}: {why}: nothing was run"
             )
+    repeated = repeated_output(runs)
+    if repeated:
+        raise UsageError(f"{folder / MANIFEST}: {repeated}: nothing was run")
     todo = [r for r in runs if r["status"] != "done"]
     kit = str(Path(h2dlab.__file__).resolve().parent.parent)  # the children import this very kit
     base_env = {
@@ -195,8 +287,16 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
             out.parent.mkdir(parents=True, exist_ok=True)
             bar.start(i, r)
             t0 = time.time()
-            if finished(out):  # finished before the recorder could note it
-                rc = 0
+            impostor = None
+            if finished(out):  # finished before the recorder could note it, or another's table
+                impostor = _not_its_own(out, r)
+                rc = 0 if impostor is None else EXIT_FAILED
+                if impostor is not None:
+                    with open(log, "a") as fh:
+                        fh.write(
+                            f"\n== {r['name']}: not run: {out} looks finished but is not this experiment's: "
+                            f"{impostor}; move it away, then resume\n"
+                        )
             else:
                 cmd = _child_command(r, folder, options)
                 with open(log, "a") as fh:
@@ -208,7 +308,7 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
                         cmd,
                         stdout=fh,
                         stderr=subprocess.STDOUT,
-                        env={**base_env, **r["env"]},
+                        env={**base_env, **r["env"], RECORDING_OUT_VAR: str(out)},
                         start_new_session=True,
                     )
                     while stop.proc.poll() is None:
@@ -217,7 +317,7 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
                     rc = stop.proc.returncode
                     stop.proc = None
             r["wall_s"], r["rc"] = round(time.time() - t0, 1), rc
-            if rc == 0 and finished(out):
+            if rc == 0 and finished(out) and _not_its_own(out, r) is None:  # by this child, or before
                 r["status"] = "done"
                 if manifest.get("device") != "cpu":  # as torch names it (what live mode compares)
                     manifest["gpu_name"] = (read_env(out) or {}).get("gpu_name") or manifest.get("gpu_name")

@@ -268,9 +268,12 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
     """The fingerprint of the table at ``path``, or None if it has none.
 
     ``env_path(path)`` first, then the ``<stem>.env.json`` of tables written before
-    schema version 2. An old-style fingerprint may belong to a sibling table of the same
-    stem (``r.parquet`` beside ``r.csv.gz``): given the table's ``run_ids``, one that
-    names another run is not returned.
+    schema version 2. Given the table's ``run_ids``, a fingerprint that names another run
+    (its ``run_id`` is none of them) is not returned: it is another run's (copied beside
+    this table, or an old-style one of a sibling table of the same stem, ``r.parquet``
+    beside ``r.csv.gz``), and would label this table with another machine. Such an
+    env.json beside the table is said in a warning; one without a ``run_id`` cannot be
+    checked and is returned.
     """
     path = Path(path)
     p = env_path(path)
@@ -291,8 +294,17 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
         raise SchemaError(f"{p}: not a readable env.json ({exc})") from None
     if not isinstance(env, dict):
         raise SchemaError(f"{p}: not a readable env.json (a JSON object was expected)")
-    if legacy and run_ids is not None and env.get("run_id") and env["run_id"] not in set(run_ids):
-        return None
+    if run_ids is not None and env.get("run_id") is not None:
+        ids = {str(r) for r in run_ids}
+        if str(env["run_id"]) not in ids:
+            if not legacy:  # a sibling's old-style env.json is not this table's: nothing to say
+                shown = ", ".join(sorted(ids)[:3]) + (" ..." if len(ids) > 3 else "")
+                warnings.warn(
+                    f"{p.name} is the env.json of run {str(env['run_id'])[:40]!r}, not of {path.name} "
+                    f"(run {shown}): it is not used, so this table has no env.json",
+                    stacklevel=2,
+                )
+            return None
     return env
 
 

@@ -25,7 +25,7 @@ from h2dlab.measure import strategies
 from h2dlab.measure.recorder import existing_rows
 from h2dlab.measure.spec import SweepSpec
 from h2dlab.recording.schema import SchemaError
-from h2dlab.survey.rank import PHASES, rank_file, table_file
+from h2dlab.survey.rank import PHASES, claimants, claims, rank_file, table_file
 
 __all__ = ["FLEET_NAME", "RANK_COLUMNS", "assemble", "read_rank", "wait_for_ranks"]
 
@@ -180,8 +180,15 @@ def assemble(
     specs: dict[str, SweepSpec],
     survey_id: str,
     deadline_s: float | None,
+    *,
+    since: float | None = None,
+    job_id: str = "",
 ) -> pd.DataFrame:
     """The fleet table from the ranks' files (``flag`` and ``reason`` still empty).
+
+    A rank that two or more processes claimed (:func:`h2dlab.survey.rank.claims`: one
+    ``RANK`` given twice) has every row ``status`` ``error``, its ``error`` naming them:
+    which GPU made its copies is unknown. ``attrs['duplicates']``: rank -> its claims.
 
     Parameters
     ----------
@@ -196,9 +203,20 @@ def assemble(
         Prefix of each rank's ``run_id``.
     deadline_s
         The deadline, for the reason of a missing rank (None: rank 0 was stopped before it).
+    since, job_id
+        Which claims are this survey's (:func:`h2dlab.survey.rank.claims`).
     """
-    frames = []
+    frames, duplicates = [], {}
     for rank, info in sorted(infos.items()):
+        claimed = claims(folder, rank, since, job_id)
+        twice = None
+        if len(claimed) > 1:
+            duplicates[rank] = claimed
+            twice = (
+                f"rank {rank} was claimed by {len(claimed)} processes ({claimants(claimed)}): the "
+                "launcher gave two processes one RANK, so which GPU made this rank's rows is unknown"
+            )
+            info = {**(info or {}), "status": "error", "error": twice}
         local_world = int(info.get("local_world_size") or 1) if info else 1
         status, why = _why(rank, info, deadline_s)
         final = info is not None and info.get("status") == "ok"
@@ -241,6 +259,8 @@ def assemble(
         df = pd.concat(parts, ignore_index=True)
         df["order"] = np.arange(len(df))  # one timeline per rank: alone's cells, then together's
         df["run_id"] = f"{survey_id}-r{rank:05d}"
+        if twice is not None:  # no row of it stands for one GPU
+            df["error"] = df["error"].fillna("").mask(df["error"].fillna("") == "", twice)
         ok = df["error"].fillna("") == ""
         df["status"] = np.where(ok, "ok", "error" if status == "error" or final else status)
         info = info or {}
@@ -262,4 +282,6 @@ def assemble(
                 "" if value is None and col in ("host", "gpu_uuid", "gpu_pci_bus_id", "gpu_name") else value
             )
         frames.append(df)
-    return pd.concat(frames, ignore_index=True)
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs["duplicates"] = duplicates
+    return out

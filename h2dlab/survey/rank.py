@@ -6,7 +6,9 @@ Files, in ``DIR/ranks/`` (every node must be able to write ``DIR``: a shared fol
 ``started``, ``ok`` or ``error``), written before any collective and again after each
 phase; ``rNNNNN-<phase>-<group>.csv.gz`` the copies of each phase (``alone``,
 ``together``) and group (``pinned``, ``pageable``), written row by row by the kit's own
-harness (:func:`h2dlab.measure.harness.sweep`). A rank that hangs or dies thus loses only what it
+harness (:func:`h2dlab.measure.harness.sweep`); ``rNNNNN.claim-<token>.json`` (each
+process given that rank: its host and pid; a second live one measures nothing and rank 0
+names both). A rank that hangs or dies thus loses only what it
 had not yet written, and no other rank waits on it for longer than one barrier's timeout:
 after one failed collective a rank measures on without any (``synced`` false).
 
@@ -19,26 +21,38 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import json
 import os
 import re
 import signal
 import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from h2dlab.errors import Unavailable
+from h2dlab.errors import Unavailable, UsageError
 from h2dlab.measure.device import resolve_device
 from h2dlab.measure.harness import sweep
 from h2dlab.measure.spec import SweepSpec
 from h2dlab.measure.timing import error_text
-from h2dlab.recording.tableio import write_env
+from h2dlab.recording.tableio import write_env as _write_env
 from h2dlab.survey.launch import Place
 from h2dlab.survey.probe import cpu_numa_nodes, gpu_facts, link_under_load, replay_count
 
-__all__ = ["FAULT_VAR", "Sync", "plan", "rank_file", "survey_rank", "table_file"]
+__all__ = [
+    "FAULT_VAR",
+    "DuplicateRank",
+    "Sync",
+    "claim_file",
+    "claims",
+    "plan",
+    "rank_file",
+    "survey_rank",
+    "table_file",
+]
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 #: For tests only: ``'3:kill,2:hang'`` makes global rank 3 kill itself (SIGKILL) and rank 2
@@ -75,6 +89,66 @@ def rank_file(folder: Path, rank: int) -> Path:
 def table_file(folder: Path, rank: int, phase: str, group: str) -> Path:
     """Where rank ``rank`` writes the copies of one phase and group."""
     return Path(folder) / "ranks" / f"r{rank:05d}-{phase}-{group}.csv.gz"
+
+
+def claim_file(folder: Path, rank: int, token: str) -> Path:
+    """Where one process that was given rank ``rank`` says so (``token``: its own)."""
+    return Path(folder) / "ranks" / f"r{rank:05d}.claim-{token}.json"
+
+
+#: a claim holds a few facts: one larger is not read (a planted file would fill memory)
+_MAX_CLAIM_BYTES = 1 << 16
+
+
+def claims(folder: Path, rank: int, since: float | None = None, job_id: str = "") -> list[dict[str, Any]]:
+    """The processes that claimed rank ``rank`` in this survey, oldest first: each one's
+    ``host``, ``pid``, ``token`` and ``started_at``. A claim last touched before ``since``
+    (``time.time()``; a rank touches its claim whenever it writes its facts) or naming
+    another job than ``job_id`` (both set) is an earlier survey's in the same folder."""
+    found = []
+    for p in sorted((Path(folder) / "ranks").glob(f"r{rank:05d}.claim-*.json")):
+        try:
+            if not p.is_file() or p.stat().st_size > _MAX_CLAIM_BYTES:
+                continue
+            c = json.loads(p.read_text())
+            mtime = p.stat().st_mtime
+        except (OSError, ValueError, RecursionError):
+            continue
+        if not isinstance(c, dict) or (since is not None and mtime < since):
+            continue
+        if job_id and isinstance(c.get("job_id"), str) and c["job_id"] and c["job_id"] != job_id:
+            continue
+        host, pid = c.get("host"), c.get("pid")
+        found.append(
+            {
+                "host": host if isinstance(host, str) and host.isprintable() else "?",
+                "pid": pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+                "token": p.name.split(".claim-", 1)[1].removesuffix(".json"),
+                "started_at": c.get("started_at") if isinstance(c.get("started_at"), str) else None,
+                "_mtime": mtime,
+            }
+        )
+    return sorted(found, key=lambda c: c.pop("_mtime"))
+
+
+def claimants(found: list[dict[str, Any]]) -> str:
+    """The processes of :func:`claims`, in words (``node-a pid 12, node-b pid 40``)."""
+    return ", ".join(f"{c['host'][:60]} pid {c['pid'] if c['pid'] is not None else '?'}" for c in found)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+class DuplicateRank(UsageError):
+    """Another live process of this survey was given this process's rank (two processes,
+    one ``RANK``): this one measures nothing, so that neither overwrites the other's rows."""
 
 
 class Sync:
@@ -191,6 +265,7 @@ def survey_rank(
     reps: int = 10,
     timeout_s: float = 60.0,
     argv: list[str] | None = None,
+    fresh_s: float = 300.0,
 ) -> dict[str, Any]:
     """Measure this rank's GPU (or host copies on the CPU) into ``folder/ranks``.
 
@@ -208,6 +283,10 @@ def survey_rank(
         How long one barrier waits for the other ranks before this rank goes on alone.
     argv
         The command line, for each table's env.json.
+    fresh_s
+        A claim of this rank by another process touched within this many seconds (the
+        survey's deadline) is this survey's: this process then raises
+        :class:`DuplicateRank` before writing anything but its own claim.
 
     Returns
     -------
@@ -230,7 +309,31 @@ def survey_rank(
         "cpu_numa_nodes": cpu_numa_nodes(),
         "synced": {},
     }
+    token = uuid.uuid4().hex[:12]
+    mine = claim_file(folder, place.rank, token)
+    mine.write_text(
+        json.dumps({"host": place.host, "pid": os.getpid(), "job_id": place.job_id, "started_at": _now()})
+    )
+    others = []
+    for c in claims(folder, place.rank, time.time() - fresh_s, place.job_id):
+        if c["token"] == token:
+            continue
+        if c["host"] == place.host and c["pid"] is not None and not _alive(c["pid"]):
+            claim_file(folder, place.rank, c["token"]).unlink(missing_ok=True)  # a restart's dead one
+            continue
+        others.append(c)
+    if others:  # before any file of the rank is written: the first claimant's rows stay its own
+        raise DuplicateRank(
+            f"rank {place.rank} was given to another process of this survey too ({claimants(others)}): "
+            "the launcher gave two processes one RANK; this one measured nothing (rank 0 names both)"
+        )
+    info["claim"] = token
     path = rank_file(folder, place.rank)
+
+    def write_env(info: dict[str, Any], path: Path) -> None:  # the facts, and the claim kept fresh
+        _write_env(info, path)
+        os.utime(mine)
+
     write_env(info, path)  # before any collective: a rank that never gets further is still named
     _fault(place)
     sync = None
