@@ -13,17 +13,22 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.text import Annotation
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, NullLocator
 
 from h2dlab.explain import model
 from h2dlab.recording import datasets
 from h2dlab.recording.env import PCIE_X16_GBPS, describe
 
 __all__ = [
-    "CAUSE_COLORS", "PALETTE", "SHORT_CAUSE", "axes_or_new", "footnote", "hline_label", "legend_outside",
+    "CAUSE_COLORS", "PALETTE", "SHORT_CAUSE", "SMALL_PT", "axes_or_new", "footnote", "hline_label", "legend_outside",
     "palette_for", "pcie_limit_gbps", "place_labels", "pow2_boundaries", "provenance", "size_axis",
     "size_label", "subplots", "timed_rows",
 ]  # fmt: skip
+
+#: The smallest type in any figure, in points: footnotes, legends, labels, ticks. Smaller is
+#: hard to read in a shared page at the size it is shown (issue 35); every figure's text
+#: sizes come from here (tests/test_figure_text.py draws each figure and checks).
+SMALL_PT = 8
 
 PALETTE = {
     "pageable": "#d62728", "pageable_non_blocking": "#ff9896", "pin_then_copy": "#9467bd",
@@ -148,7 +153,9 @@ def footnote(ax, df: pd.DataFrame | None, name: str | None = None, extra: str = 
     for t in list(ax.texts):
         if getattr(t, "_h2dlab_footnote", False):
             t.remove()
-    t = ax.text(0.0, -0.16, text, transform=ax.transAxes, fontsize=7, color="#555555", va="top", wrap=True)
+    t = ax.text(
+        0.0, -0.16, text, transform=ax.transAxes, fontsize=SMALL_PT, color="#555555", va="top", wrap=True
+    )
     t._h2dlab_footnote = True
 
 
@@ -165,7 +172,7 @@ def legend_outside(ax, title: str | None = None) -> None:
     h, lab = ax.get_legend_handles_labels()
     if not h:
         return
-    ax.legend(h, lab, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title=title, title_fontsize=7,
+    ax.legend(h, lab, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=SMALL_PT, title=title, title_fontsize=SMALL_PT,
               frameon=False)  # fmt: skip
 
 
@@ -286,7 +293,7 @@ def hline_label(ax, y: float, text: str, color: str, ls: str) -> None:
     """
     ax.axhline(y, color=color, lw=1, ls=ls)
     ax.annotate(text, (0.01, y), xycoords=("axes fraction", "data"), xytext=(0, 3), textcoords="offset points",
-                fontsize=7, color=color)  # fmt: skip
+                fontsize=SMALL_PT, color=color)  # fmt: skip
 
 
 def pow2_boundaries(ax, lo: float, hi: float, *, label=True) -> None:
@@ -295,14 +302,20 @@ def pow2_boundaries(ax, lo: float, hi: float, *, label=True) -> None:
     Parameters
     ----------
     ax
-        The axes to draw on (its x axis holds sizes in bytes).
+        The axes to draw on (its x axis holds sizes in bytes, already on its scale).
     lo, hi
         The sizes between which to draw.
     label
-        Write each power's size beside its line.
+        Name each power's size on an axis along the top, outside the data: written inside,
+        beside its line, a label sat under the marker of the slow copy just past that power
+        (the copies these lines explain; issue 35).
     """
-    for k in range(math.ceil(math.log2(lo)), math.floor(math.log2(hi)) + 1):
-        ax.axvline(2**k, color="#9467bd", lw=0.7, ls=":", alpha=0.7)
-        if label:
-            ax.text(2**k, 1.0, f" {size_label(2**k)}", transform=ax.get_xaxis_transform(), fontsize=6,
-                    color="#9467bd", rotation=90, va="top", ha="left")  # fmt: skip
+    powers = [2**k for k in range(math.ceil(math.log2(lo)), math.floor(math.log2(hi)) + 1)]
+    for p in powers:
+        ax.axvline(p, color="#9467bd", lw=0.7, ls=":", alpha=0.7)
+    if label and powers:
+        top = ax.secondary_xaxis("top")
+        top.set_xticks(powers, [size_label(p) for p in powers], rotation=90)
+        top.xaxis.set_minor_locator(NullLocator())
+        top.tick_params(axis="x", labelsize=SMALL_PT, length=2, color="#9467bd", labelcolor="#9467bd")
+        top.set_xlabel("a power of two: a pinned block's size", fontsize=SMALL_PT, color="#9467bd")

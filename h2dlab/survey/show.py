@@ -39,7 +39,7 @@ def plot_metric(gpus: pd.DataFrame, metric: str, ax=None, source: str = ""):
     -------
     matplotlib.axes.Axes
     """
-    from h2dlab.show.plots_style import axes_or_new, footnote
+    from h2dlab.show.plots_style import SMALL_PT, axes_or_new, footnote
 
     ax = axes_or_new(ax)
     hosts = sorted(gpus["host"].fillna("").astype(str).unique())
@@ -57,7 +57,7 @@ def plot_metric(gpus: pd.DataFrame, metric: str, ax=None, source: str = ""):
             ax.annotate(
                 f"rank {int(r)}",
                 (xi, yi),
-                fontsize=7,
+                fontsize=SMALL_PT,
                 color=FLAGGED,
                 xytext=(3, 3),
                 textcoords="offset points",
@@ -70,12 +70,12 @@ def plot_metric(gpus: pd.DataFrame, metric: str, ax=None, source: str = ""):
     ax.set_xticklabels(
         [h.replace("$", r"\$") for h in hosts],
         rotation=90 if len(hosts) > 8 else 0,
-        fontsize=7 if len(hosts) > 8 else 9,
+        fontsize=SMALL_PT if len(hosts) > 8 else 9,
     )
     ax.set_xlabel("host")
     unit = "µs" if metric.endswith("_us") else "GB/s" if metric.endswith("_gbps") else ""
     ax.set_ylabel(f"{metric} ({unit})" if unit else metric)
-    ax.legend(loc="best", fontsize=8)
+    ax.legend(loc="best", fontsize=SMALL_PT)
     if source:
         footnote(ax, None, text=source)
     return ax
