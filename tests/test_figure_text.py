@@ -32,12 +32,22 @@ NOT_FIGURES = {
 }  # fmt: skip
 
 
+#: Every figure checked: plots' public figures, the doctor's and the survey's
+FIGURES = [
+    "latency", "bandwidth", "timeline", "annotate", "forum_columns", "allocator_growth", "advice_bars",
+    "batch_overhead", "benchmark", "cache_kept_vs_emptied", "concurrency", "device_alloc_cost", "directions",
+    "duplex_aggregate", "idle_pause", "machines", "overlap", "pin_cost", "staged_timeline", "doctor.lanes",
+    "survey.plot_metric",
+]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def rec():
     return session.recording("h200", "replay")
 
 
-def _figures(rec):
+@pytest.fixture(scope="module")
+def figures(rec):
     """name -> a function drawing that figure as a notebook does; returns the Axes."""
     sweep = rec.table("sweep", "pow2-interleaved")
     cold = rec.table("allocator", "pin-emptied")
@@ -94,11 +104,11 @@ def _texts(fig) -> list[Text]:
     return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
 
 
-def test_every_public_figure_of_plots_is_checked(rec):
-    figures = {
+def test_every_public_figure_of_plots_is_checked():
+    public = {
         n for n in plots.__all__ if callable(getattr(plots, n)) and not inspect.isclass(getattr(plots, n))
     } - NOT_FIGURES
-    assert figures == {n for n in _figures(rec) if "." not in n}
+    assert public == {n for n in FIGURES if "." not in n}
 
 
 def test_small_text_below_8_pt_is_caught():
@@ -108,17 +118,10 @@ def test_small_text_below_8_pt_is_caught():
     plt.close(fig)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "latency", "bandwidth", "timeline", "annotate", "forum_columns", "allocator_growth", "advice_bars",
-        "batch_overhead", "benchmark", "cache_kept_vs_emptied", "concurrency", "device_alloc_cost", "directions",
-        "duplex_aggregate", "idle_pause", "machines", "overlap", "pin_cost", "staged_timeline", "doctor.lanes",
-        "survey.plot_metric",
-    ],
-)  # fmt: skip
-def test_no_text_in_a_figure_is_under_8_pt(rec, name):
-    ax = _figures(rec)[name]()
+@pytest.mark.slow  # 21 figures, about 15 s on 2 cores
+@pytest.mark.parametrize("name", FIGURES)
+def test_no_text_in_a_figure_is_under_8_pt(figures, name):
+    ax = figures[name]()
     small = {(t.get_text()[:40], t.get_fontsize()) for t in _texts(ax.figure) if t.get_fontsize() < 8}
     plt.close(ax.figure)
     assert not small, f"{name}: text under 8 pt: {sorted(small)[:5]}"
