@@ -76,6 +76,11 @@ def third_party_imports(folder: Path) -> dict[str, dict[str, list[str]]]:
 
 
 @pytest.fixture(scope="module")
+def package_imports() -> dict[str, dict[str, list[str]]]:
+    return third_party_imports(ROOT / "h2dlab")
+
+
+@pytest.fixture(scope="module")
 def declared() -> tuple[set[str], dict[str, set[str]]]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = {_dist(s) for s in project["dependencies"]}
@@ -103,32 +108,32 @@ def test_the_walk_sees_guarded_imports_as_optional(tmp_path):
     }
 
 
-def test_every_third_party_import_of_the_package_is_declared(declared):
+def test_every_third_party_import_of_the_package_is_declared(declared, package_imports):
     core, extras = declared
     anywhere = core.union(*extras.values())
-    undeclared = {d: w for d, w in third_party_imports(ROOT / "h2dlab").items() if d not in anywhere}
+    undeclared = {d: w for d, w in package_imports.items() if d not in anywhere}
     assert not undeclared, f"imported by h2dlab/ but not in pyproject.toml: {undeclared}"
 
 
-def test_an_optional_import_is_in_an_extra(declared):
+def test_an_optional_import_is_in_an_extra(declared, package_imports):
     core, extras = declared
     in_extra = set().union(*extras.values())
     loose = {
         d: w["optional"]
-        for d, w in third_party_imports(ROOT / "h2dlab").items()
+        for d, w in package_imports.items()
         if w["optional"] and d not in in_extra and d not in core
     }
     assert not loose, f"optional imports in no extra: {loose}"
 
 
-def test_progress_bars_and_tensordict_have_extras_of_their_own(declared):
+def test_progress_bars_and_tensordict_have_extras_of_their_own(declared, package_imports):
     """tqdm draws measure's and record's progress (both fall back to plain lines): a user who
     measures gets it with `h2dlab[progress]`, not only with the notebooks; tensordict is one
     batch method and the benchmarks' rows: its own extra, never a core dependency."""
     core, extras = declared
     assert extras.get("progress") == {"tqdm"}
     assert extras.get("tensordict") == {"tensordict"} and "tensordict" not in core
-    users = third_party_imports(ROOT / "h2dlab")
+    users = package_imports
     assert {w.split(":")[0] for w in users["tqdm"]["optional"]} == {
         "h2dlab/measure/recorder.py",
         "h2dlab/recording/run.py",
