@@ -105,6 +105,7 @@ def test_installed_wheel_loads_every_bundled_dataset(tmp_path):
     shutil.copytree(ROOT / "data", src / "data", ignore=skip)
     shutil.copytree(ROOT / "benchmarks" / "results", src / "benchmarks" / "results", ignore=skip)
     shutil.copytree(ROOT / "examples", src / "examples", ignore=skip)  # the recipes (h2dlab.examples)
+    shutil.copytree(ROOT / "share", src / "share", ignore=skip)  # the h2dlab Jupyter kernel (data-files)
     (src / "data" / "runs").mkdir()  # a checkout's own recordings must stay out of the wheel
     (src / "data" / "runs" / "mine.csv.gz").write_bytes(b"not bundled")
 
@@ -116,6 +117,8 @@ def test_installed_wheel_loads_every_bundled_dataset(tmp_path):
     assert _bundled_files() <= names, sorted(_bundled_files() - names)
     assert not [n for n in names if "/runs/" in n or n.endswith(".sh")]
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    # the kernel the notebooks name, installed with the kit
+    assert any(n.endswith(".data/data/share/jupyter/kernels/h2dlab/kernel.json") for n in names)
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
@@ -158,6 +161,11 @@ def test_installed_wheel_loads_every_bundled_dataset(tmp_path):
         assert got["envs"][n] == sorted(datasets.load(n)["run_id"].unique()), n
     assert got["bench"] == sorted(datasets.load_benchmark("h200"))
     assert got["git_commit"] is None  # an installed wheel is no checkout
+    # installing the wheel registered the h2dlab kernel in the venv, where Jupyter looks
+    assert (
+        json.loads((venv / "share/jupyter/kernels/h2dlab/kernel.json").read_text())["display_name"]
+        == "h2dlab (Python)"
+    )
     version = re.search(r'(?m)^version = "(.+)"', (ROOT / "pyproject.toml").read_text()).group(1)
     assert got["kit_version"] == version  # from the installed wheel's metadata
 

@@ -33,7 +33,7 @@ def lanes(dx: Any, ax: Any = None, step: int | None = None) -> Any:
     -------
     matplotlib.axes.Axes
     """
-    from h2dlab.show.plots_style import axes_or_new
+    from h2dlab.show.plots_style import SMALL_PT, axes_or_new
 
     ax = axes_or_new(ax)
     a = dx.analysis
@@ -94,13 +94,13 @@ def lanes(dx: Any, ax: Any = None, step: int | None = None) -> Any:
         f"Step {step}: copies add {float(c['exposed_ms'].sum() + c['idle_wait_ms'].sum()):.2f} ms "
         f"({float(c['exposed_ms'].sum()):.2f} exposed, {float(c['idle_wait_ms'].sum()):.2f} GPU idle waiting)"
     )
-    ax.legend(loc="upper right", fontsize="small")
+    ax.legend(loc="upper right", fontsize=SMALL_PT)
     ax.annotate(
         # a file name's "$" would start matplotlib's math text: escaped, the name shows as it is
         f"trace: {a.path.rsplit('/', 1)[-1]}; step {step} of {a.steps}".replace("$", r"\$"),
         xy=(0, -0.28),
         xycoords="axes fraction",
-        fontsize="x-small",
+        fontsize=SMALL_PT,
         color="0.35",
     )
     return ax

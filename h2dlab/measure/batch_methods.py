@@ -220,9 +220,9 @@ class TensorDictPin(BatchMethod):
     @classmethod
     def unavailable(cls, device):
         try:
-            import tensordict  # noqa: F401 - optional: pip install tensordict
+            import tensordict  # noqa: F401 - optional: pip install 'h2dlab[tensordict]'
         except ImportError:
-            return "unavailable: tensordict is not installed (pip install tensordict)"
+            return "unavailable: tensordict is not installed (pip install 'h2dlab[tensordict]')"
         return super().unavailable(device)
 
     def prepare(self, tensors, device):

@@ -37,6 +37,7 @@ from h2dlab.show.plots_style import (
     CAUSE_COLORS,
     PALETTE,
     SHORT_CAUSE,
+    SMALL_PT,
     axes_or_new,
     footnote,
     hline_label,
@@ -54,7 +55,7 @@ from h2dlab.show.plots_style import (
 from h2dlab.show.plots_transfer import batch_overhead, directions, duplex_aggregate
 
 __all__ = [
-    "CAUSE_COLORS", "PALETTE", "SHORT_CAUSE", "allocator_growth", "annotate", "axes_or_new", "bandwidth",
+    "CAUSE_COLORS", "PALETTE", "SHORT_CAUSE", "SMALL_PT", "allocator_growth", "annotate", "axes_or_new", "bandwidth",
     "footnote", "forum_columns", "hline_label", "latency", "legend_outside", "palette_for",
     "pcie_limit_gbps", "place_labels", "pow2_boundaries", "provenance", "size_axis", "size_label",
     "subplots", "timed_rows", "timeline",
@@ -192,7 +193,7 @@ def annotate(explained: pd.DataFrame, *, ax, x: str = "order", max_labels: int =
     for i, r in picked.iterrows():
         c = CAUSE_COLORS.get(r.cause, "k")
         ax.annotate(f"{SHORT_CAUSE.get(r.cause, r.cause)}\n{_ms(v[i], 3)} ms vs {_ms(r.expected_ms, 2)} expected",
-                    (r[x], v[i]), xytext=(8, 14), textcoords="offset points", fontsize=7, color=c,
+                    (r[x], v[i]), xytext=(8, 14), textcoords="offset points", fontsize=SMALL_PT, color=c,
                     arrowprops={"arrowstyle": "->", "color": c, "lw": 0.8})  # fmt: skip
     place_labels(ax)
     return ax

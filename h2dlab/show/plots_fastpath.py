@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.patches import Patch
 
-from h2dlab.show.plots_style import axes_or_new, footnote, size_label
+from h2dlab.show.plots_style import SMALL_PT, axes_or_new, footnote, size_label
 
 __all__ = ["STAGE_COLORS", "staged_timeline", "timeline_frame"]
 
@@ -89,7 +89,7 @@ def staged_timeline(tl: dict[str, Any], *, ax=None, env: dict | None = None):
                  f"{tl.get('wall_ms', float('nan')):.2f} ms")  # fmt: skip
     handles = [Patch(color=c, label=p) for p, c in STAGE_COLORS.items()]  # bars carry no labels
     ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], loc="upper left",
-              bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)  # fmt: skip
+              bbox_to_anchor=(1.01, 1.0), fontsize=SMALL_PT, frameon=False)  # fmt: skip
     gpu = (env or {}).get("gpu_name")
     date = str((env or {}).get("date", ""))[:10]
     engine = tl.get("engine", "numpy")

@@ -10,7 +10,7 @@ import textwrap
 import pandas as pd
 
 from h2dlab.explain.idle import idle_wake
-from h2dlab.show.plots_style import axes_or_new, footnote, legend_outside, palette_for, place_labels
+from h2dlab.show.plots_style import SMALL_PT, axes_or_new, footnote, legend_outside, palette_for, place_labels
 from h2dlab.units import fmt_bytes
 
 __all__ = ["idle_pause"]
@@ -55,7 +55,7 @@ def idle_pause(df: pd.DataFrame, *, ax=None, name: str | None = None):
         ax.plot(c["pause_ms"], c["p90_ms"] * 1e3, ls=":", color=colors[strategy], lw=1)
         last = c.iloc[-1]
         ax.annotate(f"{last['ratio']:.2f}x", (last["pause_ms"], last["median_ms"] * 1e3), xytext=(4, 0),
-                    textcoords="offset points", fontsize=7, color=colors[strategy], va="center")  # fmt: skip
+                    textcoords="offset points", fontsize=SMALL_PT, color=colors[strategy], va="center")  # fmt: skip
     ax.set_yscale("log")
     ax.set_xlabel("pause before the copy, GPU idle (ms; the loop adds a few ms between copies)")
     ax.set_ylabel("time per copy (µs, CUDA events)")

@@ -11,9 +11,11 @@ import itertools
 import math
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
-from matplotlib.text import Annotation
-from matplotlib.ticker import FuncFormatter
+from matplotlib.collections import PathCollection
+from matplotlib.text import Annotation, Text
+from matplotlib.ticker import FuncFormatter, NullLocator
 
 from h2dlab.explain import model
 from h2dlab.measure.names import COLOUR
@@ -21,7 +23,7 @@ from h2dlab.recording import datasets
 from h2dlab.recording.env import PCIE_X16_GBPS, describe
 
 __all__ = [
-    "CAUSE_COLORS", "PALETTE", "SHORT_CAUSE", "axes_or_new", "footnote", "hline_label", "legend_outside",
+    "CAUSE_COLORS", "PALETTE", "SHORT_CAUSE", "SMALL_PT", "axes_or_new", "footnote", "hline_label", "legend_outside",
     "palette_for", "pcie_limit_gbps", "place_labels", "pow2_boundaries", "provenance", "size_axis",
     "size_label", "subplots", "timed_rows",
 ]  # fmt: skip
@@ -41,6 +43,12 @@ SHORT_CAUSE = {
     "host_parallel": "host copy beside busy workers", "host_crowded": "crowded off its CPU by workers",
     "host_stall": "a stall the size of the census's", "unexplained": "unexplained",
 }  # fmt: skip
+
+
+#: The smallest type in any figure, in points: footnotes, legends, labels, ticks. Smaller is
+#: hard to read in a shared page at the size it is shown (issue 35); every figure's text
+#: sizes come from here (tests/test_figure_text.py draws each figure and checks).
+SMALL_PT = 8
 
 
 def subplots(nrows: int = 1, ncols: int = 1, **kw):
@@ -145,7 +153,9 @@ def footnote(ax, df: pd.DataFrame | None, name: str | None = None, extra: str = 
     for t in list(ax.texts):
         if getattr(t, "_h2dlab_footnote", False):
             t.remove()
-    t = ax.text(0.0, -0.16, text, transform=ax.transAxes, fontsize=7, color="#555555", va="top", wrap=True)
+    t = ax.text(
+        0.0, -0.16, text, transform=ax.transAxes, fontsize=SMALL_PT, color="#555555", va="top", wrap=True
+    )
     t._h2dlab_footnote = True
 
 
@@ -162,7 +172,7 @@ def legend_outside(ax, title: str | None = None) -> None:
     h, lab = ax.get_legend_handles_labels()
     if not h:
         return
-    ax.legend(h, lab, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title=title, title_fontsize=7,
+    ax.legend(h, lab, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=SMALL_PT, title=title, title_fontsize=SMALL_PT,
               frameon=False)  # fmt: skip
 
 
@@ -171,9 +181,43 @@ def _boxes_ok(r, fig, boxes, bb) -> bool:
     return inside and not any(bb.overlaps(b) for b in boxes)
 
 
+def _marker_discs(ax, r) -> np.ndarray:
+    """``(n, 3)``: x, y and radius, in display pixels, of the data markers the axes draws
+    (scatter points, line markers) whose centre lies inside the axes."""
+    px_per_pt = ax.figure.dpi / 72
+    found = []
+    for c in ax.collections:
+        if isinstance(c, PathCollection) and c.get_visible() and len(c.get_offsets()):
+            xy = c.get_offset_transform().transform(np.asarray(c.get_offsets(), float))
+            size = np.broadcast_to(
+                np.asarray(c.get_sizes() if len(c.get_sizes()) else [36.0], float), len(xy)
+            )
+            found.append(np.column_stack([xy, np.sqrt(size) / 2 * px_per_pt]))
+    for ln in ax.lines:
+        if ln.get_visible() and ln.get_marker() not in (None, "None", "", " ") and len(ln.get_xydata()):
+            xy = ln.get_transform().transform(np.asarray(ln.get_xydata(), float))
+            found.append(np.column_stack([xy, np.full(len(xy), ln.get_markersize() / 2 * px_per_pt)]))
+    if not found:
+        return np.empty((0, 3))
+    d = np.vstack(found)
+    box = ax.get_window_extent(r)
+    keep = np.isfinite(d).all(axis=1) & (d[:, 0] >= box.x0) & (d[:, 0] <= box.x1)
+    keep &= (d[:, 1] >= box.y0) & (d[:, 1] <= box.y1)
+    return d[keep]
+
+
+def _covers_marker(bb, discs: np.ndarray) -> bool:
+    if not len(discs):
+        return False
+    dx = discs[:, 0] - np.clip(discs[:, 0], bb.x0, bb.x1)
+    dy = discs[:, 1] - np.clip(discs[:, 1], bb.y0, bb.y1)
+    return bool((dx * dx + dy * dy < discs[:, 2] ** 2).any())
+
+
 def place_labels(ax) -> int:
-    """Move this axes' annotations (offset-point labels) so that no two text boxes overlap
-    and none leaves the figure; a label with no free spot is hidden.
+    """Move this axes' annotations (offset-point labels) so that no two text boxes overlap,
+    none leaves the figure and, where a spot allows it, none lies over a data marker; a
+    label with no free spot is hidden.
 
     Parameters
     ----------
@@ -184,6 +228,12 @@ def place_labels(ax) -> int:
     -------
     int
         How many labels were hidden.
+
+    Notes
+    -----
+    Each label takes the first spot, nearest its point first, that is clear of the other
+    texts and of the markers; where every spot clear of the texts covers a marker (a dense
+    cloud of points), it takes the first of those rather than being hidden.
     """
     fig = ax.figure
     fig.canvas.draw()  # apply the layout first: positions are final after this
@@ -196,21 +246,31 @@ def place_labels(ax) -> int:
     texts = [*ax.texts, ax.title]  # the title too: a label must not sit on it
     fixed = [t for t in texts if t.get_visible() and t.get_text() and t not in movable]
     boxes = [t.get_window_extent(r) for t in fixed]
+    discs = _marker_discs(ax, r)
     hidden = 0
     for t in movable:
         x0, y0 = t.xyann
         cands = [(x0, y0)] + [
-            (dx, dy) for dy in (14, -24, 34, -44, 54, -64, 74, -84, 94) for dx in (8, -60, -120, 40)
+            (dx, dy)
+            for dy in (14, -24, 34, -44, 54, -64, 74, -84, 94, -104, 114, -124, 134)
+            for dx in (8, -60, -120, 40, 80)
         ]
+        chosen = None
         for xy in cands:
             t.xyann = xy
-            bb = t.get_window_extent(r).padded(1)
-            if _boxes_ok(r, fig, boxes, bb):
-                boxes.append(bb)
+            bb = t.get_window_extent(r).padded(1)  # the text and its arrow
+            if not _boxes_ok(r, fig, boxes, bb):
+                continue
+            if not _covers_marker(Text.get_window_extent(t, r), discs):  # the text alone
+                chosen = xy
                 break
-        else:
+            chosen = chosen or xy  # clear of the texts only: kept unless a spot clear of both comes
+        if chosen is None:
             t.set_visible(False)
             hidden += 1
+            continue
+        t.xyann = chosen
+        boxes.append(t.get_window_extent(r).padded(1))
     return hidden
 
 
@@ -283,7 +343,7 @@ def hline_label(ax, y: float, text: str, color: str, ls: str) -> None:
     """
     ax.axhline(y, color=color, lw=1, ls=ls)
     ax.annotate(text, (0.01, y), xycoords=("axes fraction", "data"), xytext=(0, 3), textcoords="offset points",
-                fontsize=7, color=color)  # fmt: skip
+                fontsize=SMALL_PT, color=color)  # fmt: skip
 
 
 def pow2_boundaries(ax, lo: float, hi: float, *, label=True) -> None:
@@ -292,14 +352,20 @@ def pow2_boundaries(ax, lo: float, hi: float, *, label=True) -> None:
     Parameters
     ----------
     ax
-        The axes to draw on (its x axis holds sizes in bytes).
+        The axes to draw on (its x axis holds sizes in bytes, already on its scale).
     lo, hi
         The sizes between which to draw.
     label
-        Write each power's size beside its line.
+        Name each power's size on an axis along the top, outside the data: written inside,
+        beside its line, a label sat under the marker of the slow copy just past that power
+        (the copies these lines explain; issue 35).
     """
-    for k in range(math.ceil(math.log2(lo)), math.floor(math.log2(hi)) + 1):
-        ax.axvline(2**k, color="#9467bd", lw=0.7, ls=":", alpha=0.7)
-        if label:
-            ax.text(2**k, 1.0, f" {size_label(2**k)}", transform=ax.get_xaxis_transform(), fontsize=6,
-                    color="#9467bd", rotation=90, va="top", ha="left")  # fmt: skip
+    powers = [2**k for k in range(math.ceil(math.log2(lo)), math.floor(math.log2(hi)) + 1)]
+    for p in powers:
+        ax.axvline(p, color="#9467bd", lw=0.7, ls=":", alpha=0.7)
+    if label and powers:
+        top = ax.secondary_xaxis("top")
+        top.set_xticks(powers, [size_label(p) for p in powers], rotation=90)
+        top.xaxis.set_minor_locator(NullLocator())
+        top.tick_params(axis="x", labelsize=SMALL_PT, length=2, color="#9467bd", labelcolor="#9467bd")
+        top.set_xlabel("a power of two: a pinned block's size", fontsize=SMALL_PT, color="#9467bd")

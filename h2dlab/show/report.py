@@ -14,7 +14,7 @@ from h2dlab.errors import UsageError
 from h2dlab.recording import datasets, session
 from h2dlab.recording.session import ROOT, resolve_mode
 
-__all__ = ["KERNELSPEC", "NOTEBOOKS", "REPORTED", "TIMING", "build", "workbook"]
+__all__ = ["KERNELSPEC", "NOTEBOOKS", "REPORTED", "RETINA", "TIMING", "build", "workbook"]
 
 NOTEBOOKS = [
     "01-forum-experiment-revisited",
@@ -32,6 +32,10 @@ KERNELSPEC = {"display_name": "h2dlab (Python)", "language": "python", "name": "
 #: ``build`` writes its wall times here, in ``outdir``: ``total_s`` (end to end, a live
 #: recording included), ``record_s``, ``notebooks`` (name -> s), ``workbook_s``.
 TIMING = "report-timing.json"
+#: The kernels draw figures at twice their pixels (the inline backend's "retina" PNG: 2x the
+#: dpi, shown at the same size through its width and height), sharp on the screens reports
+#: are read on.
+RETINA = "--InlineBackend.figure_formats=retina"
 
 
 def _execute(client, km, env: dict) -> BaseException | None:
@@ -112,7 +116,8 @@ def build(
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    from h2dlab.show.report_html import render
+    from h2dlab.show import report_index
+    from h2dlab.show.report_html import render, title_of
 
     t_all = time.time()
     timing: dict = {"started": _now(), "record_s": None, "notebooks": {}, "workbook_s": None, "failed": None}
@@ -144,6 +149,8 @@ def build(
     names = notebooks or REPORTED
     timing.update(mode=resolved, data=shown)
     kernel = _kernel_name()
+    pages: list[dict] = []  # for the front page, index.html
+    data_read = kernel_env.get("H2DLAB_DATA", session.BUNDLED)
     for k, name in enumerate(names, 1):
         src = ROOT / "notebooks" / f"{name}.py"
         nb = jupytext.read(src)
@@ -156,6 +163,7 @@ def build(
             kernel_name=kernel,
             km=km,
             resources={"metadata": {"path": str(ROOT / "notebooks")}},
+            extra_arguments=[RETINA],
         )
         exc = _execute(client, km, kernel_env)
         failed = None
@@ -179,7 +187,9 @@ def build(
         datasets.atomic_write(
             out / f"{name}.html", lambda p, html=html: Path(p).write_text(html, encoding="utf-8")
         )
+        pages.append({"name": name, "title": title_of(nb, name), "failed": failed})
         if failed:
+            report_index.write(out, pages, data_read, resolved)
             timing["failed"] = name
             _timing(out, timing, t_all)
             print(
@@ -191,11 +201,12 @@ def build(
         print(f"      wrote {out / (name + '.html')} in {time.time() - t0:.0f} s", flush=True)
     t0 = time.time()
     try:
-        workbook(out / "h2dlab-tables.xlsx", kernel_env.get("H2DLAB_DATA", session.BUNDLED))
+        workbook(out / "h2dlab-tables.xlsx", data_read)
     except datasets.SchemaError as exc:  # a damaged table in the recording: its name, in one line
         raise UsageError(f"the workbook cannot read the recording's tables: {exc}") from None
     timing["workbook_s"] = round(time.time() - t0, 1)
-    print(f"wrote {out / 'h2dlab-tables.xlsx'}; all done in {time.time() - t_all:.0f} s")
+    index = report_index.write(out, pages, data_read, resolved, workbook="h2dlab-tables.xlsx")
+    print(f"wrote {out / 'h2dlab-tables.xlsx'} and {index}; all done in {time.time() - t_all:.0f} s")
     _timing(out, timing, t_all)
     return 0
 

@@ -39,7 +39,7 @@ def plot_metric(gpus: pd.DataFrame, metric: str, ax=None, source: str = ""):
     -------
     matplotlib.axes.Axes
     """
-    from h2dlab.show.plots_style import axes_or_new, footnote
+    from h2dlab.show.plots_style import SMALL_PT, axes_or_new, footnote
 
     ax = axes_or_new(ax)
     hosts = sorted(gpus["host"].fillna("").astype(str).unique())
@@ -57,7 +57,7 @@ def plot_metric(gpus: pd.DataFrame, metric: str, ax=None, source: str = ""):
             ax.annotate(
                 f"rank {int(r)}",
                 (xi, yi),
-                fontsize=7,
+                fontsize=SMALL_PT,
                 color=FLAGGED,
                 xytext=(3, 3),
                 textcoords="offset points",
@@ -70,12 +70,12 @@ def plot_metric(gpus: pd.DataFrame, metric: str, ax=None, source: str = ""):
     ax.set_xticklabels(
         [h.replace("$", r"\$") for h in hosts],
         rotation=90 if len(hosts) > 8 else 0,
-        fontsize=7 if len(hosts) > 8 else 9,
+        fontsize=SMALL_PT if len(hosts) > 8 else 9,
     )
     ax.set_xlabel("host")
     unit = "µs" if metric.endswith("_us") else "GB/s" if metric.endswith("_gbps") else ""
     ax.set_ylabel(f"{metric} ({unit})" if unit else metric)
-    ax.legend(loc="best", fontsize=8)
+    ax.legend(loc="best", fontsize=SMALL_PT)
     if source:
         footnote(ax, None, text=source)
     return ax
@@ -111,13 +111,21 @@ def summary_line(gpus: pd.DataFrame) -> str:
     )
 
 
-def _png(ax) -> str:
+#: The pixels per inch a survey page shows its figures at; each is drawn at twice that (as the
+#: notebook reports' are: sharp on the screens pages are read on) and shown at this size.
+SHOWN_DPI = 90
+
+
+def _png(ax) -> tuple[str, int, int]:
+    """The figure as base64 PNG at 2x :data:`SHOWN_DPI`, and its shown width and height (px)."""
     import matplotlib.pyplot as plt
 
+    fig = ax.figure
+    width, height = (round(float(v) * SHOWN_DPI) for v in fig.get_size_inches())
     buf = io.BytesIO()
-    ax.figure.savefig(buf, format="png", dpi=90)
-    plt.close(ax.figure)
-    return base64.b64encode(buf.getvalue()).decode()
+    fig.savefig(buf, format="png", dpi=2 * SHOWN_DPI)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode(), width, height
 
 
 def report_html(gpus: pd.DataFrame, env: dict[str, Any]) -> str:
@@ -148,7 +156,10 @@ def report_html(gpus: pd.DataFrame, env: dict[str, Any]) -> str:
     for metric in [*metric_columns(gpus), *(["latency_us"] if "latency_us" in gpus else [])]:
         if not gpus[metric].notna().any():
             continue
-        img = _png(plot_metric(gpus, metric, source=source))
-        parts.append(f"<h2>{e(metric)}</h2><img alt='{e(metric)}' src='data:image/png;base64,{img}'>")
+        img, width, height = _png(plot_metric(gpus, metric, source=source))
+        parts.append(
+            f"<h2>{e(metric)}</h2><img alt='{e(metric)}' width='{width}' height='{height}' "
+            f"src='data:image/png;base64,{img}'>"
+        )
     parts.append("</body></html>")
     return "\n".join(parts)
