@@ -89,17 +89,19 @@ def prose(nb: dict) -> list[tuple[str, str]]:
 
 def long_sentences_in_notebook(nb: dict, limit: int = MAX_WORDS) -> list[tuple[str, int, str]]:
     """(where, words, sentence) for every sentence of ``nb``'s prose over ``limit`` words."""
-    return [
-        (where, words(s), s)
-        for where, md in prose(nb)
-        for s in sentences(md)
-        if words(s) > limit
-    ]
+    return [(where, words(s), s) for where, md in prose(nb) for s in sentences(md) if words(s) > limit]
 
 
 def test_sentences_end_where_a_reader_stops():
     md = "# Title here\n\nOne two. Three four five! Six (e.g. seven) eight?\n\n- item one\n- item two\n"
-    assert sentences(md) == ["# Title here", "One two.", "Three four five!", "Six (e.g. seven) eight?", "- item one", "- item two"]
+    assert sentences(md) == [
+        "# Title here",
+        "One two.",
+        "Three four five!",
+        "Six (e.g. seven) eight?",
+        "- item one",
+        "- item two",
+    ]
     assert sentences("What it says:\nthe next part.") == ["What it says:", "the next part."]
     assert sentences("| a b | c. D e |\n|---|---|\n| f | g |") == ["a b", "c.", "D e", "f", "g"]
     assert sentences("x `a.b()`. Next one, 1.5 GB/s.") == ["x `a.b()`.", "Next one, 1.5 GB/s."]

@@ -15,8 +15,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from h2dlab.explain.finding import Finding, first_rows, run_names, size_text, spread
 from h2dlab.escape import md_text
+from h2dlab.explain.finding import Finding, first_rows, run_names, size_text, spread
 from h2dlab.explain.model import timed, value_ms
 from h2dlab.findings.clocks import clocks
 

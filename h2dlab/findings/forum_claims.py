@@ -53,7 +53,8 @@ def episodes(explained: pd.DataFrame) -> Finding:
     holds = len(t) > 0
     if holds:
         parts = " ".join(
-            f"`{r.strategy}`: rows {r.first_row}–{r.last_row}, up to {r.peak_ratio:.1f}x." for r in t.itertuples()
+            f"`{r.strategy}`: rows {r.first_row}–{r.last_row}, up to {r.peak_ratio:.1f}x."
+            for r in t.itertuples()
         )
         verdict = f"{len(t)} episode(s) of slow copies in time order. {parts}"
     else:
