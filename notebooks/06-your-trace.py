@@ -20,9 +20,9 @@
 #     for batch in loader: train_step(batch); p.step()
 # ```
 #
-# The doctor finds every copy between host and GPU in it, the part of each copy that no
-# kernel on another stream hides (its *exposed* time), and the GPU idle time spent waiting
-# while the host issues a copy or pins its batch. It then estimates, from a recorded
+# The doctor finds every copy between host and GPU in it. It measures the part of each copy
+# that no kernel on another stream hides (its *exposed* time), and the GPU's idle time while
+# the host issues a copy or pins its batch. It then estimates, from a recorded
 # machine's fitted copy times, what each of the kit's recipes would leave of that time.
 # Without a trace of yours, it reads a bundled one, recorded on the H200 with its ground
 # truth (`data/traces`).

@@ -28,6 +28,7 @@ from pathlib import Path
 from IPython.display import Markdown, display
 
 from h2dlab import datasets, survey
+from h2dlab.escape import md_code, md_text
 from h2dlab.survey import verdicts
 
 path = Path(FLEET) if FLEET else datasets.DATA_DIR / "h200_survey" / "fleet.csv.gz"
@@ -35,8 +36,8 @@ fleet = datasets.read(path) if path.exists() else None
 gpus = survey.judge(survey.gpu_table(fleet)) if fleet is not None else None
 source = survey.source_line(fleet.attrs["env"] or {}, path.name) if fleet is not None else ""
 display(Markdown(
-    f"**{survey.summary_line(gpus)}** ({source})" if gpus is not None
-    else f"No survey at `{path}`: run `h2dlab survey --out DIR` and set `FLEET` to `DIR/fleet.csv.gz`."
+    f"**{survey.summary_line(gpus)}** ({md_text(source)})" if gpus is not None
+    else f"No survey at {md_code(path)}: run `h2dlab survey --out DIR` and set `FLEET` to `DIR/fleet.csv.gz`."
 ))
 
 # %% [markdown]

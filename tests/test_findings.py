@@ -463,3 +463,16 @@ def test_context_startup_all_but_a_tenth_is_start_up_and_no_events_is_only_consi
     )
     a = findings.context_startup(a100)  # the forum's table has no CUDA events
     assert "looks like CUDA starting up; the table has no CUDA events to tell the two apart" in a.verdict
+
+
+def test_single_shot_spread_speaks_of_two_repetitions_only_when_there_are_two():
+    # issue 31: "With two repetitions..." stood above an output with 3 (synthetic rows)
+    def rows(n):
+        return [
+            {"strategy": "pageable", "size_bytes": 2**20, "wall_ms": 1.0 + 0.1 * i, "rep": i} for i in range(n)
+        ]
+
+    two, three = (forum_claims.single_shot_spread(synthetic(rows(n))) for n in (2, 3))
+    assert "With two repetitions the median is their midpoint" in two.verdict and "(2 per size" in two.verdict
+    assert "two repetitions" not in three.verdict.lower() and "(3 per size, median)" in three.verdict
+    assert "Two shots" not in three.verdict

@@ -265,21 +265,27 @@ def single_shot_spread(df: pd.DataFrame, *, top: float = 1.5, min_reps: int = 2)
     worst = by.worst_max.idxmax()
     apart = by.worst_max_over_min.idxmax()
     holds = bool(by.worst_max.max() > top or by.worst_max_over_min.max() > top)
-    parts = ", ".join(
-        f"`{s}` typically {r.typical_max:.2f}x, up to {r.worst_max:.1f}x" for s, r in by.iterrows()
+    parts = " ".join(
+        f"`{s}`: typically {r.typical_max:.2f}x its median, up to {r.worst_max:.1f}x; up to "
+        f"{r.worst_max_over_min:.1f}x its fastest."
+        for s, r in by.iterrows()
     )
-    gaps = ", ".join(f"`{s}` up to {r.worst_max_over_min:.1f}x" for s, r in by.iterrows())
+    two = (  # the median of two shots is their midpoint: only the gap between them says how far apart
+        " With two repetitions the median is their midpoint, so the gap to the fastest is the fairer measure."
+        if reps == 2
+        else ""
+    )
     verdict = (
-        f"The slowest of a size's repetitions ({reps} per size, median) over its median: {parts}; "
-        f"over the fastest of the same size: {gaps}. "
+        f"Per size, the slowest of its repetitions ({reps} per size, median) against its median and its "
+        f"fastest.{two} {parts} "
         + (
             f"A single shot can be {by.worst_max.max():.1f}x the typical copy (`{worst}`): repeat, and report "
             "medians with their spread."
             if by.worst_max.max() > top
-            else f"Two shots of one size came {by.worst_max_over_min.max():.1f}x apart (`{apart}`): one shot "
-            "could have misled; repeat, and report medians with their spread."
+            else f"The slowest and the fastest shot of one size came {by.worst_max_over_min.max():.1f}x apart "
+            f"(`{apart}`): one shot could have misled. Repeat, and report medians with their spread."
             if holds
-            else f"No repetition strayed beyond {top}x its median or its fastest: for these strategies "
+            else f"No repetition strayed beyond {top}x its median or its fastest. For these strategies "
             f"({', '.join(f'`{s}`' for s in by.index)}) and these repetitions, one shot would not have misled."
         )
     )
