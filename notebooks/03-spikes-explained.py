@@ -32,6 +32,7 @@ from IPython.display import Code, Markdown, display
 
 from h2dlab import datasets, factors, forum_claims, outliers, plots, session
 from h2dlab.findings import claims as findings
+from h2dlab.escape import md_text
 from h2dlab.findings import prose, spikes
 
 rec = session.recording(DATA, mode=MODE)
@@ -161,7 +162,7 @@ display(forum_claims.episodes(explained["forum_a100"]),
 # make.
 
 # %% tags=["hide-input"]
-display(*(Markdown(f"**{name}.** {factors.unexplained(e)}") for name, e in explained.items()))
+display(*(Markdown(f"**{md_text(name)}.** {factors.unexplained(e)}") for name, e in explained.items()))
 
 # %% [markdown]
 # One cause deserves a reader's doubt. `host_parallel` (time spent in a parallel CPU copy while
@@ -177,7 +178,7 @@ display(*(Markdown(f"**{name}.** {factors.unexplained(e)}") for name, e in expla
 # skeptical reader would: as unexplained.
 
 # %% tags=["hide-input"]
-display(*(Markdown(f"**{name}.** {factors.host_parallel(e)}") for name, e in explained.items() if (e.cause == "host_parallel").any()))
+display(*(Markdown(f"**{md_text(name)}.** {factors.host_parallel(e)}") for name, e in explained.items() if (e.cause == "host_parallel").any()))
 
 # %% [markdown]
 # Check by check, for this recording's unexplained copies (`outliers.ruled_out`): one column per

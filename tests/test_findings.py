@@ -458,7 +458,7 @@ def test_context_startup_all_but_a_tenth_is_start_up_and_no_events_is_only_consi
     f = findings.context_startup(synthetic(rows))
     assert (
         f.holds
-        and ". Of it, 199 ms passed before" in f.verdict
+        and ". Of that time, 199 ms passed before" in f.verdict
         and "that is CUDA starting up, not the copy" in f.verdict
     )
     a = findings.context_startup(a100)  # the forum's table has no CUDA events

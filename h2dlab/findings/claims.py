@@ -71,7 +71,7 @@ def _startup_text(t: pd.DataFrame) -> str:
         return ". That looks like CUDA starting up; the table has no CUDA events to tell the two apart."
     s, share = spread(t.startup_ms), t.startup_ms / t.wall_ms
     lo, hi = f"{s['min']:.0f}", f"{s['max']:.0f}"
-    head = f". Of it, {lo if lo == hi else f'{lo}–{hi}'} ms passed before the GPU recorded the start event"
+    head = f". Of that time, {lo if lo == hi else f'{lo}–{hi}'} ms passed before the GPU recorded the start event"
     if share.min() >= 0.9:
         return f"{head}: that is CUDA starting up, not the copy."
     worst = t.loc[share.idxmin()]

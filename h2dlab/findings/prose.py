@@ -59,7 +59,8 @@ def machine_line(gpu: object, name: object, *, bundled: bool) -> Finding:
     if bundled:
         return Finding(
             "This notebook shows the bundled H200 recording itself, so it stands beside the forum's A100 alone. "
-            'Set `MODE = "live"` on a CUDA machine, or `DATA` to a recording folder, to put yours beside them.'
+            'Set `MODE = "live"` on a CUDA machine, or `DATA` to a recording folder, to put yours beside them.',
+            False,
         )
     return Finding(
         f"This recording's machine ({md_text(gpu)}) is {md_code(name)} in the figure and the table.", True
