@@ -90,7 +90,8 @@ display(Markdown(f"**A100 table.** {findings.context_startup(a100)}\n\n"
 # ## 3 · Pinning, and a host allocator that grows in powers of two
 #
 # *Why does `pin_memory()` spike at some sizes and not at others?* The rule, from PyTorch's
-# `aten/src/ATen/core/CachingHostAllocator.h`, and the re-run's counter (`num_host_alloc`) beside it:
+# `aten/src/ATen/core/CachingHostAllocator.h`, and the re-run's counter (`num_host_alloc`) beside
+# it. IQR in the sentences below is the interquartile range: the middle half of the values.
 
 # %% tags=["hide-input"]
 display(Markdown(findings.ALLOCATOR_RULE + "."))
@@ -114,8 +115,7 @@ display(Markdown(f"**A100 table.** {findings.host_alloc_growth(a100)}"))
 #
 # *What does releasing the device cache before every step cost?* Each pinned copy then needs a
 # fresh device allocation (`cudaMalloc`). The sweep's copies into a reused device buffer, at the
-# sizes both runs measured, are the baseline. IQR is the interquartile range: the middle half
-# of the values, from the first quartile to the third.
+# sizes both runs measured, are the baseline.
 
 # %% tags=["hide-input"]
 plots.device_alloc_cost(forum, reuse) if forum is not None and reuse is not None else display(rec.lacks("forum", "sweep/forum-sizes"));

@@ -14,7 +14,8 @@
 #
 # `h2dlab.explain.outliers.detect()` flags a copy when it is much slower than its size should
 # cost: many robust noise scales above the fitted line, and well over it in ratio. `explain()`
-# then gives each flagged copy one cause, with evidence a person can check. The answer comes
+# then gives each flagged copy one cause, with evidence a person can check. Many causes concern
+# pinned (page-locked) memory, which the GPU reads directly, and the allocators. The answer comes
 # first: the few causes behind most slow copies. Every cause label, and the words the evidence
 # uses, are explained at the end of this notebook.
 #

@@ -15,7 +15,7 @@
 # A teaching notebook: each idea is stated, then shown with a figure from the recording named
 # in the banner.
 #
-# **Pageable and pinned memory.** Ordinary host memory is *pageable*: the operating system may
+# **Pageable and pinned (page-locked) memory.** Ordinary host memory is *pageable*: the operating system may
 # move or swap its pages, so a device cannot be handed its physical address. *Pinned*
 # (page-locked) memory stays put. So the GPU's copy engines can read it directly over PCIe (the
 # host's PCI Express link to the GPU) by DMA (direct memory access), without the CPU.

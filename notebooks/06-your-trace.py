@@ -31,7 +31,8 @@
 # and their step computes other products. Their `DataLoader` hands over ready-made batches with
 # `num_workers=0`, and their resident step still runs the loader. Notebook 02's loader
 # assembles batches in worker processes (its footer gives `num_workers`), and its resident step
-# has no loader. So a pinned loader can pay here and not there: compare like with like.
+# has no loader. So a loader with `pin_memory=True`, which copies each batch into pinned
+# (page-locked) memory, can pay here and not there: compare like with like.
 
 # %% tags=["parameters"]
 DATA = "h200"

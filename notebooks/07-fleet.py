@@ -15,8 +15,9 @@
 # `h2dlab survey` runs on every GPU of every node under the launcher a fleet already has:
 # `torchrun --nnodes=N --nproc-per-node=8 -m h2dlab survey --out DIR`, or
 # `srun --ntasks-per-node=8 python -m h2dlab survey --out DIR`, with `DIR` on a shared
-# filesystem. Each rank times pinned and pageable copies both ways, alone and with its node's
-# other GPUs copying at once, and reads its PCIe link and NUMA placement. Rank 0 writes one
+# filesystem. Each rank times copies from pinned (page-locked) and from pageable memory, both
+# ways, alone and with its node's other GPUs copying at once. It also reads its PCIe link and
+# NUMA (non-uniform memory access) placement. Rank 0 writes one
 # table, `fleet.csv.gz`, and names each sick GPU with the evidence. This page reads that table.
 
 # %% tags=["parameters"]

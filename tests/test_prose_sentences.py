@@ -130,3 +130,42 @@ def test_rendered_notebook_prose_has_no_sentence_over_40_words(name):
     nb = json.loads((NB / f"{name}.ipynb").read_text())
     bad = long_sentences_in_notebook(nb)
     assert not bad, f"{name}: {len(bad)} sentences over {MAX_WORDS} words, first: {bad[0]}"
+
+
+#: term -> the words that spell it out, which must come with its first use in a notebook's prose
+SPELLED = {
+    "DMA": "direct memory access",
+    "IQR": "interquartile range",
+    "pinned": "page-locked",
+}
+
+
+def first_use_unexplained(nb: dict) -> list[str]:
+    """The terms of :data:`SPELLED` whose first use in ``nb``'s prose (Markdown cells and
+    ``text/markdown`` outputs, in order) is not spelled out before it, in it or in the
+    sentence right after it (a bold lead-in such as "**Pinned memory.**" is followed by
+    its definition)."""
+    bad = []
+    text = [s for _, md in prose(nb) for s in sentences(md)]
+    for term, words_ in SPELLED.items():
+        pat = re.compile(rf"\b{re.escape(term)}\b")
+        first = next((i for i, s in enumerate(text) if pat.search(s)), None)
+        if first is not None and not any(words_ in s.lower() for s in text[: first + 2]):
+            bad.append(f"{term}: {text[first][:120]}")
+    return bad
+
+
+def test_first_use_check_wants_the_term_spelled_out_in_its_first_sentence():
+    def nb(*mds):
+        return {"cells": [{"cell_type": "markdown", "source": md} for md in mds]}
+
+    assert first_use_unexplained(nb("A DMA (direct memory access) copy.", "Then DMA again.")) == []
+    assert first_use_unexplained(nb("IQR is the interquartile range.", "IQR 1-2.")) == []
+    assert first_use_unexplained(nb("A DMA copy.", "Again.", "DMA is direct memory access.")) == ["DMA: A DMA copy."]
+    assert first_use_unexplained(nb("No terms here.")) == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dma_iqr_and_pinned_are_spelled_out_at_first_use(name):
+    nb = json.loads((NB / f"{name}.ipynb").read_text())
+    assert not first_use_unexplained(nb), first_use_unexplained(nb)
