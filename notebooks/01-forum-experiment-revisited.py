@@ -208,5 +208,4 @@ if adv is not None:
 # host-side figure, as its range across the recordings of this GPU model that the kit holds:
 
 # %% tags=["hide-input"]
-if sweep is not None:
-    display(stability.host_side(stability.same_model(rec.env("sweep", "pow2-interleaved").get("gpu_name"), stability.Sweep(rec.name, rec.date(), sweep, cold))))
+display(stability.for_recording(rec))

@@ -111,9 +111,7 @@ if sweep is not None and cold is not None:
             advice.registering_cost(sweep))
 
 # %% tags=["hide-input"]
-if sweep is not None:
-    display(stability.host_side(stability.same_model(rec.env("sweep", "pow2-interleaved").get("gpu_name"), stability.Sweep(rec.name, rec.date(), sweep, cold))))
-display(stability.forum_pinning(outliers.explain(datasets.load("forum_a100")), rec.get("forum")))
+display(stability.for_recording(rec), stability.forum_pinning(outliers.explain(datasets.load("forum_a100")), rec.get("forum")))
 
 # %% [markdown]
 # ## 4 · The staged copy against PyTorch's own ways, in one run

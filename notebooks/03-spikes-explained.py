@@ -59,6 +59,12 @@ display(spikes.top_causes({n: e for n, e in explained.items() if n != "forum_a10
 # *How many copies were slow, and which cause does each get?* Flagged copies per table,
 # strategy and cause. The A100 table is the forum's; the others are this recording's `forum`,
 # `sweep` and `allocator` tables (`data/README.md` gives each run's date, build and schema).
+#
+# Strategies keep the tables' names. The forum protocol's are `pin_memory` (`x.pin_memory()`),
+# `pinned_to_cuda` (the pinned copy) and `direct_to_cuda` (`x.to("cuda")`), each after
+# `empty_cache()`; its runs are `ascending-1` and so on (sizes ascending) and `shuffled-1`. In
+# the other tables `pageable` is `x.to("cuda")`, `pin_then_copy` is `x.pin_memory().to("cuda")`
+# and `pinned_reuse` a copy from a pinned buffer made once; notebook 02 lists the rest.
 
 # %% tags=["hide-input"]
 display(prose.explain_commands(rec.name if rec.bundled else str(rec.folder), [k for k in ("batch", "d2h", "idle") if rec.has(k)]))

@@ -105,7 +105,7 @@ plots.pin_cost(sweep, cold=cold, register=rec.get("allocator", "pin-register-emp
 # %% tags=["hide-input"]
 if sweep is not None and cold is not None:
     display(advice.pin_first_pays(advice.advice(sweep, 2**28, cold=cold)), advice.registering_cost(sweep))
-    display(stability.host_side(stability.same_model(rec.env("sweep", "pow2-interleaved").get("gpu_name"), stability.Sweep(rec.name, rec.date(), sweep, cold))))
+    display(stability.for_recording(rec))
 
 # %% [markdown]
 # ## 5 · Pinned memory is a limited resource

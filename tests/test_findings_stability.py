@@ -126,3 +126,20 @@ def test_question_2_on_the_forums_a100_recomputes_from_its_rows():
     assert f["direct_gbps"] == pytest.approx((p.index / p.direct_to_cuda / 1e6).median())
     assert f"a median {ratio.median():.2f}x the time of the direct" in f.verdict
     assert min(f["sizes"]) >= 256 * MIB and f["rerun_ratio"] is None
+
+
+def test_for_recording_reads_the_notebooks_recording_first_and_says_when_it_has_no_sweep():
+    from h2dlab.recording import session
+
+    rec = session.recording("h200", mode="replay")
+    f = stability.for_recording(rec)
+    assert list(f.table.label) == ["h200", "h200_sweep"] and f.verdict.startswith("Across the 2 recordings")
+
+    class NoSweep:  # SYNTHETIC: a recording without a sweep
+        name = "x"
+
+        def get(self, *a):
+            return None
+
+    g = stability.for_recording(NoSweep())
+    assert not g.holds and "no interleaved sweep" in g.verdict

@@ -21,7 +21,7 @@ from h2dlab.explain.finding import Finding, size_text
 from h2dlab.explain.model import timed, value_ms
 from h2dlab.findings.advice import pin_cached_pays, registering_cost
 
-__all__ = ["Sweep", "figures", "forum_pinning", "host_side", "same_model"]
+__all__ = ["Sweep", "figures", "for_recording", "forum_pinning", "host_side", "same_model"]
 
 GIB = 2**30
 #: The recordings bundled beside ``h200`` that hold a sweep run, with their allocator runs:
@@ -167,6 +167,17 @@ def same_model(gpu_name: str, here: Sweep | None = None) -> list[Sweep]:
         date = str((next(iter(sw.attrs.get("envs", {}).values()), None) or {}).get("date", "?"))[:10]
         out.append(Sweep(label, date, sw, cold))
     return out
+
+
+def for_recording(rec: Any, size_bytes: int = GIB) -> Finding:
+    """:func:`host_side` for a recording a notebook reads (``session.recording``): its
+    interleaved sweep and cold-cache run first, then the bundled recordings of its GPU model.
+    A recording without a sweep gets a sentence that says so."""
+    sweep = rec.get("sweep", "pow2-interleaved")
+    if sweep is None:
+        return Finding("This recording has no interleaved sweep, so it gives no host-side figures.", False)
+    here = Sweep(rec.name, rec.date(), sweep, rec.get("allocator", "pin-emptied"))
+    return host_side(same_model(_gpu(sweep) or "", here), size_bytes)
 
 
 def _gpu(df: pd.DataFrame) -> str | None:
