@@ -114,8 +114,9 @@ display(Markdown(f"**A100 table.** {findings.host_alloc_growth(a100)}"))
 # ## 4 · `empty_cache()` inside the loop
 #
 # *What does releasing the device cache before every step cost?* Each pinned copy then needs a
-# fresh device allocation (`cudaMalloc`). The sweep's copies into a reused device buffer, at the
-# sizes both runs measured, are the baseline.
+# fresh device allocation (`cudaMalloc`). The baseline is the sweep's `pinned_reuse` strategy,
+# at the sizes both runs measured: copies from a pinned buffer made once into a reused device
+# buffer.
 
 # %% tags=["hide-input"]
 plots.device_alloc_cost(forum, reuse) if forum is not None and reuse is not None else display(rec.lacks("forum", "sweep/forum-sizes"));
@@ -129,8 +130,8 @@ if forum is not None and reuse is not None:
 #
 # *Can one measurement per size be trusted?* The sweep's `forum-sizes` run repeated part of the
 # forum's sizes (the recording plan thins the grid). How far does the slowest repetition stray
-# from its size's median, and from the fastest? The sweep's strategy names are glossed in
-# notebook 02: `pageable` is `x.to("cuda")`, `pinned_reuse` a copy from a pinned buffer made once.
+# from its size's median, and from the fastest? Here `pageable` is `x.to("cuda")`; notebook 02
+# lists every strategy of the sweep.
 
 # %% tags=["hide-input"]
 display(forum_claims.single_shot_spread(reuse) if reuse is not None else rec.lacks("sweep/forum-sizes"))
