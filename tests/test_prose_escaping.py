@@ -146,3 +146,15 @@ def test_notebook_markdown_puts_no_file_value_in_unescaped(name):
     code = "\n".join(c.source for c in jupytext.read(NB / f"{name}.py").cells if c.cell_type == "code")
     code = "\n".join(ln for ln in code.splitlines() if not ln.lstrip().startswith(("%", "!")))
     assert not unescaped(code), f"{name}: raw values in Markdown: {unescaped(code)}"
+
+
+def test_the_gpu_name_of_a_synthetic_env_reaches_the_link_estimate_escaped():
+    from h2dlab.findings import forum_claims
+    from h2dlab.recording import datasets, session
+
+    rec = session.recording("h200", mode="replay")
+    forum, reuse = rec.get("forum").copy(), rec.get("sweep", "forum-sizes")
+    forum.attrs = {**forum.attrs, "env": {"gpu_name": EVIL, "hostname": EVIL}}  # synthetic env.json
+    f = forum_claims.link_estimate(datasets.load("forum_a100"), forum, reuse)
+    html = render(f.verdict)
+    assert not MARKUP.search(html) and "&lt;script&gt;" in html
