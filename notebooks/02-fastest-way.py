@@ -58,6 +58,10 @@ display(findings_workload.decision(rec.table("workload"), f"{rec.name} (workload
 
 # %% [markdown]
 # ## 1 · How fast is each way, from the smallest copy to the largest?
+#
+# A pinned copy's rate belongs to the link and hardly moves between recordings of one machine
+# model. The rates of the ways that copy on the host first (`pageable`, `pin_then_copy`,
+# `staged`) belong to the host, and they move: §3 gives their range across recordings.
 
 # %% tags=["hide-input"]
 plots.bandwidth(sweep) if sweep is not None else display(rec.lacks("sweep/pow2-interleaved"));
