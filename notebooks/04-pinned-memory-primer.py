@@ -43,8 +43,8 @@ rec.banner()
 # a small pinned staging buffer of its own and DMA each piece from there: a CPU copy and a
 # transfer, one after the other. From pinned memory the DMA reads the tensor itself. *How much
 # does that matter, for large copies and for small ones?* The pinned rate belongs to the link
-# and hardly moves between recordings; the pageable rate belongs to the host and moves (§4 gives
-# its range).
+# and hardly moves between recordings; the pageable rate belongs to the host and moves (the
+# section on what pinning costs gives its range).
 
 # %% tags=["hide-input"]
 plots.bandwidth(sweep, strategies=["pageable", "pinned_reuse"]) if sweep is not None else display(rec.lacks("sweep/pow2-interleaved"));
