@@ -143,3 +143,15 @@ def test_for_recording_reads_the_notebooks_recording_first_and_says_when_it_has_
 
     g = stability.for_recording(NoSweep())
     assert not g.holds and "no interleaved sweep" in g.verdict
+
+
+def test_a_recording_that_stops_short_of_1_gib_is_read_at_the_largest_size_all_share():
+    a, b = two()
+    short = b.sweep[b.sweep.size_bytes < GIB]  # SYNTHETIC: a quick plan, up to 64 MiB
+    with pytest.raises(ValueError, match="share no size"):  # its pinned copies stop at... none
+        stability.host_side([a, stability.Sweep("quick", "d", short, None)])
+    short = pd.concat([short, b.sweep[(b.sweep.strategy == "pinned_reuse")].assign(size_bytes=64 * MIB)])
+    a2 = pd.concat([a.sweep, a.sweep[(a.sweep.strategy == "pinned_reuse")].assign(size_bytes=64 * MIB)])
+    f = stability.host_side([stability.Sweep("a", "d", a2, None), stability.Sweep("quick", "d", short, None)])
+    assert "a pageable copy of 64 MiB ran at" in f.verdict and "nan" not in f.verdict
+    assert "(in 0 of 2" not in f.verdict

@@ -76,9 +76,25 @@ def figures(s: Sweep, size_bytes: int = GIB) -> dict[str, Any]:
 
 
 def _span(v: pd.Series, fmt: str, unit: str) -> str:
-    v = v.dropna()
-    lo, hi = format(v.min(), fmt), format(v.max(), fmt)
-    return f"{lo} {unit}" if lo == hi else f"{lo}–{hi} {unit}"
+    """``'6.9–8.9 GB/s'``, one value once, and how many recordings it rests on where some lack it."""
+    have = v.dropna()
+    lo, hi = format(have.min(), fmt), format(have.max(), fmt)
+    text = f"{lo} {unit}" if lo == hi else f"{lo}–{hi} {unit}"
+    return text if len(have) == len(v) else f"{text} (in {len(have)} of {len(v)} recordings)"
+
+
+def _common_size(recordings: list[Sweep], size_bytes: int) -> int:
+    """``size_bytes`` where every recording's sweep timed pinned and pageable copies of it; else
+    the largest such size below it (a quick plan stops short of 1 GiB), else the smallest above."""
+    sizes = None
+    for r in recordings:
+        t = timed(r.sweep)
+        both = set(t.size_bytes[t.strategy == "pinned_reuse"]) & set(t.size_bytes[t.strategy == "pageable"])
+        sizes = both if sizes is None else sizes & both
+    if not sizes:
+        raise ValueError("the recordings share no size with both pinned_reuse and pageable copies")
+    below = [int(x) for x in sizes if x <= size_bytes]
+    return max(below) if below else min(int(x) for x in sizes)
 
 
 def host_side(recordings: list[Sweep], size_bytes: int = GIB) -> Finding:
@@ -101,6 +117,7 @@ def host_side(recordings: list[Sweep], size_bytes: int = GIB) -> Finding:
     """
     if not recordings:
         raise ValueError("host_side needs at least one recording's sweep")
+    size_bytes = _common_size(recordings, size_bytes)
     t = pd.DataFrame([figures(s, size_bytes) for s in recordings])
     size = size_text(size_bytes)
     n = len(t)
@@ -177,7 +194,10 @@ def for_recording(rec: Any, size_bytes: int = GIB) -> Finding:
     if sweep is None:
         return Finding("This recording has no interleaved sweep, so it gives no host-side figures.", False)
     here = Sweep(rec.name, rec.date(), sweep, rec.get("allocator", "pin-emptied"))
-    return host_side(same_model(_gpu(sweep) or "", here), size_bytes)
+    try:
+        return host_side(same_model(_gpu(sweep) or "", here), size_bytes)
+    except ValueError as exc:  # the recordings share no size: say so in the notebook, do not fail it
+        return Finding(f"No host-side range: {exc}.", False)
 
 
 def _gpu(df: pd.DataFrame) -> str | None:
@@ -228,7 +248,7 @@ def forum_pinning(
         f"So pinning every step bought about {1 - ratio.median():.0%} there. The direct copy ran at {gbps:.1f} GB/s "
         "(one shot per size, host clock)."
     )
-    if rerun is not None:
+    if rerun is not None and rerun.size_bytes.isin(p.index).any():
         r = timed(rerun[rerun.size_bytes.isin(p.index)])
         made = r.loc[r.host_allocs.fillna(0) > 0, ["run_id", "size_bytes"]]  # a new pinned block: not steady
         r = r[~r.set_index(["run_id", "size_bytes"]).index.isin(pd.MultiIndex.from_frame(made))]
