@@ -60,10 +60,7 @@ def test_openmp_wait_counts_recomputed(omp):
         f"Of {d['flagged']} flagged copies (18 in default-1, 7 in default-2, 12 in default-3), "
         f"{d['unexplained']} were unexplained ({d['top_n']} of them `{d['top']}`" in f.verdict
     )
-    assert (
-        f"`, 64 KiB to 2 MiB) and {d['host_parallel']} `host_parallel`. In every flagged copy"
-        in f.verdict
-    )
+    assert f"`, 64 KiB to 2 MiB) and {d['host_parallel']} `host_parallel`. In every flagged copy" in f.verdict
     assert "gpu_wake" not in f.verdict
     assert f"{fmt_bytes(d['top_sizes'][0])} to {fmt_bytes(d['top_sizes'][1])}" in f.verdict
     assert (

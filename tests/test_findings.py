@@ -469,7 +469,8 @@ def test_single_shot_spread_speaks_of_two_repetitions_only_when_there_are_two():
     # issue 31: "With two repetitions..." stood above an output with 3 (synthetic rows)
     def rows(n):
         return [
-            {"strategy": "pageable", "size_bytes": 2**20, "wall_ms": 1.0 + 0.1 * i, "rep": i} for i in range(n)
+            {"strategy": "pageable", "size_bytes": 2**20, "wall_ms": 1.0 + 0.1 * i, "rep": i}
+            for i in range(n)
         ]
 
     two, three = (forum_claims.single_shot_spread(synthetic(rows(n))) for n in (2, 3))

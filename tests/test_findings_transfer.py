@@ -202,7 +202,9 @@ def test_pageable_back_names_the_faulting_sizes():
     assert f["size_bytes"] == 256 * MiB
     assert "moved 1.5 GB/s at 256 MiB, 0.19x `x.to('cuda')` from pageable memory (8.0 GB/s)" in f.verdict
     assert "From 64 MiB on, every copy took at least 0.9 minor page faults per 4 KiB page" in f.verdict
-    assert "(1.00, median per size)" in f.verdict and "Below 64 MiB: no faults, and up to 12.0 GB/s" in f.verdict
+    assert (
+        "(1.00, median per size)" in f.verdict and "Below 64 MiB: no faults, and up to 12.0 GB/s" in f.verdict
+    )
 
 
 def test_pageable_back_without_faults_or_counts_names_no_cause():

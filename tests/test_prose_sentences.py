@@ -161,7 +161,9 @@ def test_first_use_check_wants_the_term_spelled_out_in_its_first_sentence():
 
     assert first_use_unexplained(nb("A DMA (direct memory access) copy.", "Then DMA again.")) == []
     assert first_use_unexplained(nb("IQR is the interquartile range.", "IQR 1-2.")) == []
-    assert first_use_unexplained(nb("A DMA copy.", "Again.", "DMA is direct memory access.")) == ["DMA: A DMA copy."]
+    assert first_use_unexplained(nb("A DMA copy.", "Again.", "DMA is direct memory access.")) == [
+        "DMA: A DMA copy."
+    ]
     assert first_use_unexplained(nb("No terms here.")) == []
 
 
