@@ -5,7 +5,9 @@ from a recording, no GPU code run here): the Markdown cells and every ``text/mar
 output, the sentences the findings build from data included. A heading, a list item and
 a table cell are units of their own; inside one, a sentence ends at ``.``, ``!`` or ``?``
 followed by a space, or at a colon that ends a line. Code (fenced blocks, inline spans)
-counts as the words it shows.
+counts as the words it shows. DMA, IQR and pinned must be spelled out at their first use in
+each notebook. These read the committed notebooks: after editing a notebook's .py, re-render
+(`make notebooks`) before they can pass.
 """
 
 from __future__ import annotations
