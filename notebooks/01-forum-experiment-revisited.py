@@ -12,17 +12,19 @@
 # %% [markdown]
 # # 01 · The forum experiment, revisited
 #
-# A PyTorch user timed three things on an A100 (`x.pin_memory()`, which copies a tensor into pinned
-# (page-locked) memory; the pinned copy to the GPU;
-# and `x.to("cuda")` from ordinary memory), once per tensor size, sizes in ascending order,
-# with `torch.cuda.empty_cache()` between steps, and asked: *is my experiment set up correctly,
-# and what factors am I missing?* and *why is a tensor of shape `(24, 2, 1, 1026, 4096)` faster to
-# copy than `(24, 2, 1, 966, 4096)`?*
+# A PyTorch user timed three things on an A100, once per tensor size, sizes in ascending order.
+# The tables name them by column: `pin_memory` is `x.pin_memory()`, a copy into pinned
+# (page-locked) memory; `pinned_to_cuda` is the pinned copy to the GPU; `direct_to_cuda` is
+# `x.to("cuda")` from ordinary (pageable) memory. Between steps the script called
+# `torch.cuda.empty_cache()`. The user asked: *is my experiment set up correctly, and what
+# factors am I missing?* And: *why is a tensor of shape `(24, 2, 1, 1026, 4096)` faster to copy
+# than `(24, 2, 1, 966, 4096)`?*
 #
-# This notebook puts the published table beside the same protocol re-run with `h2dlab forum`
-# (runs in the forum's size order and one shuffled, each in a fresh process, CUDA events and
-# allocator counters beside the host clock) and takes the factors one at a time. The banner
-# names the machine and date of the re-run; every number in the prose is computed below.
+# This notebook puts the published table beside the same protocol re-run with `h2dlab forum`.
+# The re-run's runs are named by their order: `ascending-1` and the like keep the forum's
+# ascending sizes, `shuffled-1` shuffles them. Each ran in a fresh process, with CUDA events and
+# allocator counters beside the host clock. The factors follow one at a time. The banner names
+# the machine and date of the re-run; every number in the prose is computed below.
 
 # %% tags=["parameters"]
 DATA = "h200"
@@ -33,6 +35,7 @@ from IPython.display import Code, Markdown, display
 
 from h2dlab import advice, datasets, factors, forum_claims, outliers, plots, session
 from h2dlab.findings import claims as findings
+from h2dlab.findings import stability
 
 rec = session.recording(DATA, mode=MODE)
 forum, a100 = rec.get("forum"), datasets.load("forum_a100")
@@ -87,7 +90,8 @@ display(Markdown(f"**A100 table.** {findings.context_startup(a100)}\n\n"
 # ## 3 · Pinning, and a host allocator that grows in powers of two
 #
 # *Why does `pin_memory()` spike at some sizes and not at others?* The rule, from PyTorch's
-# `aten/src/ATen/core/CachingHostAllocator.h`, and the re-run's counter (`num_host_alloc`) beside it:
+# `aten/src/ATen/core/CachingHostAllocator.h`, and the re-run's counter (`num_host_alloc`) beside
+# it. IQR in the sentences below is the interquartile range: the middle half of the values.
 
 # %% tags=["hide-input"]
 display(Markdown(findings.ALLOCATOR_RULE + "."))
@@ -110,8 +114,9 @@ display(Markdown(f"**A100 table.** {findings.host_alloc_growth(a100)}"))
 # ## 4 · `empty_cache()` inside the loop
 #
 # *What does releasing the device cache before every step cost?* Each pinned copy then needs a
-# fresh device allocation (`cudaMalloc`). The sweep's copies into a reused device buffer, at the
-# sizes both runs measured, are the baseline.
+# fresh device allocation (`cudaMalloc`). The baseline is the sweep's `pinned_reuse` strategy,
+# at the sizes both runs measured: copies from a pinned buffer made once into a reused device
+# buffer.
 
 # %% tags=["hide-input"]
 plots.device_alloc_cost(forum, reuse) if forum is not None and reuse is not None else display(rec.lacks("forum", "sweep/forum-sizes"));
@@ -124,9 +129,9 @@ if forum is not None and reuse is not None:
 # ## 5 · One shot per size
 #
 # *Can one measurement per size be trusted?* The sweep's `forum-sizes` run repeated part of the
-# forum's sizes (the recording plan thins the grid); how far does the slowest repetition stray
-# from its size's median, and from the fastest? With two repetitions the median is their
-# midpoint, so the gap between the two shots is the fairer measure.
+# forum's sizes (the recording plan thins the grid). How far does the slowest repetition stray
+# from its size's median, and from the fastest? Here `pageable` is `x.to("cuda")`; notebook 02
+# lists every strategy of the sweep.
 
 # %% tags=["hide-input"]
 display(forum_claims.single_shot_spread(reuse) if reuse is not None else rec.lacks("sweep/forum-sizes"))
@@ -159,8 +164,9 @@ display(findings.clocks(forum) if forum is not None else rec.lacks("forum"))
 # %% [markdown]
 # ## 8 · The machine
 #
-# *What about the machine itself?* Pinned memory is a limited resource, a host buffer may sit on
-# a NUMA (non-uniform memory access) node far from the GPU, and an idle GPU lowers its clocks. What the recording says:
+# *What about the machine itself?* Pinned memory is a limited resource. A host buffer may sit on
+# a NUMA (non-uniform memory access) node far from the GPU. An idle GPU lowers its clocks. What
+# the recording says:
 
 # %% tags=["hide-input"]
 if sweep is not None:
@@ -182,17 +188,25 @@ display(forum_claims.size_pair(ea, forum) if forum is not None else rec.lacks("f
 # ## What to do instead: one advice table
 #
 # The same table as in notebooks 02 and 04 (the README sums it up), from the sweep (interleaved
-# order). Its first call of `pin_memory()` is every copy that made a new pinned block, in the
-# sweep and in the run with the host cache emptied before each size; *basis* says how many
-# copies a figure rests on. PyTorch's pin_memory tutorial warns that `x.pin_memory().to()` can
-# be slower than `x.to()`: here is exactly when.
+# order). Its first call of `pin_memory()` is every copy that made a new pinned block. Those come
+# from the sweep and from the run with the host cache emptied before each size. *Basis* says how
+# many copies a figure rests on. PyTorch's pin_memory tutorial warns that `x.pin_memory().to()`
+# can be slower than `x.to()`: here is when, on this recording.
 
 # %% tags=["hide-input"]
 extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}
 adv = advice.advice(sweep, 2**30, cold=cold, **extra) if sweep is not None else None
-plots.advice_bars(adv, name=DATA) if adv is not None else display(rec.lacks("sweep/pow2-interleaved"));
+plots.advice_bars(adv, name=rec.name) if adv is not None else display(rec.lacks("sweep/pow2-interleaved"));
 
 # %% tags=["hide-input"]
 if adv is not None:
     display(adv[["case", "what", "code", "per_copy_ms", "q1_ms", "q3_ms", "gbps", "upfront_ms", "verdict", "basis"]].round(2))
     display(advice.pin_first_pays(adv), advice.best_way(adv), advice.best_way(adv, copies=100))
+
+# %% [markdown]
+# A pinned copy's rate belongs to the link and hardly moves between recordings of one machine
+# model. A pageable copy's rate and what pinning costs belong to the host, and they move. Each
+# host-side figure, as its range across the recordings of this GPU model that the kit holds:
+
+# %% tags=["hide-input"]
+display(stability.for_recording(rec))

@@ -12,11 +12,11 @@
 # %% [markdown]
 # # 02 · What is the fastest way to move a tensor to the GPU?
 #
-# Six ways to move a host tensor to the GPU, timed one copy at a time with CUDA events, every
-# power of two from a kibibyte into the gibibytes (the figure's axis ends at the largest size
-# recorded), repeated, warm-ups kept and labelled. The
-# sizes run in *interleaved* order: each repetition visits every size and every strategy in
-# turn, so a slow moment of the machine cannot pose as a property of one strategy or size.
+# Six ways to move a host tensor to the GPU, timed one copy at a time with CUDA events. Every
+# power of two from a kibibyte into the gibibytes was timed, repeated, warm-ups kept and
+# labelled; the figure's axis ends at the largest size recorded. The sizes run in *interleaved*
+# order: each repetition visits every size and every strategy in turn. So a slow moment of the
+# machine cannot pose as a property of one strategy or size.
 #
 # | strategy | what is timed |
 # | --- | --- |
@@ -34,7 +34,8 @@ MODE = "replay"
 # %%
 from IPython.display import Code, Markdown, display
 
-from h2dlab import advice, compare_machines, datasets, factors, findings_spacing, findings_speed, findings_transfer, findings_workload, plots, recipes, session
+from h2dlab import advice, compare_machines, datasets, factors, findings_spacing, findings_speed, findings_transfer, findings_workload, outliers, plots, recipes, session
+from h2dlab.findings import prose, stability
 
 rec = session.recording(DATA, mode=MODE)
 sweep = rec.get("sweep", "pow2-interleaved")
@@ -57,6 +58,10 @@ display(findings_workload.decision(rec.table("workload"), f"{rec.name} (workload
 
 # %% [markdown]
 # ## 1 · How fast is each way, from the smallest copy to the largest?
+#
+# A pinned copy's rate belongs to the link and hardly moves between recordings of one machine
+# model. The rates of the ways that copy on the host first (`pageable`, `pin_then_copy`,
+# `staged`) belong to the host, and they move: the section on pinning first gives their range.
 
 # %% tags=["hide-input"]
 plots.bandwidth(sweep) if sweep is not None else display(rec.lacks("sweep/pow2-interleaved"));
@@ -89,11 +94,17 @@ display(findings_spacing.reference_agreement(rec.env("reference", "reference").g
 # ## 3 · Does pinning first pay?
 #
 # PyTorch's pin_memory/non_blocking tutorial says `x.pin_memory().to("cuda")` can be slower than
-# `x.to("cuda")`. Whether it is depends on two things: does the caching host allocator already
-# hold a free pinned block of the request's power-of-two class, and is the tensor large enough
+# `x.to("cuda")`. Whether it is depends on two things. Does the caching host allocator already
+# hold a free pinned block of the request's power-of-two class? And is the tensor large enough
 # for the faster DMA (direct memory access: the GPU's copy engine reads host memory itself) to
-# repay the extra host copy? The figure puts the first call (a new block)
-# beside calls whose block was cached, against plain pageable and pinned copies.
+# repay the extra host copy? The figure puts the first call (a new block) beside calls whose
+# block was cached, against plain pageable and pinned copies.
+#
+# Two kinds of figure answer it. A pinned copy's rate belongs to the link: it hardly moves
+# between recordings of one machine model. A pageable copy's rate and what pinning costs belong
+# to the host: they move. So the sentences after the figure give each host-side figure its range
+# across the recordings of this GPU model that the kit holds. Last, the forum's own A100 table
+# answers the same question.
 
 # %% tags=["hide-input"]
 plots.pin_cost(sweep, cold=cold, register=rec.get("allocator", "pin-register-emptied")) if sweep is not None and cold is not None else display(rec.lacks("sweep/pow2-interleaved", "allocator/pin-emptied"));
@@ -103,17 +114,21 @@ if sweep is not None and cold is not None:
     display(advice.pin_first_pays(advice.advice(sweep, 2**26, cold=cold)), advice.pin_cached_pays(sweep),
             advice.registering_cost(sweep))
 
+# %% tags=["hide-input"]
+display(stability.for_recording(rec), stability.forum_pinning(outliers.explain(datasets.load("forum_a100")), rec.get("forum")))
+
 # %% [markdown]
 # ## 4 · The staged copy against PyTorch's own ways, in one run
 #
 # *Does staging through a pinned ring beat what PyTorch offers, and what bounds it?*
-# `benchmarks/bench_transfer.py` timed `to_device` beside `x.to("cuda")`, pin-then-copy,
-# TensorDict's multithreaded pinning and reused pinned buffers, in one process, with a
-# multithreaded host `memcpy` from pageable into pinned memory measured alone, and the bounds
-# of a staged copy: the host copy and the pinned DMA, each alone and each while the other runs.
-# Two runs are bundled, both on H200 machines: one on the lent H200 machine of the
-# bundled recording, shown here (the figure's footnote gives its date; `data/README.md` the VM
-# builds), and one on a host with twice its cores (`h200x2`; `benchmarks/README.md` has both).
+# `benchmarks/bench_transfer.py` timed, in one process, `to_device` beside `x.to("cuda")`,
+# pin-then-copy, TensorDict's multithreaded pinning and reused pinned buffers. It also timed a
+# multithreaded host `memcpy` from pageable into pinned memory alone. And it timed the bounds of
+# a staged copy: the host copy and the pinned DMA, each alone and each while the other runs.
+#
+# Two runs are bundled, both on H200 machines. The one shown here ran on the lent H200 machine of
+# the bundled recording; the figure's footnote gives its date, `data/README.md` the VM builds.
+# The other ran on a host with twice its cores (`h200x2`; `benchmarks/README.md` has both).
 
 # %% tags=["hide-input"]
 bench = datasets.load_benchmark("h200")
@@ -125,9 +140,10 @@ display(advice.host_copy_ceiling(bench), findings_speed.staged_bounds(bench))
 # %% [markdown]
 # ## 5 · Where the time of one staged copy goes
 #
-# *What keeps `to_device` below its bounds?* One staged copy from the same run (its size is in the
-# figure's title), with the settings the run tuned, chunk by chunk: each staging thread's slot
-# waits, host copies and DMA hand-overs on the host clock, and each chunk's DMA from CUDA events.
+# *What keeps `to_device` below its bounds?* One staged copy from the same run, chunk by chunk,
+# with the settings the run tuned; its size is in the figure's title. The host clock gives each
+# staging thread's waits for a slot, its host copies and its DMA hand-overs. CUDA events give
+# each chunk's DMA.
 
 # %% tags=["hide-input"]
 tl = bench.get("timeline_256MiB")
@@ -142,19 +158,22 @@ else:
 #
 # *So which way should you use?* The same table as in notebooks 01 and 04 (the README sums it
 # up). *Per copy* is the median with its quartiles; *up front* is what a way pays once before its
-# first copy (pinning in place). The first call of `pin_memory()` is every copy that had to make
-# a new pinned block: in this sweep, warm-ups of the sizes whose block class was not cached yet,
-# and in the run with the host cache emptied before each size, one copy per size. *Basis* says
-# how many copies each figure rests on: a first-call figure at a size is one copy, so read it as
-# one measurement, not a median; where none was timed it is scaled from nearby sizes.
+# first copy (pinning in place).
+#
+# The first call of `pin_memory()` is every copy that had to make a new pinned block. In this
+# sweep those are warm-ups of the sizes whose block class was not cached yet. In the run with the
+# host cache emptied before each size, there is one per size. *Basis* says how many copies each
+# figure rests on. A first-call figure at a size is one copy: read it as one measurement, not a
+# median. Where none was timed, it is scaled from nearby sizes.
+#
 # Where the recording has them, results coming back and a batch of many tensors are cases of
-# their own, each compared with its plain way (`.cpu()`; a loop of `.to()`). A batch way marked
+# their own. Each is compared with its plain way (`.cpu()`; a loop of `.to()`). A batch way marked
 # "pinned beforehand" did not time its pinning.
 
 # %% tags=["hide-input"]
 extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}
 adv = advice.advice(sweep, 2**30, cold=cold, **extra) if sweep is not None else None
-plots.advice_bars(adv, name=DATA) if adv is not None else display(rec.lacks("sweep/pow2-interleaved"));
+plots.advice_bars(adv, name=rec.name) if adv is not None else display(rec.lacks("sweep/pow2-interleaved"));
 
 # %% tags=["hide-input"]
 if adv is not None:
@@ -201,10 +220,12 @@ display(findings_transfer.duplex_summary(rec.table("bidir")) if rec.has("bidir")
 #
 # *What does each extra tensor cost, and which way moves a batch fastest?* A training step moves
 # a batch: many tensors, of equal or mixed sizes. Each method moved the same bytes split into
-# more and more tensors of equal size; the figure shows the time per tensor at the smallest batch
-# total. Two methods, `pinned_each` and `foreach_copy`, copy from tensors pinned beforehand:
-# their pinning is not timed. `tensordict` pins inside the timed call, and `pinned_flat` times
-# its packing into one pinned buffer.
+# more and more tensors of equal size. The figure shows the time per tensor at the smallest batch
+# total. The methods: `loop_to` is a loop of `.to()`, `loop_non_blocking` the same with
+# `non_blocking=True`. `pinned_each` and `foreach_copy` copy from tensors pinned beforehand: their
+# pinning is not timed. `tensordict` pins inside the timed call. `pinned_flat` times its packing
+# into one pinned buffer. `to_device_packed` packs the batch with `torch.cat` and sends it with
+# the kit's `to_device`.
 
 # %% tags=["hide-input"]
 if rec.has("batch", "equal"):
@@ -246,7 +267,5 @@ machines = compare_machines.compare(None if rec.bundled else rec)
 plots.machines(machines);
 
 # %% tags=["hide-input"]
-display(Markdown("This notebook shows the bundled H200 recording itself, so it stands beside the forum's A100 alone: "
-                 "set `MODE = \"live\"` on a CUDA machine, or `DATA` to a recording folder, to put yours beside them."
-                 if rec.bundled else f"This recording's machine ({machines.gpu.iloc[0]}) is `{rec.name}` in the figure and the table."))
+display(prose.machine_line(machines.gpu.iloc[0], rec.name, bundled=rec.bundled))
 display(compare_machines.wide(machines), compare_machines.definitions())

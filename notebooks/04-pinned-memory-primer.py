@@ -15,10 +15,10 @@
 # A teaching notebook: each idea is stated, then shown with a figure from the recording named
 # in the banner.
 #
-# **Pageable and pinned memory.** Ordinary host memory is *pageable*: the operating system may
+# **Pageable and pinned (page-locked) memory.** Ordinary host memory is *pageable*: the operating system may
 # move or swap its pages, so a device cannot be handed its physical address. *Pinned*
-# (page-locked) memory stays put, so the GPU's copy engines can read it directly over PCIe by
-# DMA, without the CPU.
+# (page-locked) memory stays put. So the GPU's copy engines can read it directly over PCIe (the
+# host's PCI Express link to the GPU) by DMA (direct memory access), without the CPU.
 
 # %% tags=["parameters"]
 DATA = "h200"
@@ -28,6 +28,7 @@ MODE = "replay"
 from IPython.display import Markdown, display
 
 from h2dlab import advice, factors, findings_tutorial, plots, session
+from h2dlab.findings import stability
 
 rec = session.recording(DATA, mode=MODE)
 sweep = rec.get("sweep", "pow2-interleaved")
@@ -41,7 +42,9 @@ rec.banner()
 # From pageable memory, `x.to("cuda")` makes the driver copy the data, a piece at a time, into
 # a small pinned staging buffer of its own and DMA each piece from there: a CPU copy and a
 # transfer, one after the other. From pinned memory the DMA reads the tensor itself. *How much
-# does that matter, for large copies and for small ones?*
+# does that matter, for large copies and for small ones?* The pinned rate belongs to the link
+# and hardly moves between recordings; the pageable rate belongs to the host and moves (the
+# section on what pinning costs gives its range).
 
 # %% tags=["hide-input"]
 plots.bandwidth(sweep, strategies=["pageable", "pinned_reuse"]) if sweep is not None else display(rec.lacks("sweep/pow2-interleaved"));
@@ -62,7 +65,7 @@ if sweep is not None:
 # call that launched each operation returned.
 
 # %% tags=["hide-input"]
-plots.overlap(tl, env=rec.env("overlap", "overlap"), name=DATA) if tl is not None and sweep is not None else display(rec.lacks("overlap", "sweep/pow2-interleaved"));
+plots.overlap(tl, env=rec.env("overlap", "overlap"), name=rec.name) if tl is not None and sweep is not None else display(rec.lacks("overlap", "sweep/pow2-interleaved"));
 
 # %% tags=["hide-input"]
 ov = factors.overlap(tl) if tl is not None and sweep is not None else None
@@ -95,7 +98,8 @@ if ov is not None:
 # `x.pin_memory()` asks PyTorch's caching host allocator for a pinned block; when none of the
 # request's power-of-two class is free it makes one (`cudaHostAlloc`) and then copies the
 # tensor into it. `cudaHostRegister` pins an existing buffer in place. *When does pinning first
-# pay, at the same size?*
+# pay, at the same size?* What pinning costs belongs to the host, and it moves between
+# recordings of one machine model; the last sentence gives its range.
 
 # %% tags=["hide-input"]
 plots.pin_cost(sweep, cold=cold, register=rec.get("allocator", "pin-register-emptied")) if sweep is not None and cold is not None else display(rec.lacks("sweep/pow2-interleaved", "allocator/pin-emptied"));
@@ -103,6 +107,7 @@ plots.pin_cost(sweep, cold=cold, register=rec.get("allocator", "pin-register-emp
 # %% tags=["hide-input"]
 if sweep is not None and cold is not None:
     display(advice.pin_first_pays(advice.advice(sweep, 2**28, cold=cold)), advice.registering_cost(sweep))
+    display(stability.for_recording(rec))
 
 # %% [markdown]
 # ## 5 · Pinned memory is a limited resource
@@ -124,7 +129,7 @@ display(factors.machine(rec.env("sweep", "pow2-interleaved"), failed_rows=int((s
 # %% tags=["hide-input"]
 extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}
 adv = advice.advice(sweep, 2**30, cold=cold, **extra) if sweep is not None else None
-plots.advice_bars(adv, name=DATA) if adv is not None else display(rec.lacks("sweep/pow2-interleaved"));
+plots.advice_bars(adv, name=rec.name) if adv is not None else display(rec.lacks("sweep/pow2-interleaved"));
 
 # %% tags=["hide-input"]
 if adv is not None:

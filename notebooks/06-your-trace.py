@@ -20,9 +20,9 @@
 #     for batch in loader: train_step(batch); p.step()
 # ```
 #
-# The doctor finds every copy between host and GPU in it, the part of each copy that no
-# kernel on another stream hides (its *exposed* time), and the GPU idle time spent waiting
-# while the host issues a copy or pins its batch. It then estimates, from a recorded
+# The doctor finds every copy between host and GPU in it. It measures the part of each copy
+# that no kernel on another stream hides (its *exposed* time), and the GPU's idle time while
+# the host issues a copy or pins its batch. It then estimates, from a recorded
 # machine's fitted copy times, what each of the kit's recipes would leave of that time.
 # Without a trace of yours, it reads a bundled one, recorded on the H200 with its ground
 # truth (`data/traces`).
@@ -31,7 +31,8 @@
 # and their step computes other products. Their `DataLoader` hands over ready-made batches with
 # `num_workers=0`, and their resident step still runs the loader. Notebook 02's loader
 # assembles batches in worker processes (its footer gives `num_workers`), and its resident step
-# has no loader. So a pinned loader can pay here and not there: compare like with like.
+# has no loader. So a loader with `pin_memory=True`, which copies each batch into pinned
+# (page-locked) memory, can pay here and not there: compare like with like.
 
 # %% tags=["parameters"]
 DATA = "h200"

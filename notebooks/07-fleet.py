@@ -15,8 +15,9 @@
 # `h2dlab survey` runs on every GPU of every node under the launcher a fleet already has:
 # `torchrun --nnodes=N --nproc-per-node=8 -m h2dlab survey --out DIR`, or
 # `srun --ntasks-per-node=8 python -m h2dlab survey --out DIR`, with `DIR` on a shared
-# filesystem. Each rank times pinned and pageable copies both ways, alone and with its node's
-# other GPUs copying at once, and reads its PCIe link and NUMA placement. Rank 0 writes one
+# filesystem. Each rank times copies from pinned (page-locked) and from pageable memory, both
+# ways, alone and with its node's other GPUs copying at once. It also reads its PCIe link and
+# NUMA (non-uniform memory access) placement. Rank 0 writes one
 # table, `fleet.csv.gz`, and names each sick GPU with the evidence. This page reads that table.
 
 # %% tags=["parameters"]
@@ -28,6 +29,7 @@ from pathlib import Path
 from IPython.display import Markdown, display
 
 from h2dlab import datasets, survey
+from h2dlab.escape import md_code, md_text
 from h2dlab.survey import verdicts
 
 path = Path(FLEET) if FLEET else datasets.DATA_DIR / "h200_survey" / "fleet.csv.gz"
@@ -35,8 +37,8 @@ fleet = datasets.read(path) if path.exists() else None
 gpus = survey.judge(survey.gpu_table(fleet)) if fleet is not None else None
 source = survey.source_line(fleet.attrs["env"] or {}, path.name) if fleet is not None else ""
 display(Markdown(
-    f"**{survey.summary_line(gpus)}** ({source})" if gpus is not None
-    else f"No survey at `{path}`: run `h2dlab survey --out DIR` and set `FLEET` to `DIR/fleet.csv.gz`."
+    f"**{survey.summary_line(gpus)}** ({md_text(source)})" if gpus is not None
+    else f"No survey at {md_code(path)}: run `h2dlab survey --out DIR` and set `FLEET` to `DIR/fleet.csv.gz`."
 ))
 
 # %% [markdown]

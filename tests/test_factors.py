@@ -156,7 +156,7 @@ def test_unexplained_counts_copies_on_their_cpu_throughout():
     assert "Their extra time runs from 1.00 to 2.00 ms, on copies of 1 B to 2 B." in two.verdict
     # spinning while CUDA waits for the GPU is on-CPU time too: the sentence must not place
     # the delay on the host
-    assert "in which case the delay was on the GPU's side of the copy" in f.verdict
+    assert "then the delay was on the GPU's side of the copy" in f.verdict
     assert "went to code running on that thread" not in f.verdict
     assert "on its CPU" not in factors.unexplained(e.drop(columns="cpu_ms")).verdict
 

@@ -79,7 +79,7 @@ def test_cells_recomputed_from_the_synthetic_table():
 def test_verdict_quotes_the_numbers_and_holds():
     f = factors.idle_wake(synthetic())
     assert f.holds
-    assert "a 4 KiB `pinned_reuse` copy took a median 11 µs after 0 ms" in f.verdict
+    assert "A 4 KiB `pinned_reuse` copy took a median 11 µs after 0 ms" in f.verdict
     assert "after 10 ms" in f.verdict and "after 3 ms" in f.verdict
     assert "at least 1.5x the median after 0 ms" in f.verdict
     # synthetic: the same extra on a longer copy is a smaller factor
@@ -224,7 +224,7 @@ def test_a_pause_after_which_every_cell_ran_faster_is_named_as_the_spread():
         assert "every cell ran faster" not in f.verdict
     small = c[(c.strategy == "pageable") & (c.size_bytes == 4096)].set_index("pause_ms")["slow_share"]
     shares = ", ".join(f"{x:.0%}" for x in small)
-    assert f"(copies at least 1.5x the median after 0 ms: {shares})" in f.verdict
+    assert f"Copies at least 1.5x the median after 0 ms: {shares}." in f.verdict
     big = c[(c.strategy == "pageable") & (c.size_bytes == c.size_bytes.max())].set_index("pause_ms")
     ratio = big["median_ms"].iloc[-1] / big["median_ms"].iloc[0]
-    assert "at 1 MiB the longest pause added" in f.verdict and f"median ({ratio:.2f}x)" in f.verdict
+    assert "At 1 MiB the longest pause added" in f.verdict and f"median ({ratio:.2f}x)" in f.verdict

@@ -57,21 +57,18 @@ def test_openmp_wait_counts_recomputed(omp):
     assert (d["host_parallel"], p["host_parallel"]) == (2, 0)
     assert (
         # the runs' counts sit beside the flagged total they split, not the unexplained one
-        f"of {d['flagged']} flagged copies (18 in default-1, 7 in default-2, 12 in default-3) "
+        f"Of {d['flagged']} flagged copies (18 in default-1, 7 in default-2, 12 in default-3), "
         f"{d['unexplained']} were unexplained ({d['top_n']} of them `{d['top']}`" in f.verdict
     )
-    assert (
-        f"`, 64 KiB to 2 MiB) and {d['host_parallel']} `host_parallel`, and in every flagged copy"
-        in f.verdict
-    )
+    assert f"`, 64 KiB to 2 MiB) and {d['host_parallel']} `host_parallel`. In every flagged copy" in f.verdict
     assert "gpu_wake" not in f.verdict
     assert f"{fmt_bytes(d['top_sizes'][0])} to {fmt_bytes(d['top_sizes'][1])}" in f.verdict
     assert (
-        f"of {p['flagged']} flagged copies (19 in passive-1, 1 in passive-2, 2 in passive-3) "
-        f"{p['unexplained']} were unexplained; {p['host_blocked']} were `host_blocked`" in f.verdict
+        f"Of {p['flagged']} flagged copies (19 in passive-1, 1 in passive-2, 2 in passive-3), "
+        f"{p['unexplained']} were unexplained. {p['host_blocked']} were `host_blocked`" in f.verdict
     )
     assert (
-        f"in the median copy the process's other threads ran {d['others_cpus']:.1f} CPUs' worth" in f.verdict
+        f"the process's other threads ran {d['others_cpus']:.1f} CPUs' worth in the median copy" in f.verdict
     )
     assert f"the median copy saw {p['others_cpus']:.1f} CPUs' worth" in f.verdict
 
@@ -105,7 +102,7 @@ def test_openmp_wait_evidence_of_spinning_and_sleeping_recomputed(omp):
     assert "CPU time was about 100% of its wall time" in f.verdict  # its least rounds to 100%
     assert p["blocked_cpu_share"][1] < 0.5 and p["blocked_nvcsw"][0] >= 1
     assert d["busiest_share"] > 0.5 and p["busiest_share"] == 0
-    assert f"busiest of them on a CPU for {d['busiest_share']:.0%} of the copy's window" in f.verdict
+    assert f"busiest of them was on a CPU for {d['busiest_share']:.0%} of the copy's window" in f.verdict
     assert "no voluntary context switch and no wait to run" in f.verdict
     assert (
         f"CPU time {p['blocked_cpu_share'][0]:.0%} to {p['blocked_cpu_share'][1]:.0%} of wall, "

@@ -426,8 +426,8 @@ def test_device_alloc_cost_names_the_sizes_that_did_not_pay():
     f = findings.device_alloc_cost(emptied, kept, strategy="pageable", baseline="pageable")
     assert f.holds and "every copy" not in f.verdict
     # the table's first row (1 KiB) is its run's first operation, left out
-    assert "at 2 sizes (2 KiB to 4 KiB) it took 3.00x, a median 0.20 ms more" in f.verdict
-    assert "at 2 sizes (4 MiB to 8 MiB) 0.90x, none more than 1.05x" in f.verdict
+    assert "At 2 sizes (2 KiB to 4 KiB) it took 3.00x, a median 0.20 ms more" in f.verdict
+    assert "At 2 sizes (4 MiB to 8 MiB) it took 0.90x, none more than 1.05x" in f.verdict
     assert list(f.table.columns) == ["size_bytes", "emptied_ms", "kept_ms", "ratio", "extra_ms"]
     everywhere = findings.device_alloc_cost(emptied, kept.assign(wall_ms=0.1, event_ms=0.1), strategy="pageable",
                                             baseline="pageable")  # fmt: skip
@@ -446,8 +446,8 @@ def test_context_startup_says_mostly_where_a_first_operation_itself_ran_long():
     assert worst["run"] == "shuffled-1" and t.share.min() < 0.9
     assert "not the copy" not in f.verdict
     assert (
-        f"({t.share.min():.0%}–{t.share.max():.0%} of each run's): mostly CUDA starting up; in shuffled-1 the "
-        f"operation itself took {worst['event_ms']:.1f} ms by events" in f.verdict
+        f"({t.share.min():.0%}–{t.share.max():.0%} of each run's first operation): mostly CUDA starting up. "
+        f"In run shuffled-1 the operation itself took {worst['event_ms']:.1f} ms by CUDA events" in f.verdict
     )
 
 
@@ -458,8 +458,22 @@ def test_context_startup_all_but_a_tenth_is_start_up_and_no_events_is_only_consi
     f = findings.context_startup(synthetic(rows))
     assert (
         f.holds
-        and "; 199 ms of it passed before" in f.verdict
+        and ". Of that time, 199 ms passed before" in f.verdict
         and "that is CUDA starting up, not the copy" in f.verdict
     )
     a = findings.context_startup(a100)  # the forum's table has no CUDA events
-    assert "consistent with CUDA starting up (the table has no CUDA events to split it)" in a.verdict
+    assert "looks like CUDA starting up; the table has no CUDA events to tell the two apart" in a.verdict
+
+
+def test_single_shot_spread_speaks_of_two_repetitions_only_when_there_are_two():
+    # issue 31: "With two repetitions..." stood above an output with 3 (synthetic rows)
+    def rows(n):
+        return [
+            {"strategy": "pageable", "size_bytes": 2**20, "wall_ms": 1.0 + 0.1 * i, "rep": i}
+            for i in range(n)
+        ]
+
+    two, three = (forum_claims.single_shot_spread(synthetic(rows(n))) for n in (2, 3))
+    assert "With two repetitions the median is their midpoint" in two.verdict and "(2 per size" in two.verdict
+    assert "two repetitions" not in three.verdict.lower() and "(3 per size, median)" in three.verdict
+    assert "Two shots" not in three.verdict

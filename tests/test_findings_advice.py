@@ -337,7 +337,7 @@ def test_staged_bounds_quotes_the_file_and_judges_from_1_gib():
         for r in b["bounds"]:
             size = fmt_bytes(r["size_bytes"], compact=True)
             assert (
-                f"at {size} `to_device` {r['to_device_gbps']:.1f} GB/s, {r['frac_of_upper']:.0%} of the upper bound"
+                f"At {size}, `to_device` ran at {r['to_device_gbps']:.1f} GB/s: {r['frac_of_upper']:.0%} of the upper bound"
                 in f.verdict
             )
             assert f"{r['frac_of_lower']:.0%} of the lower bound {r['lower_gbps']:.1f}" in f.verdict
@@ -398,7 +398,7 @@ def test_pin_cached_pays_from_a_size_on():
     )
     assert f.holds and f["from_bytes"] == MiB and f["slower_sizes"] == [KiB, 64 * KiB]
     assert "took 0.50–0.50x the time of `x.to('cuda')` from 1 MiB up" in f.verdict
-    assert "below 1 MiB it was slower at 2 of 2 sizes, up to 2.0x" in f.verdict
+    assert "Below 1 MiB it was slower at 2 of 2 sizes, up to 2.0x" in f.verdict
     g = advice.pin_cached_pays(  # synthetic: faster everywhere
         synthetic_sweep({"pin_then_copy": {KiB: [0.05], MiB: [0.5]}, "pageable": {KiB: [0.1], MiB: [1.0]}})
     )
@@ -456,8 +456,8 @@ def test_staged_bounds_says_what_its_lower_bound_is_before_a_copy_falls_under_it
     """'stayed under the lower bound' reads as a contradiction unless the sentence says the lower
     bound is the target a perfectly overlapped staged copy reaches (reader, session 29)."""
     f = findings_speed.staged_bounds(datasets.load_benchmark("h200"))
-    head = f.verdict.split("):")[0]
-    assert "the lower bound the slower of the two while the other runs" in head
+    head = f.verdict.split(" At ")[0]
+    assert "The lower bound is the slower of the two while the other runs" in head
     assert "so below it is a shortfall" in head
     g = advice.host_copy_ceiling(datasets.load_benchmark("h200"))
     if g.values["beaten_at"]:  # the 2026-12-03 run: to_device beat the host copy alone at 4 GiB

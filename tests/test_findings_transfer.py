@@ -201,8 +201,10 @@ def test_pageable_back_names_the_faulting_sizes():
     assert f["vs_pageable"] == pytest.approx(1.5 / 8.0) and f["faults_per_page"] == pytest.approx(1.0)
     assert f["size_bytes"] == 256 * MiB
     assert "moved 1.5 GB/s at 256 MiB, 0.19x `x.to('cuda')` from pageable memory (8.0 GB/s)" in f.verdict
-    assert "from 64 MiB on, every copy took at least 0.9 minor page faults per 4 KiB page" in f.verdict
-    assert "(1.00, median per size)" in f.verdict and "below 64 MiB, none, and up to 12.0 GB/s" in f.verdict
+    assert "From 64 MiB on, every copy took at least 0.9 minor page faults per 4 KiB page" in f.verdict
+    assert (
+        "(1.00, median per size)" in f.verdict and "Below 64 MiB: no faults, and up to 12.0 GB/s" in f.verdict
+    )
 
 
 def test_pageable_back_without_faults_or_counts_names_no_cause():
@@ -233,7 +235,7 @@ def test_best_batch_method_names_a_runner_up_within_the_tie():
     near = near.assign(wall_ms=near.wall_ms * 1.01, event_ms=near.event_ms * 1.01)  # synthetic: 1 % slower
     f = ft.best_batch_method(pd.concat([df, near], ignore_index=True))
     assert f["best"] == "pinned_flat" and f["runner_up"] == "foreach_copy"
-    assert "foreach_copy came within 1.0% of it" in f.verdict and "a tie" in f.verdict
+    assert "`foreach_copy` came within 1.0% of it" in f.verdict and "a tie" in f.verdict
     assert "came within" not in ft.best_batch_method(df).verdict  # the synthetic runner-up is 2x slower
 
 

@@ -35,7 +35,7 @@ def folder(tmp_path):
 
 def test_one_machines_idle_runs_are_compared(folder):
     f = factors.idle_wake(load_calibrated(folder / "idle"))
-    assert f.verdict.startswith("With a pause before each timed copy") and len(f.values["cells"]) == 6
+    assert f.verdict.startswith("Before each timed copy came a pause") and len(f.values["cells"]) == 6
     assert "Left out" not in f.verdict
 
 
@@ -85,7 +85,7 @@ def test_runs_that_name_no_machine_or_device_are_still_compared(folder):
     """Tables whose env.json holds only the pause (older tests, hand-made tables): compared."""
     _set_env(folder, "*.csv.gz", {"hostname": None})
     f = factors.idle_wake(load_calibrated(folder / "idle"))
-    assert f.verdict.startswith("With a pause before each timed copy")
+    assert f.verdict.startswith("Before each timed copy came a pause")
 
 
 def test_machine_helpers():

@@ -61,8 +61,8 @@ def test_a_pause_that_speeds_the_large_copies_is_said_without_negative_durations
 
     f = factors.idle_wake(synthetic_idle(value))
     assert not NEGATIVE_DURATION.search(f.verdict), f.verdict
-    assert "at 1 MiB the longest pause took 5 µs off a 30 µs median (0.83x)" in f.verdict
-    assert "at 1 MiB the longest pause took 5 µs off a 60 µs median (0.92x)" in f.verdict
+    assert "At 1 MiB the longest pause took 5 µs off a 30 µs median (0.83x)" in f.verdict
+    assert "At 1 MiB the longest pause took 5 µs off a 60 µs median (0.92x)" in f.verdict
     lo, hi = f["added_ms"]
     assert lo == pytest.approx(-0.005) and hi == pytest.approx(0.006)
     assert "The longest pause changed the medians by 5 µs less to 6 µs more" in f.verdict

@@ -153,7 +153,7 @@ def test_host_parallel_finding_counts_as_a_reader_would(bundled, kind):
             in got.verdict
         )
     if same:
-        assert f"counted as unexplained they would leave {unexplained + same} of {len(f)}" in got.verdict
+        assert f"Counted as unexplained, they would leave {unexplained + same} of {len(f)}" in got.verdict
 
 
 def test_host_parallel_finding_without_such_copies():

@@ -147,8 +147,9 @@ class Diagnosis:
         )
         if self.verdicts:
             v = self.verdicts[0]
-            text += (
-                f" The costliest site ({md_code(a.sites['site'].iat[0])}): {md_text(v['recommendation'])}."
+            head, _, advice = str(v["recommendation"]).partition("; ")  # two sentences, not one long one
+            text += f" The costliest site ({md_code(a.sites['site'].iat[0])}): {md_text(head)}." + (
+                f" What to do: {md_text(advice)}." if advice else ""
             )
         return text + "".join(f" Note: {md_text(n)}." for n in a.notes)
 

@@ -233,10 +233,10 @@ def idle_wake(df: pd.DataFrame) -> Finding:
         add = lg.loc[levels[-1], "median_ms"] - lg.loc[levels[0], "median_ms"]
         smaller_hurt &= bool(s.loc[levels[-1], "ratio"] > lg.loc[levels[-1], "ratio"])
         parts.append(
-            f"a {fmt_bytes(small)} `{strategy}` copy took a median {_us(s.loc[levels[0], 'median_ms'])} after "
-            f"{levels[0]:g} ms, {steps} (copies at least {SLOW_RATIO:g}x the median after {levels[0]:g} ms: "
-            f"{shares}); at {fmt_bytes(large)} the longest pause "
-            f"{_added(add, lg.loc[levels[0], 'median_ms'])} ({lg.loc[levels[-1], 'ratio']:.2f}x)"
+            f"A {fmt_bytes(small)} `{strategy}` copy took a median {_us(s.loc[levels[0], 'median_ms'])} after "
+            f"{levels[0]:g} ms, {steps}. Copies at least {SLOW_RATIO:g}x the median after {levels[0]:g} ms: "
+            f"{shares}. At {fmt_bytes(large)} the longest pause "
+            f"{_added(add, lg.loc[levels[0], 'median_ms'])} ({lg.loc[levels[-1], 'ratio']:.2f}x)."
         )
     tail = (
         f"was at most {_us(x)} above the same cell's median after {levels[0]:g} ms"
@@ -252,10 +252,10 @@ def idle_wake(df: pd.DataFrame) -> Finding:
         else ""
     ) + spacing_words(gaps, have)  # back to back, or after an idle gap (issue #30)
     verdict = (
-        "With a pause before each timed copy (a tiny GPU operation waited for, then the CPU spinning with the "
-        "GPU idle): "
-        + "; ".join(parts)
-        + f". After the longest pause, {levels[-1]:g} ms, every cell's 90th percentile {tail}."
+        "Before each timed copy came a pause: a tiny GPU operation waited for, then the CPU spinning with the "
+        "GPU idle. "
+        + " ".join(parts)
+        + f" After the longest pause, {levels[-1]:g} ms, every cell's 90th percentile {tail}."
         + spans
         # a run's pause is its env.json's: each pause lies in runs of its own
         + " Each pause ran in runs of its own (a process each), so part of any difference between pauses is the "
@@ -274,7 +274,7 @@ def idle_wake(df: pd.DataFrame) -> Finding:
     values["added_ms"] = (float(np.nanmin(added)), float(np.nanmax(added)))
     if smaller_hurt:
         verdict += (
-            f" The longest pause {_range(*values['added_ms'])}, and for every strategy it slowed the smallest "
+            f" The longest pause {_range(*values['added_ms'])}. For every strategy it slowed the smallest "
             "copy by a larger factor than the largest: it weighs most on the shortest copies."
         )
     values["smaller_hurt"] = smaller_hurt

@@ -335,7 +335,7 @@ def pin_cached_pays(sweep: pd.DataFrame) -> Finding:
     else:
         verdict = (
             f"{head} took {above.min():.2f}–{above.max():.2f}x the time of `x.to('cuda')` from "
-            f"{size_text(start)} up; below {size_text(start)} it was slower at {len(slower)} of "
+            f"{size_text(start)} up. Below {size_text(start)} it was slower at {len(slower)} of "
             f"{int((ratio.index < start).sum())} sizes, up to {slower.max():.1f}x: there pinning first does not "
             "pay even with its block cached."
         )
@@ -372,14 +372,14 @@ def pin_first_pays(table: pd.DataFrame) -> Finding:
     )
     estimated = estimated or (f" ({basis})" if basis.endswith("at this size") else "")
     first = (
-        f"on its first call, when the allocator must make a new block, {cold:.2f} ms{estimated}, "
-        f"{word(cold_pays)} it. "
+        f"On its first call, which makes a new block, it took {cold:.2f} ms{estimated}, "
+        f"{word(cold_pays)} `x.to('cuda')`. "
         if not np.isnan(cold)
-        else "its first call (a new block) was not measured near this size. "
+        else "Its first call (a new block) was not measured near this size. "
     )
     verdict = (
         f"At {size}, `x.pin_memory().to('cuda')` with its pinned block cached took {hot:.2f} ms, "
-        f"{word(hot_pays)} `x.to('cuda')` ({page:.2f} ms); {first}"
+        f"{word(hot_pays)} `x.to('cuda')` ({page:.2f} ms). {first}"
         + (
             f"At {size}, the tutorial's warning holds exactly when a new pinned block is made."
             if hot_pays and not cold_pays and not np.isnan(cold)

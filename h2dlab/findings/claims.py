@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from h2dlab.escape import md_text
 from h2dlab.explain.finding import Finding, first_rows, run_names, size_text, spread
 from h2dlab.explain.model import timed, value_ms
 from h2dlab.findings.clocks import clocks
@@ -35,9 +36,9 @@ __all__ = [
 #: PyTorch's caching host allocator (aten/src/ATen/core/CachingHostAllocator.h), stated exactly.
 ALLOCATOR_RULE = (
     "PyTorch's caching host allocator rounds every pinned request up to a power of two "
-    "(PowerOf2Ceil) and keeps freed blocks in one free list per power of two; a request is "
-    "served only from the free list of its own class (a larger block is never split or "
-    "borrowed), and only when that list is empty does it make a new block with cudaHostAlloc "
+    "(PowerOf2Ceil) and keeps freed blocks in one free list per power of two. A request is "
+    "served only from the free list of its own class: a larger block is never split or "
+    "borrowed. Only when that list is empty does it make a new block with cudaHostAlloc "
     "(or cudaHostRegister under pinned_use_cuda_host_register), counted by num_host_alloc"
 )
 #: What ``torch.cuda.empty_cache()`` does and does not release.
@@ -67,16 +68,17 @@ def _startup_text(t: pd.DataFrame) -> str:
     all but a tenth, or most, naming the run whose operation itself ran long; where the
     table has no CUDA events, what the time is consistent with."""
     if not t.startup_ms.notna().any():
-        return ": consistent with CUDA starting up (the table has no CUDA events to split it)."
+        return ". That looks like CUDA starting up; the table has no CUDA events to tell the two apart."
     s, share = spread(t.startup_ms), t.startup_ms / t.wall_ms
     lo, hi = f"{s['min']:.0f}", f"{s['max']:.0f}"
-    head = f"; {lo if lo == hi else f'{lo}–{hi}'} ms of it passed before the GPU recorded the start event"
+    head = f". Of that time, {lo if lo == hi else f'{lo}–{hi}'} ms passed before the GPU recorded the start event"
     if share.min() >= 0.9:
         return f"{head}: that is CUDA starting up, not the copy."
     worst = t.loc[share.idxmin()]
     return (
-        f"{head} ({share.min():.0%}–{share.max():.0%} of each run's): mostly CUDA starting up; in {worst['run']} the "
-        f"operation itself took {worst['event_ms']:.1f} ms by events (its next copies: {worst['typical_ms']:.2f} ms)."
+        f"{head} ({share.min():.0%}–{share.max():.0%} of each run's first operation): mostly CUDA starting up. "
+        f"In run {md_text(worst['run'])} the operation itself took {worst['event_ms']:.1f} ms by CUDA events "
+        f"(its next copies: {worst['typical_ms']:.2f} ms)."
     )
 
 
@@ -110,8 +112,8 @@ def context_startup(df: pd.DataFrame, *, min_excess_ms: float = 50.0) -> Finding
     span = f"{w['min']:.0f}–{w['max']:.0f} ms" if w["n"] > 1 else f"{w['min']:.0f} ms"
     if holds:
         verdict = (
-            f"The first timed operation took {span} by the host clock against a typical {t.typical_ms.median():.2f} ms "
-            "(the next five copies of its strategy, whatever their size; median over runs)"
+            f"The first timed operation took {span} by the host clock. The next five copies of its strategy took "
+            f"a typical {t.typical_ms.median():.2f} ms (whatever their size; median over runs)"
         )
         verdict += _startup_text(t) + " Warm up before you measure."
     else:
@@ -203,7 +205,7 @@ def host_alloc_growth(
     else:
         holds = bool(spread(table.extra_ms)["median"] > 0)
         head = (
-            f"The rule, applied to the sizes in their order (the table has no counters), predicts "
+            f"The table has no counters. The rule, applied to the sizes in their order, predicts "
             f"{len(table)} new blocks, and those rows are "
             + (
                 "slower than the rows that reuse a block"
@@ -213,25 +215,25 @@ def host_alloc_growth(
         )
     k = int(table.smallest_of_class.sum())
     tail = (
-        f"; {k} of {len(table)} were at the smallest size the run copied in their class, "
+        f". {k} of {len(table)} were at the smallest size the run copied in their class, "
         + (
             "the first past a power of two on its grid, as sizes ascending make it"
             if k == len(table)
             else "so growth follows the order of first use, not the size alone"
         )
         if len(table) and not emptied_each_size
-        else "; the cache was emptied before each size, so every size made its own block"
+        else ". The cache was emptied before each size, so every size made its own block"
         if len(table)
         else ""
     )
     if cost["n"]:
         tail += (
-            f"; a new block of {min_block_bytes // MIB} MiB or more cost {cost['median']:.2f} ms per MiB "
+            f". A new block of {min_block_bytes // MIB} MiB or more cost {cost['median']:.2f} ms per MiB "
             f"(IQR {cost['q1']:.2f}–{cost['q3']:.2f}, {cost['n']} blocks)"
         )
     if values["faults_per_page"]["n"]:
         tail += (
-            f"; {values['faults_per_page']['median']:.2f} "
+            f". The copy that made a block took {values['faults_per_page']['median']:.2f} "
             + ("page faults of the whole process" if whole else "minor page faults")
             + " per 4 KiB page of the new block"
         )
@@ -268,12 +270,13 @@ def device_alloc_cost(
     r, x = spread(both.ratio), spread(both.extra_ms)
     holds = bool(r["median"] > min_ratio)
     segs = (
-        f"made a median {allocs['median']:.0f} new device segment(s) (cudaMalloc, {allocs['min']:.0f}–{allocs['max']:.0f}) "
+        f"Each `{strategy}` step made a median {allocs['median']:.0f} new device segment(s) after empty_cache() "
+        f"(cudaMalloc; {allocs['min']:.0f}–{allocs['max']:.0f}). "
         if allocs["n"]
         else ""
     )
     head = (
-        f"Each `{strategy}` step {segs}after empty_cache() and, over {r['n']} sizes, took "
+        f"{segs}Over {r['n']} sizes, a `{strategy}` step after empty_cache() took "
         f"{r['median']:.2f}x (IQR {r['q1']:.2f}–{r['q3']:.2f}) the time of a `{baseline}` copy into a reused "
         f"device buffer, {x['median']:.2f} ms more per copy (median)"
     )
@@ -284,10 +287,15 @@ def device_alloc_cost(
         verdict = f"{head}: empty_cache() in the loop makes every copy pay for device allocation."
     else:  # the median hides sizes that paid nothing: say which paid and which did not
         verdict = (
-            f"{head}, not at every size: {_paid_text(both[paid], min_ratio)}; "
-            f"{_paid_text(both[~paid], None, min_ratio)}."
+            f"{head}, not at every size. {_first_up(_paid_text(both[paid], min_ratio))}. "
+            f"{_first_up(_paid_text(both[~paid], None, min_ratio))}."
         )
     return Finding(verdict, holds, {"ratio": r, "extra_ms": x, "device_allocs": allocs}, both.reset_index())
+
+
+def _first_up(text: str) -> str:
+    """``text`` with its first letter a capital (the rest as it was)."""
+    return text[:1].upper() + text[1:]
 
 
 def _paid_text(part: pd.DataFrame, paid: float | None, bar: float = 0.0) -> str:
@@ -301,4 +309,4 @@ def _paid_text(part: pd.DataFrame, paid: float | None, bar: float = 0.0) -> str:
     where = f"at {n} size{'s' if n != 1 else ''} ({sizes})"
     if paid is not None:
         return f"{where} it took {ratios}, a median {part.extra_ms.median():.2f} ms more"
-    return f"{where} {ratios}, {'none' if n > 1 else 'not'} more than {bar:.2f}x"
+    return f"{where} it took {ratios}, {'none' if n > 1 else 'not'} more than {bar:.2f}x"

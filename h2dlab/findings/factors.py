@@ -219,8 +219,8 @@ def concurrency(df: pd.DataFrame, size_bytes: int = 2**30) -> Finding:
     if c.empty:
         raise ValueError(f"the concurrent run has no rows at {fmt_bytes(size_bytes)}")
     n = int(c.gpus.max())
-    parts = "; ".join(
-        f"`{s}` {r.aggregate_gbps:.1f} GB/s together ({r.scaling:.2f}x one GPU, {r.per_gpu_gbps:.1f} per GPU)"
+    parts = " ".join(
+        f"`{s}`: {r.aggregate_gbps:.1f} GB/s together ({r.scaling:.2f}x one GPU, {r.per_gpu_gbps:.1f} per GPU)."
         for s, r in c.iterrows()
     )
     pinned = float(c.scaling.get("pinned_reuse", np.nan))
@@ -230,14 +230,14 @@ def concurrency(df: pd.DataFrame, size_bytes: int = 2**30) -> Finding:
         f"`{s}` {r.scaling:.2f}x" for s, r in c.iterrows() if s != "pinned_reuse" and r.scaling > 0.95 * n
     ]
     tail = (
-        f" {', '.join(short)} scaled less: the DMA did not run short, so the shortfall lies in the host-side "
+        f" {', '.join(short)} scaled less. The DMA did not run short, so the shortfall lies in the host-side "
         "work the path adds, which the processes share"
-        + (f"; yet a path the driver stages on the host did scale ({', '.join(host)})" if host else "")
-        + "; this table records no per-copy CPU or memory counters to say which host resource ran short."
+        + (f". Yet a path the driver stages on the host did scale ({', '.join(host)})" if host else "")
+        + ". This table records no per-copy CPU or memory counters to say which host resource ran short."
         if short
         else ""
     )
-    verdict = f"{n} GPUs copying {fmt_bytes(size_bytes)} at once: {parts}. " + (
+    verdict = f"{n} GPUs copying {fmt_bytes(size_bytes)} at once. {parts} " + (
         f"Pinned DMA found no shared bottleneck on the host these {n} GPUs share." + tail
         if holds
         else "Even pinned copies shared a bottleneck (the host's PCIe switch or memory)."
@@ -272,18 +272,18 @@ def unexplained(explained: pd.DataFrame) -> Finding:
         f"{len(u)} of {len(f)} flagged copies ({share:.0%}) {'has' if len(u) == 1 else 'have'} no cause the data supports"
         + (f" ({', '.join(f'`{s}` {n}' for s, n in by.items())})" if len(u) else "")
         + (
-            "; each one's evidence names what was ruled out and what its table could not check (a "
-            "counter the run lacks is where to look next)."
+            ". Each one's evidence names what was ruled out and what its table could not check: a "
+            "counter the run lacks is where to look next."
             if len(u)
             else "."
         )
         + (f" {extra_text(extra, u['size_bytes'])}" if len(u) else "")
         + (
             f" {'It' if len(u) == 1 else f'{on_cpu} of the {len(u)}'} kept the timing thread on its CPU for at least "
-            f"{ON_CPU_SHARE:.0%} of the copy: it was hardly waiting to run or asleep, so the extra time "
-            "was spent on that CPU, either in PyTorch or the CUDA driver or spinning while CUDA waited "
-            "for the GPU (CUDA spins by default when a process has no more CUDA contexts than logical "
-            "CPUs), in which case the delay was on the GPU's side of the copy; no recorded column tells "
+            f"{ON_CPU_SHARE:.0%} of the copy: it hardly waited to run or slept. So the extra time "
+            "was spent on that CPU, in PyTorch, in the CUDA driver, or spinning while CUDA waited "
+            "for the GPU. CUDA spins by default when a process has no more CUDA contexts than logical "
+            "CPUs; then the delay was on the GPU's side of the copy. No recorded column tells "
             "these apart."
             if on_cpu
             else ""

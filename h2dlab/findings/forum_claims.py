@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from h2dlab.escape import md_text
 from h2dlab.explain.model import fit, timed, value_ms
 from h2dlab.findings.claims import Finding, forum_bytes
 from h2dlab.recording.datasets import run_env
@@ -51,11 +52,11 @@ def episodes(explained: pd.DataFrame) -> Finding:
     t = t.drop(columns="run_id")
     holds = len(t) > 0
     if holds:
-        parts = "; ".join(
-            f"`{r.strategy}` rows {r.first_row}–{r.last_row} (up to {r.peak_ratio:.1f}x)"
+        parts = " ".join(
+            f"`{r.strategy}`: rows {r.first_row}–{r.last_row}, up to {r.peak_ratio:.1f}x."
             for r in t.itertuples()
         )
-        verdict = f"{len(t)} episode(s) of slow copies in time order: {parts}."
+        verdict = f"{len(t)} episode(s) of slow copies in time order. {parts}"
     else:
         verdict = "No episode: no stretch of consecutive slow copies in time order."
     return Finding(verdict, holds, {"count": len(t)}, t)
@@ -156,13 +157,14 @@ def size_pair(
             if in_ep
             else ""
         )
-        + f". Re-runs ({int(by.runs.max())} runs), time of seq {large} over seq {small} against a size ratio of "
-        f"{size_ratio:.2f}: "
-        + "; ".join(
-            f"`{s}` median {x['median']:.2f}, {x.lo:.2f}–{x.hi:.2f} (larger faster in {int(x.larger_faster)} of {int(x.runs)})"
+        + f". Re-runs ({int(by.runs.max())} runs): the time of seq {large} over seq {small}, against a size ratio of "
+        f"{size_ratio:.2f}. "
+        + " ".join(
+            f"`{s}`: median {x['median']:.2f}, range {x.lo:.2f}–{x.hi:.2f}; the larger was faster in "
+            f"{int(x.larger_faster)} of {int(x.runs)} runs."
             for s, x in by.iterrows()
         )
-        + ". "
+        + " "
         + (
             "For at least one column the larger tensor is faster in every run: a real size effect."
             if holds
@@ -206,7 +208,7 @@ def link_estimate(
     older = PCIE_X16_GBPS.get(gen - 1)  # the generation below: a figure within it cannot single out ``gen``
     above_older = older is None or corrected > older
     holds = bool(corrected <= paper and above_older)
-    gpu = run_env(forum_rerun).get("gpu_name") or "re-run machine"
+    gpu = md_text(run_env(forum_rerun).get("gpu_name") or "re-run machine")  # from a file: inert
     verdict = (
         f"The A100 table's pinned copies fit {a_gbps:.1f} GB/s, but each includes a cudaMalloc after "
         f"empty_cache(): on the {gpu} the same protocol fits {f_gbps:.1f} GB/s against {r_gbps:.1f} GB/s into a "
@@ -263,21 +265,27 @@ def single_shot_spread(df: pd.DataFrame, *, top: float = 1.5, min_reps: int = 2)
     worst = by.worst_max.idxmax()
     apart = by.worst_max_over_min.idxmax()
     holds = bool(by.worst_max.max() > top or by.worst_max_over_min.max() > top)
-    parts = ", ".join(
-        f"`{s}` typically {r.typical_max:.2f}x, up to {r.worst_max:.1f}x" for s, r in by.iterrows()
+    parts = " ".join(
+        f"`{s}`: typically {r.typical_max:.2f}x its median, up to {r.worst_max:.1f}x; up to "
+        f"{r.worst_max_over_min:.1f}x its fastest."
+        for s, r in by.iterrows()
     )
-    gaps = ", ".join(f"`{s}` up to {r.worst_max_over_min:.1f}x" for s, r in by.iterrows())
+    two = (  # the median of two shots is their midpoint: only the gap between them says how far apart
+        " With two repetitions the median is their midpoint, so the gap to the fastest is the fairer measure."
+        if reps == 2
+        else ""
+    )
     verdict = (
-        f"The slowest of a size's repetitions ({reps} per size, median) over its median: {parts}; "
-        f"over the fastest of the same size: {gaps}. "
+        f"Per size, the slowest of its repetitions ({reps} per size, median) against its median and its "
+        f"fastest.{two} {parts} "
         + (
             f"A single shot can be {by.worst_max.max():.1f}x the typical copy (`{worst}`): repeat, and report "
             "medians with their spread."
             if by.worst_max.max() > top
-            else f"Two shots of one size came {by.worst_max_over_min.max():.1f}x apart (`{apart}`): one shot "
-            "could have misled; repeat, and report medians with their spread."
+            else f"The slowest and the fastest shot of one size came {by.worst_max_over_min.max():.1f}x apart "
+            f"(`{apart}`): one shot could have misled. Repeat, and report medians with their spread."
             if holds
-            else f"No repetition strayed beyond {top}x its median or its fastest: for these strategies "
+            else f"No repetition strayed beyond {top}x its median or its fastest. For these strategies "
             f"({', '.join(f'`{s}`' for s in by.index)}) and these repetitions, one shot would not have misled."
         )
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from h2dlab.escape import md_text
 from h2dlab.explain.causes_parallel import AS_USUAL, LAGGED
 from h2dlab.explain.causes_threads import others_share
 from h2dlab.explain.finding import Finding, extra_text
@@ -124,26 +125,29 @@ def openmp_wait(df: pd.DataFrame) -> Finding:
     ratio = med[True] / med[False]
     slowdown = (float(ratio.min()), float(ratio.max()))
     out: dict[str, Any] = {"default": d, "passive": p, "slowdown": slowdown}
-    d_runs, p_runs = (", ".join(f"{c} in {n}" for n, c in side["flagged_by_run"].items()) for side in (d, p))
+    d_runs, p_runs = (
+        ", ".join(f"{c} in {md_text(n)}" for n, c in side["flagged_by_run"].items()) for side in (d, p)
+    )
     nv, rd = d["nvcsw"][1], d["run_delay_ms"][1]
     switches = "no voluntary context switch" if nv == 0 else f"at most {nv:.0f} voluntary context switches"
     waits = "no wait to run" if rd == 0 else f"at most {rd:.2f} ms waiting to run"
     woke = {k: _also(v) for k, v in (("d", d), ("p", p))}
     verdict = (
-        f"With OpenMP's default wait policy ({d['runs']} runs), in the median copy the process's other threads "
-        f"ran {d['others_cpus']:.1f} CPUs' worth, the busiest of them on a CPU for {d['busiest_share']:.0%} of "
-        f"the copy's window; of {d['flagged']} flagged copies ({d_runs}) {d['unexplained']} were unexplained "
-        f"({d['top_n']} of them `{d['top']}`, {fmt_bytes(lo)} to {fmt_bytes(hi)}){woke['d']}, and in every flagged copy "
-        f"the timing thread's CPU time was {_at_least(d['cpu_share'][0])} of its wall time, with {switches} "
-        f"and {waits}. With `OMP_WAIT_POLICY=PASSIVE` ({p['runs']} runs of the same plan and seeds) the median "
-        f"copy saw {p['others_cpus']:.1f} CPUs' worth (the busiest other thread {p['busiest_share']:.0%}), and "
-        f"of {p['flagged']} flagged copies ({p_runs}) {p['unexplained']} were unexplained{woke['p']}; {p['host_blocked']} "
-        f"were `host_blocked`, the timing thread asleep (CPU time {p['blocked_cpu_share'][0]:.0%} to "
+        f"With OpenMP's default wait policy ({d['runs']} runs), the process's other threads ran "
+        f"{d['others_cpus']:.1f} CPUs' worth in the median copy. The busiest of them was on a CPU for "
+        f"{d['busiest_share']:.0%} of the copy's window. Of {d['flagged']} flagged copies ({d_runs}), "
+        f"{d['unexplained']} were unexplained ({d['top_n']} of them `{d['top']}`, {fmt_bytes(lo)} to "
+        f"{fmt_bytes(hi)}){woke['d']}. In every flagged copy the timing thread's CPU time was "
+        f"{_at_least(d['cpu_share'][0])} of its wall time, with {switches} and {waits}. "
+        f"With `OMP_WAIT_POLICY=PASSIVE` ({p['runs']} runs of the same plan and seeds), the median "
+        f"copy saw {p['others_cpus']:.1f} CPUs' worth (the busiest other thread {p['busiest_share']:.0%}). "
+        f"Of {p['flagged']} flagged copies ({p_runs}), {p['unexplained']} were unexplained{woke['p']}. "
+        f"{p['host_blocked']} were `host_blocked` (the timing thread asleep): CPU time {p['blocked_cpu_share'][0]:.0%} to "
         f"{p['blocked_cpu_share'][1]:.0%} of wall, {p['blocked_nvcsw'][0]:.0f} to {p['blocked_nvcsw'][1]:.0f} "
-        f"voluntary context switches). PASSIVE is no cure: the median `{d['top']}` copy of {fmt_bytes(lo)} to "
+        f"voluntary context switches. PASSIVE is no cure: the median `{d['top']}` copy of {fmt_bytes(lo)} to "
         f"{fmt_bytes(hi)} took {slowdown[0]:.1f}x to {slowdown[1]:.1f}x as long as under the default. A thread "
-        "that waits by spinning stays on its CPU, so these columns cannot tell such a wait from work (whether "
-        "the default's flagged copies waited at all, the table cannot say); a thread that sleeps shows in the "
+        "that waits by spinning stays on its CPU, so these columns cannot tell such a wait from work. Whether "
+        "the default's flagged copies waited at all, the table cannot say; a thread that sleeps shows in the "
         f"scheduler's account. These are {d['runs']} + {p['runs']} runs"
         f"{_lumped(d, 'the default')}{_lumped(p, 'PASSIVE')}: the counts show a direction, not a rate."
     )
@@ -172,22 +176,22 @@ def host_parallel(explained: pd.DataFrame) -> Finding:
         )
     by = ", ".join(f"`{s}` {n}" for s, n in hp.groupby("strategy").size().items())
     verdict = (
-        f"{len(hp)} of {len(f)} flagged copies {'is' if len(hp) == 1 else 'are'} `host_parallel` ({by}): the time went into the host-side "
-        "call, the timing thread on its CPU throughout, while PyTorch's worker threads ran (or spun) beside it. "
+        f"{len(hp)} of {len(f)} flagged copies {'is' if len(hp) == 1 else 'are'} `host_parallel` ({by}). The time "
+        "went into the host-side call, the timing thread on its CPU throughout, while PyTorch's worker threads "
+        "ran (or spun) beside it. "
         + extra_text(extra, hp["size_bytes"])
         + (
-            f" For {'it' if len(hp) == 1 else f'{lagged} of the {len(hp)}'} one worker waited to run for at least half the extra time, longer "
-            "than any of its strategy's copies that were not slow saw: consistent with a "
-            "worker that lost its CPU to another thread holding the parallel copy open."
+            f" For {'it' if len(hp) == 1 else f'{lagged} of the {len(hp)}'} one worker waited to run for at least "
+            "half the extra time, longer than any of its strategy's copies that were not slow saw. A worker that "
+            "lost its CPU to another thread may have held the parallel copy open."
             if lagged
             else ""
         )
         + (
             f" For {'it' if len(hp) == 1 else f'{same} of the {len(hp)}'} no worker waited to run both for half "
-            "the extra time and longer than its strategy's copies that were not slow saw (a wait ordinary copies "
-            "also see is no reason), and busy workers are no reason either (spinning "
-            "workers look busy through any long copy): the label says where the extra time went, not why; "
-            "counted as unexplained they would leave "
+            "the extra time and longer than in its strategy's ordinary copies. Busy workers are no reason "
+            "either: spinning workers look busy through any long copy. So the label says where the extra time "
+            "went, not why. Counted as unexplained, they would leave "
             f"{n_u + same} of {len(f)} flagged copies ({share:.0%}) without a cause."
             if same
             else ""

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from h2dlab.escape import md_code
 from h2dlab.explain.finding import Finding, copies, size_text
 from h2dlab.explain.model import medians
 from h2dlab.explain.spacing import small_copy_floor  # moved there (issue #30); re-exported
@@ -212,9 +213,9 @@ def staged_bounds(bench: dict[str, Any], *, method: str = "to_device") -> Findin
         up = "the DMA alone" if r["dma_alone_gbps"] <= r["host_alone_gbps"] else "the host copy alone"
         low = "the DMA under host copies" if r["lower_is"] == "dma_under_host" else "the host copy under DMA"
         parts.append(
-            f"at {fmt_bytes(r['size_bytes'], compact=True)} `{method}` {r['to_device_gbps']:.1f} GB/s, "
-            f"{r['frac_of_upper']:.0%} of the upper bound {r['upper_gbps']:.1f} ({up}) and "
-            f"{r['frac_of_lower']:.0%} of the lower bound {r['lower_gbps']:.1f} ({low})"
+            f"At {fmt_bytes(r['size_bytes'], compact=True)}, `{method}` ran at {r['to_device_gbps']:.1f} GB/s: "
+            f"{r['frac_of_upper']:.0%} of the upper bound {r['upper_gbps']:.1f} ({up}), "
+            f"{r['frac_of_lower']:.0%} of the lower bound {r['lower_gbps']:.1f} ({low})."
         )
         by[int(r["size_bytes"])] = {
             k: r[k] for k in ("to_device_gbps", "upper_gbps", "lower_gbps", "frac_of_upper", "frac_of_lower")
@@ -228,9 +229,9 @@ def staged_bounds(bench: dict[str, Any], *, method: str = "to_device") -> Findin
     }
     again = [f"{comp[s]:.1f}" for s in by if s in comp]
     verdict = (
-        f"Bounds measured in the same run (medians; the upper bound is the slower of the host copy and the DMA "
-        f"each alone, the lower bound the slower of the two while the other runs: what a staged copy that "
-        f"overlaps them perfectly reaches, so below it is a shortfall): {'; '.join(parts)}. "
+        "The same run measured two bounds (medians). The upper bound is the slower of the host copy and the "
+        "DMA, each alone. The lower bound is the slower of the two while the other runs: a staged copy that "
+        f"overlaps them perfectly reaches it, so below it is a shortfall. {' '.join(parts)} "
         + (
             f"From 1 GiB up `{method}` reached the lower bound{f' (under it at {under})' if under else ''}."
             if holds
@@ -264,10 +265,10 @@ def staged_timeline(
     """
     chunks = pd.DataFrame(tl.get("chunks") or [])
     head = (
-        f"{tl['n_chunks']} chunks, {tl['threads']} staging thread(s), engine `{tl['engine']}`: the first DMA "
+        f"{tl['n_chunks']} chunks, {tl['threads']} staging thread(s), engine {md_code(tl['engine'])}. The first DMA "
         f"started at {tl['first_dma_start_ms']:.2f} ms, the last host copy ended at "
         f"{tl['last_host_copy_end_ms']:.2f} ms and the last DMA at {tl['last_dma_end_ms']:.2f} ms "
-        f"(wall {tl['wall_ms']:.2f} ms); the DMA engine sat idle {tl['dma_idle_ms']:.2f} ms in between."
+        f"(wall {tl['wall_ms']:.2f} ms). The DMA engine sat idle {tl['dma_idle_ms']:.2f} ms in between."
     )
     if chunks.empty:
         return Finding(head, False, {})

@@ -145,11 +145,11 @@ def pageable_back(df: pd.DataFrame, *, strategy: str = "d2h_pageable", faulting:
     lo, hi = f"{after.faults_per_page.min():.2f}", f"{after.faults_per_page.max():.2f}"
     few = float(before.faults_per_page.max()) if len(before) else np.nan
     verdict = (
-        f"{head}. Each call makes a new pageable output: from {start_text} on, every copy took at least "
-        f"{faulting} minor page faults per 4 KiB page of it ({lo if lo == hi else f'{lo}–{hi}'}, median per size), "
-        "the kernel mapping the output page by page during the copy"
+        f"{head}. Each call makes a new pageable output. From {start_text} on, every copy took at least "
+        f"{faulting} minor page faults per 4 KiB page of it ({lo if lo == hi else f'{lo}–{hi}'}, median per size): "
+        "the kernel mapped the output page by page during the copy"
         + (
-            f"; below {start_text}, {'none' if few == 0 else f'at most {few:.2f} per page'}, and up to "
+            f". Below {start_text}: {'no faults' if few == 0 else f'at most {few:.2f} per page'}, and up to "
             f"{values['gbps_before']:.1f} GB/s. The drop comes with the faults: copy results back into a "
             "reused buffer (pinned for full speed)."
             if holds
@@ -299,14 +299,14 @@ def best_batch_method(df: pd.DataFrame, *, baseline: str = "loop_to", tie: float
     holds = bool(last.best != baseline and np.isfinite(last.speedup))
     verdict = (
         f"For {int(last.n_tensors)} tensors totalling {fmt_bytes(int(last.size_bytes), compact=True)}, the fastest way is "
-        f"{last.best} ({last.best_ms:.2f} ms, median)"
+        f"`{last.best}` ({last.best_ms:.2f} ms, median)"
         + (
             f", {last.speedup:.1f}× a loop of .to() ({last.baseline_ms:.2f} ms)."
             if np.isfinite(last.speedup)
             else "."
         )
         + (
-            f" {last.runner_up} came within {last.runner_up_ms / last.best_ms - 1:.1%} of it "
+            f" `{last.runner_up}` came within {last.runner_up_ms / last.best_ms - 1:.1%} of it "
             f"({last.runner_up_ms:.2f} ms): for practical purposes a tie."
             if last.runner_up_ms <= last.best_ms * (1 + tie)
             else ""
@@ -324,6 +324,6 @@ def _beforehand_note(last: pd.Series) -> str:
     if not named:
         return ""
     return (
-        f" {' and '.join(named)} copied from tensors pinned beforehand: the pinning was not timed, "
-        "and a program that pins every step pays it too."
+        f" {' and '.join(f'`{m}`' for m in named)} copied from tensors pinned beforehand: the pinning was not "
+        "timed. A program that pins every step pays it too."
     )

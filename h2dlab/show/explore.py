@@ -42,9 +42,10 @@ def _runs_on_disk() -> list[str]:
 
 
 def styled(table: pd.DataFrame):
-    """``table`` as the explorer shows it: no index, every cell HTML-escaped (a strategy,
-    run id or evidence read from a file is text, never markup)."""
-    return table.style.hide(axis="index").format(escape="html")
+    """``table`` as the explorer shows it: no index, every cell and every column header
+    HTML-escaped (a strategy, run id, evidence or column name read from a file is text,
+    never markup)."""
+    return table.style.hide(axis="index").format(escape="html").format_index(escape="html", axis=1)
 
 
 class Explorer:

@@ -197,7 +197,13 @@ def advice_bars(table: pd.DataFrame, *, ax=None, name: str | None = None):
     ax.set_xlabel("ms per copy (median)")
     ax.grid(axis="x", alpha=0.3)
     where = " to the GPU" if len(cases) == 1 else ", each case against its plain way"
-    ax.set_title(f"ways to move {size_label(int(t.size_bytes.iloc[0]))}{where}")
+    first = t.groupby("case", sort=False).size_bytes.first() if "case" in t else t.size_bytes.iloc[:1]
+    if first.nunique() == 1:  # one size for every case: the title names it
+        ax.set_title(f"ways to move {size_label(int(t.size_bytes.iloc[0]))}{where}")
+    else:  # cases of different sizes (a batch's total is its own): each case with its size
+        ax.set_title(
+            "; ".join(f"{c}: {size_label(int(n))}" for c, n in first.items()) + ", each against its plain way"
+        )
     legend_outside(ax)
     footnote(ax, None, text=f"data: {name or 'advice table'} · whiskers: IQR")
     return ax
