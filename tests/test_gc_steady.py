@@ -68,9 +68,9 @@ def freeze_counts(monkeypatch):
     seen: list[int] = []
     real = timing.Timer.__call__
 
-    def call(self, fn):
+    def call(self, fn, *a, **k):
         seen.append(gc.get_freeze_count())
-        return real(self, fn)
+        return real(self, fn, *a, **k)
 
     monkeypatch.setattr(timing.Timer, "__call__", call)
     return seen

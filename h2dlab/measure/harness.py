@@ -30,7 +30,15 @@ from h2dlab.measure.gc_steady import steady_gc
 from h2dlab.measure.plan import cells, plan_spec
 from h2dlab.measure.recorder import Recording, StopFlag, progress_bar
 from h2dlab.measure.spec import SweepSpec
-from h2dlab.measure.timing import CudaFault, Timer, error_text, is_cuda_fault, is_oom
+from h2dlab.measure.timing import (
+    CudaFault,
+    Timer,
+    device_segment_count,
+    error_text,
+    host_alloc_count,
+    is_cuda_fault,
+    is_oom,
+)
 
 __all__ = ["resolve_spec", "sweep"]
 
@@ -130,6 +138,24 @@ def sweep(
     return df
 
 
+def _allocator_counts(dev: torch.device) -> tuple[float, float]:
+    """``(pinned blocks made, device segments made)`` so far (NaN off CUDA or before it starts)."""
+    if dev.type != "cuda" or not torch.cuda.is_initialized():
+        return (np.nan, np.nan)
+    return (host_alloc_count(), device_segment_count(dev))
+
+
+def _fill_block_counts(
+    block: list[dict[str, Any]], before: tuple[float, float], after: tuple[float, float]
+) -> None:
+    """Rows timed without per-copy allocator counters: 0 where the block as a whole made no
+    pinned block (no device segment), NaN where it made some (which copy did is unknown)."""
+    for col, b, a in (("host_allocs", before[0], after[0]), ("device_allocs", before[1], after[1])):
+        value = 0.0 if a - b == 0 else np.nan
+        for row in block:
+            row[col] = value
+
+
 def _measure_cell(cell_rows, src, dev, spec: SweepSpec, timer, run, stop, bar, checked) -> None:
     name, size = cell_rows[0]["strategy"], cell_rows[0]["size_bytes"]
     dtype = getattr(torch, spec.dtype)
@@ -158,46 +184,64 @@ def _measure_cell(cell_rows, src, dev, spec: SweepSpec, timer, run, stop, bar, c
             reason = error_text(exc)
             strat = None
             release_memory(dev)
-    for plan_row in cell_rows:
-        if stop:
-            break
-        row: dict[str, Any] = {
-            **base,
-            "order": plan_row["order"],
-            "rep": plan_row["rep"],
-            "warmup": plan_row["warmup"],
-            "t_s": run.elapsed(),
-            "wall_ms": np.nan,
-            "event_ms": np.nan,
-            "host_allocs": np.nan,
-            "device_allocs": np.nan,
-            "error": reason,
-        }
-        if not reason:
-            try:
-                if spec.empty_cache and dev.type == "cuda":
-                    torch.cuda.empty_cache()
-                row["t_s"] = run.elapsed()
-                y, rec = timer(lambda: strat.copy(x))
-                row.update(rec)
-                if (name, size) not in checked:  # bytewise check of the first copy of each cell
-                    checked.add((name, size))
-                    if not torch.equal(
-                        y.cpu().reshape(-1).view(torch.uint8), x.reshape(-1).view(torch.uint8)
-                    ):
-                        row["error"] = "wrong result: the copy differs from the source"
-                del y
-            except Exception as exc:  # noqa: BLE001
-                if not is_oom(exc) and not isinstance(exc, RuntimeError):
-                    raise
-                row["error"] = error_text(exc)
-                if is_cuda_fault(exc):  # the row is kept; nothing later could run
-                    run.write(row)
-                    raise CudaFault(row["error"]) from exc
-                reason = row["error"]
-                release_memory(dev)
-        run.write(row)
-        if bar is not None:
-            bar.update(1)
+    # Host work between two timed copies is kept to the timer's own reads: the cell's rows
+    # are written after its last copy (or when it stops), and a strategy that allocates
+    # nothing after its first copy has its allocator counters read around the block of
+    # copies after the cell's first row rather than around each (``Strategy.allocates``).
+    per_copy = strat is None or strat.allocates or spec.empty_cache or spec.empty_host_cache_each_size
+    pending: list[dict[str, Any]] = []
+    block: list[dict[str, Any]] = []  # rows timed without per-copy counters
+    block_at: tuple[float, float] | None = None
+    try:
+        for i, plan_row in enumerate(cell_rows):
+            if stop:
+                break
+            row: dict[str, Any] = {
+                **base,
+                "order": plan_row["order"],
+                "rep": plan_row["rep"],
+                "warmup": plan_row["warmup"],
+                "t_s": run.elapsed(),
+                "wall_ms": np.nan,
+                "event_ms": np.nan,
+                "host_allocs": np.nan,
+                "device_allocs": np.nan,
+                "error": reason,
+            }
+            pending.append(row)
+            if not reason:
+                counters = per_copy or i == 0 or plan_row["warmup"]
+                try:
+                    if spec.empty_cache and dev.type == "cuda":
+                        torch.cuda.empty_cache()
+                    if not counters and block_at is None:
+                        block_at = _allocator_counts(timer.dev)
+                    row["t_s"] = run.elapsed()
+                    y, rec = timer(lambda: strat.copy(x), counters=counters)
+                    row.update(rec)
+                    if not counters:
+                        block.append(row)
+                    if (name, size) not in checked:  # bytewise check of the first copy of each cell
+                        checked.add((name, size))
+                        if not torch.equal(
+                            y.cpu().reshape(-1).view(torch.uint8), x.reshape(-1).view(torch.uint8)
+                        ):
+                            row["error"] = "wrong result: the copy differs from the source"
+                    del y
+                except Exception as exc:  # noqa: BLE001
+                    if not is_oom(exc) and not isinstance(exc, RuntimeError):
+                        raise
+                    row["error"] = error_text(exc)
+                    if is_cuda_fault(exc):  # the row is kept; nothing later could run
+                        raise CudaFault(row["error"]) from exc
+                    reason = row["error"]
+                    release_memory(dev)
+            if bar is not None:
+                bar.update(1)
+        if block and block_at is not None:
+            _fill_block_counts(block, block_at, _allocator_counts(timer.dev))
+    finally:
+        for row in pending:  # every row measured is kept, whatever ended the cell
+            run.write(row)
     if strat is not None:
         strat.cleanup()

@@ -66,6 +66,7 @@ def available(name: str, device: torch.device) -> str:
 @register
 class Pageable(Strategy):
     name = "pageable"
+    allocates = False
     summary = "x.to(device): the driver stages pageable memory through its own pinned buffer"
     needs_cuda = False
 
@@ -77,6 +78,7 @@ class Pageable(Strategy):
 @register
 class PageableNonBlocking(Strategy):
     name = "pageable_non_blocking"
+    allocates = False
     summary = "x.to(device, non_blocking=True) then synchronise: still staged by the driver"
     needs_cuda = False
 
@@ -96,6 +98,7 @@ class PinThenCopy(Strategy):
 @register
 class PinnedReuse(Strategy):
     name = "pinned_reuse"
+    allocates = False
     summary = "data already in a pinned buffer, copied into a preallocated device buffer"
 
     def prepare(self, x, device):

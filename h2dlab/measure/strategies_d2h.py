@@ -35,6 +35,7 @@ class _FromDevice(Strategy):
 @register
 class D2HPageable(_FromDevice):
     name = "d2h_pageable"
+    allocates = False
     summary = "y.to('cpu'): into new pageable memory, staged by the driver"
     needs_cuda = False
 
@@ -45,6 +46,7 @@ class D2HPageable(_FromDevice):
 @register
 class D2HPinnedReuse(_FromDevice):
     name = "d2h_pinned_reuse"
+    allocates = False
     summary = "out.copy_(y, non_blocking=True) into a preallocated pinned buffer, then synchronise"
 
     def prepare(self, x, device):

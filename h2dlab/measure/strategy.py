@@ -14,12 +14,16 @@ __all__ = ["REGISTRY", "Strategy", "register"]
 
 
 class Strategy:
-    """Base class. Subclasses set ``name``, ``summary``, ``needs_cuda`` and ``direction``."""
+    """Base class. Subclasses set ``name``, ``summary``, ``needs_cuda`` and ``direction``,
+    and ``allocates = False`` when a copy after the first makes no new pinned block and no
+    new device segment (then a sweep reads the allocator counters around a cell's block of
+    copies, not around each: each read costs some 15-20 us of host work between copies)."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     needs_cuda: ClassVar[bool] = True
     direction: ClassVar[str] = "h2d"
+    allocates: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.device: torch.device = torch.device("cpu")
