@@ -82,8 +82,8 @@ def gpu(monkeypatch):
     return log
 
 
-def _fake_clock(log):
-    ticks = itertools.count(0.0, 0.001)
+def _fake_clock(log, step=0.001):
+    ticks = itertools.count(0.0, step)
     return log.wrap("clock", lambda: next(ticks))
 
 
@@ -120,7 +120,9 @@ def _between_copies(log: Log) -> list[Counter]:
     return [Counter(log[e + 1 : s]) for e, s in zip(ends, starts[1:], strict=False)]
 
 
-def _sweep_on_fake_gpu(gpu, monkeypatch, tmp_path, evidence):
+def _sweep_on_fake_gpu(gpu, monkeypatch, tmp_path, evidence, step=0.0001):
+    """Two cells of 7 pageable copies on the fake GPU; the fake clock advances ``step`` s a
+    read (0.1 ms: copies faster than ``harness.DEFER_BELOW_MS``)."""
     frames = []
     real_init = pd.DataFrame.__init__
 
@@ -137,7 +139,7 @@ def _sweep_on_fake_gpu(gpu, monkeypatch, tmp_path, evidence):
     spec = SweepSpec(("pageable",), (1024, 4096), device="cpu", reps=6, warmup=1, evidence=evidence)
     monkeypatch.setattr(pd.DataFrame, "__init__", counting_init)
     try:
-        df = measure.sweep(spec, out=tmp_path / "t.csv", progress=False, clock=_fake_clock(gpu))
+        df = measure.sweep(spec, out=tmp_path / "t.csv", progress=False, clock=_fake_clock(gpu, step))
     finally:
         monkeypatch.setattr(pd.DataFrame, "__init__", real_init)
     assert len(df) == 14 and (df["error"].fillna("") == "").all()
@@ -172,6 +174,14 @@ def test_the_default_loop_makes_only_cheap_reads_between_copies(gpu, monkeypatch
     # the block's counters are read once before its first copy; the rows go to disk after the cell
     assert gaps[0]["host_stats"] == 2 and gaps[0]["device_stats"] == 2 and gaps[0]["row_write"] == 0
     assert gaps[6]["row_write"] == 7 and gaps[6]["host_stats"] >= 1
+
+
+def test_a_cell_of_slow_copies_writes_each_row_before_the_next_copy(gpu, monkeypatch, tmp_path):
+    """From the first copy of DEFER_BELOW_MS or more, rows go to disk one by one (fake clock:
+    2 ms a read), so a process killed outright loses no more than a copy's row."""
+    gaps = _sweep_on_fake_gpu(gpu, monkeypatch, tmp_path, "light", step=0.002)
+    assert len(gaps) == 13
+    assert all(g["row_write"] >= 1 for g in gaps)
 
 
 def test_a_block_that_allocated_nothing_has_zero_counts_and_one_that_did_has_none(gpu, monkeypatch, tmp_path):

@@ -138,6 +138,11 @@ def sweep(
     return df
 
 
+#: A cell's copies that take less than this (host wall time) are written after the cell's
+#: last copy rather than one by one (see ``_measure_cell``).
+DEFER_BELOW_MS = 1.0
+
+
 def _allocator_counts(dev: torch.device) -> tuple[float, float]:
     """``(pinned blocks made, device segments made)`` so far (NaN off CUDA or before it starts)."""
     if dev.type != "cuda" or not torch.cuda.is_initialized():
@@ -188,6 +193,9 @@ def _measure_cell(cell_rows, src, dev, spec: SweepSpec, timer, run, stop, bar, c
     # are written after its last copy (or when it stops), and a strategy that allocates
     # nothing after its first copy has its allocator counters read around the block of
     # copies after the cell's first row rather than around each (``Strategy.allocates``).
+    # A copy of DEFER_BELOW_MS or more is slow enough for that host work not to matter: from
+    # the first such copy on, the cell's rows are written (and counted) one by one, so that
+    # a process killed outright loses at most a second or so of rows.
     per_copy = strat is None or strat.allocates or spec.empty_cache or spec.empty_host_cache_each_size
     pending: list[dict[str, Any]] = []
     block: list[dict[str, Any]] = []  # rows timed without per-copy counters
@@ -221,6 +229,11 @@ def _measure_cell(cell_rows, src, dev, spec: SweepSpec, timer, run, stop, bar, c
                     row.update(rec)
                     if not counters:
                         block.append(row)
+                    if not per_copy and rec["wall_ms"] >= DEFER_BELOW_MS:  # a slow cell: one by one
+                        per_copy = True
+                        if block and block_at is not None:
+                            _fill_block_counts(block, block_at, _allocator_counts(timer.dev))
+                        block, block_at = [], None
                     if (name, size) not in checked:  # bytewise check of the first copy of each cell
                         checked.add((name, size))
                         if not torch.equal(
@@ -236,6 +249,10 @@ def _measure_cell(cell_rows, src, dev, spec: SweepSpec, timer, run, stop, bar, c
                         raise CudaFault(row["error"]) from exc
                     reason = row["error"]
                     release_memory(dev)
+            if per_copy and not reason and pending:
+                for done in pending:
+                    run.write(done)
+                pending.clear()
             if bar is not None:
                 bar.update(1)
         if block and block_at is not None:

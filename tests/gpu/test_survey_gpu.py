@@ -43,7 +43,7 @@ def test_a_one_rank_torchrun_survey_finishes_within_a_minute_and_matches_the_rec
     if "H200" not in torch.cuda.get_device_name(0):
         pytest.skip("the recording is an H200's: no comparison on another GPU")
     rec = Recorded("h200")
-    ref = pd.concat([rec.table("sweep", "pow2"), rec.table("d2h", "d2h")], ignore_index=True)
+    ref = pd.concat([rec.table("sweep", "pow2-interleaved"), rec.table("d2h", "d2h")], ignore_index=True)
     table = against_recording(fleet, ref)
     checked = table[table["checked"]]
     assert len(checked) == 4, table  # h2d and d2h pinned at 256 MiB and 1 GiB

@@ -255,7 +255,10 @@ def test_error_reaches_the_caller_and_the_ring_survives(monkeypatch):
     def boom(*a, **k):
         raise OSError("disk on fire")
 
-    prev = transfer.use_fastpath({**transfer.fastpath(), "engine": "numpy"})  # the engine that uses np.copyto
+    fp = transfer.fastpath()  # the engine that uses np.copyto, for every size's plan too
+    prev = transfer.use_fastpath(
+        {**fp, "engine": "numpy", "schedule": [{**s, "engine": "numpy"} for s in fp.get("schedule", [])]}
+    )
     try:
         monkeypatch.setattr(np, "copyto", boom)
         with pytest.raises(OSError, match="disk on fire"):
