@@ -69,7 +69,19 @@ OTHER = {
 # Options that say where and how to run, not what: they are not part of the spec.
 # --reference times the same cells with torch.utils.benchmark after the sweep: it adds a check
 # beside the rows (env.json's 'reference'), it does not change what the rows measure.
-NOT_SPEC = {"--out", "--resume", "--force", "--max-hours", "--gpus", "--no-progress", "--help", "--reference"}
+# --json only changes what is printed at the end (one JSON object on stdout); both the one-GPU
+# and the --gpus path hand it to cli.results.finish.
+NOT_SPEC = {
+    "--out",
+    "--resume",
+    "--force",
+    "--max-hours",
+    "--gpus",
+    "--no-progress",
+    "--help",
+    "--reference",
+    "--json",
+}
 
 
 @pytest.mark.parametrize("gpus", [None, "2"])

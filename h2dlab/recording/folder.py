@@ -73,8 +73,10 @@ _HEADERS: dict[tuple[str, int, int], bool] = {}
 
 def not_a_table(path: Path) -> bool:
     """Whether the file at ``path`` is plainly not a measurement table: its header (an
-    .xlsx's first sheet's first row) reads and names neither ``run_id`` nor ``strategy``.
-    A header that cannot be read says nothing (False): reading the table will say why."""
+    .xlsx's first sheet's first row) reads and names neither ``run_id`` nor ``strategy``,
+    nor carries an overlap timeline's columns (``tableio.TIMELINE_MARK``: reading one names
+    it a timeline, which a user who gives its folder must hear). A header that cannot be
+    read says nothing (False): reading the table will say why."""
     try:
         st = path.stat()
     except OSError:
@@ -82,7 +84,10 @@ def not_a_table(path: Path) -> bool:
     key = (str(path), st.st_mtime_ns, st.st_size)
     if key not in _HEADERS:
         names = _header(path)
-        _HEADERS[key] = bool(names) and not {"run_id", "strategy"} & {n.strip() for n in names}
+        from h2dlab.recording.tableio import TIMELINE_MARK
+
+        cols = {n.strip() for n in names or ()}
+        _HEADERS[key] = bool(names) and not {"run_id", "strategy"} & cols and not TIMELINE_MARK <= cols
     return _HEADERS[key]
 
 

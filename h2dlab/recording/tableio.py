@@ -30,6 +30,7 @@ __all__ = [
     "MAX_TABLE_BYTES",
     "MAX_TABLE_ROWS",
     "SUFFIXES",
+    "TIMELINE_MARK",
     "XLSX_MAX_ROWS",
     "atomic_write",
     "env_path",
@@ -44,6 +45,9 @@ __all__ = [
 ]
 
 SUFFIXES = (".csv", ".csv.gz", ".parquet", ".xlsx")
+#: Columns whose presence (without ``strategy``) marks an overlap timeline, not a measurement
+#: table: reading one says so (``read``), and a folder never passes over one (``folder.not_a_table``).
+TIMELINE_MARK = frozenset({"scenario", "op", "start_ms", "end_ms"})
 #: The most bytes a table may hold once decompressed (CSV text, or the xlsx's unzipped parts):
 #: 1 GiB, about 4 million rows of the kit's CSV, which pandas holds in a few GB. A 2 MB
 #: ``.csv.gz`` or ``.xlsx`` can unpack to far more (a decompression bomb): refused before it
@@ -348,7 +352,7 @@ def read(path: str | Path) -> pd.DataFrame:
         raise SchemaError(f"{path}: not a readable {suf} table ({first})") from None
     if suf == ".xlsx":
         _refuse_repeats(path, [str(c) for c in df.columns], renamed=True)
-    if {"scenario", "op", "start_ms", "end_ms"} <= set(df.columns) and "strategy" not in df.columns:
+    if TIMELINE_MARK <= set(df.columns) and "strategy" not in df.columns:
         raise SchemaError(f"{path} is an overlap timeline, not a measurement table: read it with timeline()")
     df = validate(df, source=str(path))
     env = read_env(path, run_ids=df["run_id"].unique())
