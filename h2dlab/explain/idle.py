@@ -174,7 +174,8 @@ def _faster(cells: pd.DataFrame, levels: list[float]) -> str:
         return ""
     effects = (cells.loc[cells["pause_ms"] == levels[-1], "ratio"] - 1).abs()
     some = " as large as some of the longest pause's effects" if (effects <= widest).any() else ""
-    return f": {'; '.join(out)}, a spread{some}"
+    first = "; ".join(out)
+    return f". {first[0].upper()}{first[1:]}: a spread{some}"
 
 
 def _range(lo: float, hi: float) -> str:
@@ -258,7 +259,7 @@ def idle_wake(df: pd.DataFrame) -> Finding:
         + f" After the longest pause, {levels[-1]:g} ms, every cell's 90th percentile {tail}."
         + spans
         # a run's pause is its env.json's: each pause lies in runs of its own
-        + " Each pause ran in runs of its own (a process each), so part of any difference between pauses is the "
+        + " Each pause ran in its own process, so part of any difference between pauses is the "
         "spread between processes" + _faster(cells, levels) + "."
     )
     if missing:
