@@ -171,7 +171,7 @@ display(findings.clocks(forum) if forum is not None else rec.lacks("forum"))
 # %% tags=["hide-input"]
 if sweep is not None:
     display(factors.machine(rec.env("sweep", "pow2-interleaved"), failed_rows=int((sweep.error != "").sum())))
-    display(factors.gpu_clocks(sweep))
+    display(factors.gpu_clocks(forum if forum is not None else sweep))  # the forum's runs read the clock
 else:
     display(rec.lacks("sweep/pow2-interleaved"))
 

@@ -61,7 +61,8 @@ display(findings_workload.decision(rec.table("workload"), f"{rec.name} (workload
 #
 # A pinned copy's rate belongs to the link and hardly moves between recordings of one machine
 # model. The rates of the ways that copy on the host first (`pageable`, `pin_then_copy`,
-# `staged`) belong to the host, and they move: the section on pinning first gives their range.
+# `staged`) belong to the host, and they move: the section on pinning first gives the range of
+# the pageable rate and of what pinning costs.
 
 # %% tags=["hide-input"]
 plots.bandwidth(sweep) if sweep is not None else display(rec.lacks("sweep/pow2-interleaved"));

@@ -179,7 +179,7 @@ display(*(Markdown(f"**{md_text(name)}.** {factors.unexplained(e)}") for name, e
 # Newer tables also record how long each of the process's other threads waited to run. A worker
 # that lost its CPU to another thread holds the parallel copy open. The sentence says so when one
 # waited for at least half the extra time, longer than in any ordinary copy of its strategy. Even
-# then it is a lead, not a proof: ordinary copies see waits of a few milliseconds too. A virtual
+# then it is a lead, not a proof: ordinary copies see such waits too. A virtual
 # CPU (vCPU) that the machine's host took away does not show there at all. Every other
 # `host_parallel` label is a place, not a reason. The sentences below count those copies as a
 # skeptical reader would: as unexplained.
@@ -216,11 +216,11 @@ with pd.option_context("display.max_colwidth", None):  # each cell quotes its co
 # the CPU for the pause while the GPU has nothing to do, and times the copy by CUDA events.
 #
 # The submission does not remove the cost, so the gap that matters is the time since the
-# previous copy ended. That is the pause plus the few milliseconds the kit's own loop spends
-# between copies, which differ from process to process. So compare the gaps the finding gives,
+# previous copy ended. That is the pause plus the time the kit's own loop spends between
+# copies (the finding gives it: a fraction of a millisecond), which differs from process to process. So compare the gaps the finding gives,
 # not the pauses. Whether the host thread spun or slept in the gap is not recorded; a data
-# loader's thread usually sleeps. Each pause ran in its own process, and processes differ: the
-# finding says by how much. The same small copies after each pause:
+# loader's thread usually sleeps. Each pause ran in its own process, and processes differ. The
+# same small copies after each pause:
 
 # %% tags=["hide-input"]
 display(Markdown(str(factors.idle_wake(rec.table("idle")))) if rec.has("idle") else rec.lacks("idle"))
@@ -235,8 +235,8 @@ plots.idle_pause(rec.table("idle"), name=f"{rec.name}:idle") if rec.has("idle") 
 # gap). And its extra time is no more than those copies show.
 #
 # When the cost starts is this recording's answer, not necessarily your machine's: record your
-# own (`h2dlab record --only idle`). The kit's own loop leaves a few milliseconds between copies
-# for its bookkeeping. So what a pause costs on your machine decides whether the kit's small-copy
+# own (`h2dlab record --only idle`). The kit's own loop leaves some time between copies for its
+# bookkeeping (the gaps above). So what a pause costs on your machine decides whether the kit's small-copy
 # figures carry a wake-up. In your own code, a copy issued after the GPU has waited for the host
 # (data loading, say) can pay it.
 

@@ -108,6 +108,12 @@ def machine(env: dict[str, Any], *, failed_rows: int | None = None) -> Finding:
     return Finding("".join(parts), bool(single and all_cpus), values)
 
 
+def _span(lo: float, hi: float) -> str:
+    """``'4.1–4.8'``, or one value where both read the same to 0.1."""
+    a, b = f"{lo:.1f}", f"{hi:.1f}"
+    return a if a == b else f"{a}–{b}"
+
+
 def gpu_clocks(df: pd.DataFrame, *, low: float = 0.8) -> Finding:
     """The GPU's SM clock after each copy (NVML, ``sm_clock_mhz``): its spread, the share
     of copies that ended with the clock below ``low`` x its highest reading, and how much
@@ -116,7 +122,7 @@ def gpu_clocks(df: pd.DataFrame, *, low: float = 0.8) -> Finding:
     t = timed(df)
     if "sm_clock_mhz" not in t or t.sm_clock_mhz.isna().all():
         return Finding(
-            "This recording has no GPU clock readings: it was measured with `--evidence light` "
+            "This table has no GPU clock readings: it was measured with `--evidence light` "
             "(`h2dlab measure`'s default, which does not read the clock), without NVML, or before the kit "
             "stored `sm_clock_mhz`. Whether an idle GPU's lowered clock slowed the first copies "
             "cannot be told from it.",
@@ -195,7 +201,7 @@ def overlap(tl: pd.DataFrame) -> Finding:
         f"its copy was over ({cp.loc['overlap_pageable', 'end_ms']:.1f} ms). Copy then compute on one stream ended at "
         f"{end['serial_pinned']:.1f} ms; on two streams from pinned memory at {end['overlap_pinned']:.1f} ms "
         f"({gain:.2f}x), from pageable memory at {end['overlap_pageable']:.1f} ms. Over {window['n']} repetitions a "
-        f"pinned copy was still in flight {window['min']:.1f}–{window['max']:.1f} ms after its call returned: that "
+        f"pinned copy was still in flight {_span(window['min'], window['max'])} ms after its call returned: that "
         "long the source must stay untouched and the result unread."
     )
     values = {

@@ -136,11 +136,15 @@ def decision(df: pd.DataFrame, source: str | None = None) -> Finding:
             when = f"did not pay here: its steps and {r.against_code}'s overlap (quartiles)"
         else:
             when = r.caveat
-        if have and not pays and _waited_more(waits, r.way, r.against):
-            when += (
-                f"; its step waited {_ms(waits[r.way])} ms for each batch, against {_ms(waits[r.against])} ms "
-                "unpinned: the loader, not the copy, set the pace"
+        if have and not pays and r.recipe == "one_tensor":
+            when = (
+                f"{when}. These steps repeat: from the second, {r.against_code} found its pinned block cached. "
+                "Copied once, its first call makes a new block (the pinning-first section)"
             )
+        if have and _waited_more(waits, r.way, r.against):
+            when += f"; its step waited {_ms(waits[r.way])} ms for each batch, against {_ms(waits[r.against])} ms unpinned"
+            if not pays:
+                when += ": the loader, not the copy, set the pace"
         recs.append({"situation": r.situation, "recipe": r.recipe, "code": r.code, "way": r.way, "against": r.against,
                      "step_ms": mine["step_ms"] if have else np.nan,
                      "exposed_ms": mine["exposed_ms"] if have else np.nan,
@@ -160,7 +164,7 @@ def decision(df: pd.DataFrame, source: str | None = None) -> Finding:
         )
     markdown = "\n".join(lines)
     footer = _footer(df, ex, source)
-    answer = _answer(ex, "CPU (a test run)" if _spec(df).get("device") == "cpu" else "GPU", table)
+    answer = _answer(ex, "CPU (a test run)" if _spec(df).get("device") == "cpu" else "GPU", table, waits)
     holds = bool(table["pays"].all())
     return Finding(
         verdict=f"{answer}\n\n{markdown}\n\n{footer}",
@@ -170,7 +174,9 @@ def decision(df: pd.DataFrame, source: str | None = None) -> Finding:
     )
 
 
-def _answer(ex: pd.DataFrame, device: str = "GPU", table: pd.DataFrame | None = None) -> str:
+def _answer(
+    ex: pd.DataFrame, device: str = "GPU", table: pd.DataFrame | None = None, waits: dict | None = None
+) -> str:
     """The answer, its numbers from ``ex``. It recommends the pinned ``DataLoader`` unless
     ``table`` (the decision rows) shows that it did not pay; then the recipe whose step gained
     most over the way it replaces, and says that the pinned loader did not pay here."""
@@ -195,9 +201,17 @@ def _answer(ex: pd.DataFrame, device: str = "GPU", table: pd.DataFrame | None = 
         return first
     size = fmt_bytes(int(ex.loc["pageable_to", "size_bytes"]))
     naive, pinned, pre = (f"{_ms(e(w))} ms" if e(w) > 0 else "nothing measurable" for w in ways)
-    return (
+    said = (
         f"{first} Here getting a {size} batch to the {device} added {naive} to each step by plain `.to()`, "
         f"{pinned} from a pinned loader and {pre} with a side-stream prefetch."
+    )
+    try:
+        held = [float(waits[w]) for w in ("loader_pinned", "loader_prefetch")]
+    except (KeyError, TypeError, ValueError):
+        return said
+    return (
+        f"{said} Of the loader steps' time, {_ms(held[0])} and {_ms(held[1])} ms went to waiting for the "
+        "loader's next batch, not to the copy."
     )
 
 
@@ -270,12 +284,23 @@ def _loader_note(ex: pd.DataFrame, spec: dict) -> str:
     )
     waits = spec.get("loader_wait_ms") or {}
     got = [(w, waits[w]) for w in ("loader_pageable", "loader_pinned", "loader_prefetch") if w in waits]
-    if got:
-        names = {"loader_pageable": "unpinned", "loader_pinned": "pinned", "loader_prefetch": "prefetching"}
+    if not got:
+        return note
+    names = {"loader_pageable": "unpinned", "loader_pinned": "pinned", "loader_prefetch": "prefetching"}
+    note = (
+        f" The `DataLoader` rows{workers} are steps fed by a loader. A step waited for its next batch (median): "
+        + ", ".join(f"{_ms(v)} ms with the {names[w]} loader" for w, v in got)
+        + "."
+    )
+    if "loader_pageable" in waits and more > 0:
+        rest = more - float(waits["loader_pageable"])
         note += (
-            " A step waited for its next batch (median): "
-            + ", ".join(f"{_ms(v)} ms with the {names[w]} loader" for w, v in got)
-            + "."
+            f" The unpinned loader's step still exposed {_ms(loader)} ms against {_ms(plain)} ms for `x.to(device)`"
+            + (
+                f" of a batch made in this process: its `.to()` of a worker's batch took about {_ms(rest)} ms longer."
+                if rest > 0
+                else "."
+            )
         )
     return note
 

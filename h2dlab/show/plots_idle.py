@@ -57,7 +57,7 @@ def idle_pause(df: pd.DataFrame, *, ax=None, name: str | None = None):
         ax.annotate(f"{last['ratio']:.2f}x", (last["pause_ms"], last["median_ms"] * 1e3), xytext=(4, 0),
                     textcoords="offset points", fontsize=SMALL_PT, color=colors[strategy], va="center")  # fmt: skip
     ax.set_yscale("log")
-    ax.set_xlabel("pause before the copy, GPU idle (ms; the loop adds a few ms between copies)")
+    ax.set_xlabel("pause before the copy, GPU idle (ms; the loop adds its own time between copies)")
     ax.set_ylabel("time per copy (µs, CUDA events)")
     ax.grid(True, alpha=0.3)
     ax.set_title("Time per copy against the pause before it, with the GPU idle")
