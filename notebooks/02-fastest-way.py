@@ -174,7 +174,7 @@ else:
 # %% tags=["hide-input"]
 extra = {kind: rec.table(kind, run) for kind, run in (("d2h", "d2h"), ("batch", "equal")) if rec.has(kind, run)}
 adv = advice.advice(sweep, 2**30, cold=cold, **extra) if sweep is not None else None
-plots.advice_bars(adv, name=rec.name) if adv is not None else display(rec.lacks("sweep/pow2-interleaved"));
+plots.advice_bars(adv, name=rec.name, source=sweep) if adv is not None else display(rec.lacks("sweep/pow2-interleaved"));
 
 # %% tags=["hide-input"]
 if adv is not None:

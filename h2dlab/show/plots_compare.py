@@ -172,10 +172,11 @@ def pin_cost(sweep: pd.DataFrame, *, cold: pd.DataFrame | None = None, register:
                            title="what x.pin_memory().to('cuda') costs, cached or new")  # fmt: skip
 
 
-def advice_bars(table: pd.DataFrame, *, ax=None, name: str | None = None):
+def advice_bars(table: pd.DataFrame, *, ax=None, name: str | None = None, source: pd.DataFrame | None = None):
     """The advice table as bars: per-copy time (median, IQR whiskers) per way, one colour
     per case (to the GPU, results back, a batch), and what a way pays once up front
-    stacked hatched. Log time axis."""
+    stacked hatched. Log time axis. ``source``: the table the advice was computed from, whose
+    GPU and date the footnote then names (``name`` alone otherwise)."""
     ax = axes_or_new(ax)
     t = table.reset_index(drop=True)
     cases = list(dict.fromkeys(t.case)) if "case" in t else ["one tensor to the GPU"]
@@ -205,7 +206,10 @@ def advice_bars(table: pd.DataFrame, *, ax=None, name: str | None = None):
             "; ".join(f"{c}: {size_label(int(n))}" for c, n in first.items()) + ", each against its plain way"
         )
     legend_outside(ax)
-    footnote(ax, None, text=f"data: {name or 'advice table'} · whiskers: IQR")
+    if source is not None:  # the table the advice was computed from: its GPU and date
+        footnote(ax, source, name, extra="whiskers: IQR")
+    else:
+        footnote(ax, None, text=f"data: {name or 'advice table'} · whiskers: IQR")
     return ax
 
 
