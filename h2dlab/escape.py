@@ -17,7 +17,9 @@ from typing import Any
 
 __all__ = [
     "FORMULA_STARTS",
+    "defuse_frame",
     "defuse_sheet",
+    "defuse_text",
     "html_text",
     "md_code",
     "md_inert_html",
@@ -85,6 +87,30 @@ def md_inert_html(markdown: str) -> str:
             out.append("&lt;" if c == "<" else c)
             i += 1
     return "".join(out)
+
+
+def defuse_text(value: Any) -> Any:
+    """``value`` with a quote put before it where it is text a spreadsheet opening a CSV file
+    would take for a formula (:data:`FORMULA_STARTS`); anything else as it is. A CSV has no
+    cell types, so the quote stays in the text (OWASP's advice for CSV injection)."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def defuse_frame(df: Any) -> Any:
+    """A copy of the DataFrame ``df`` with :func:`defuse_text` applied to its text cells and
+    column names (``df`` itself when nothing needs it)."""
+    cols = [c for c in df.columns if getattr(df[c].dtype, "kind", "") in ("O", "S", "U")]  # text columns
+    hit = [c for c in cols if df[c].map(lambda v: isinstance(v, str) and v.startswith(FORMULA_STARTS)).any()]
+    names = [defuse_text(str(c)) if isinstance(c, str) else c for c in df.columns]
+    if not hit and names == list(df.columns):
+        return df
+    out = df.copy()
+    for c in hit:
+        out[c] = out[c].map(defuse_text)
+    out.columns = names
+    return out
 
 
 def defuse_sheet(ws: Any, columns: list[int] | None = None) -> int:

@@ -61,6 +61,9 @@ def write_annotated(e, path: Path, env: dict) -> None:
 
         writer = lambda t: safe_excel(e, t)  # noqa: E731
     else:
-        writer = lambda t: e.to_csv(t, index=False, compression="gzip" if suf == ".csv.gz" else None)  # noqa: E731
+        from h2dlab.escape import defuse_frame  # text a spreadsheet would run as a formula: quoted
+
+        safe = defuse_frame(e)
+        writer = lambda t: safe.to_csv(t, index=False, compression="gzip" if suf == ".csv.gz" else None)  # noqa: E731
     datasets.atomic_write(path, writer)
     datasets.write_env(env, datasets.env_path(path))

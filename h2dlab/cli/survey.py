@@ -136,7 +136,10 @@ def finish(
     schema_cols = [c for c in fleet.columns if c not in RANK_COLUMNS]
     fleet = validate(fleet[[*schema_cols, *RANK_COLUMNS]], source=FLEET_NAME)
     path = folder / FLEET_NAME
-    tableio.atomic_write(path, lambda p: fleet.to_csv(p, index=False, compression="gzip"))
+    from h2dlab.escape import defuse_frame  # a host or reason from a rank file is never a formula
+
+    safe = defuse_frame(fleet)
+    tableio.atomic_write(path, lambda p: safe.to_csv(p, index=False, compression="gzip"))
     tableio.write_env(env, tableio.env_path(path))
     if report:
         page = report_html(gpus, env)

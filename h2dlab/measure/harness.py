@@ -216,7 +216,6 @@ def _measure_cell(cell_rows, src, dev, spec: SweepSpec, timer, run, stop, bar, c
                 "device_allocs": np.nan,
                 "error": reason,
             }
-            pending.append(row)
             if not reason:
                 counters = per_copy or i == 0 or plan_row["warmup"]
                 try:
@@ -246,9 +245,11 @@ def _measure_cell(cell_rows, src, dev, spec: SweepSpec, timer, run, stop, bar, c
                         raise
                     row["error"] = error_text(exc)
                     if is_cuda_fault(exc):  # the row is kept; nothing later could run
+                        pending.append(row)
                         raise CudaFault(row["error"]) from exc
                     reason = row["error"]
                     release_memory(dev)
+            pending.append(row)  # measured (or failed): a copy cut off by an interrupt leaves no row
             if per_copy and not reason and pending:
                 for done in pending:
                     run.write(done)

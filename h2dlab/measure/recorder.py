@@ -62,13 +62,14 @@ class StopFlag:
 
     @contextmanager
     def installed(self) -> Iterator[StopFlag]:
-        """Within the block, SIGINT and SIGTERM set this flag (a second one raises
+        """Within the block, SIGINT, SIGTERM and SIGHUP set this flag (a second one raises
         ``KeyboardInterrupt``). Outside the main thread signals cannot be caught: the
         flag is then set only by :meth:`request`."""
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        stops = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+        old = {s: signal.getsignal(s) for s in stops}  # SIGHUP: a closed terminal or ssh session
 
         def handler(signum, frame):  # noqa: ARG001
             if self.signum is not None:  # a second Ctrl-C: stop now

@@ -220,7 +220,14 @@ def experiment_problem(r: Any) -> str | None:
             return f"the value of {k} is not a setting (letters, digits, _ . : , = + - only)"
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < 1e7:
         return f"seconds {seconds!r} is not a number of seconds"
+    name, kind, run = r.get("name"), r.get("kind"), r.get("run")
+    if not all(isinstance(x, str) and _PART.fullmatch(x) for x in (kind, run)) or name != f"{kind}/{run}":
+        return "its name is not its kind/run, in letters, digits, '_', '.' and '-'"
     return None
+
+
+#: A kind's or a run's name: what names a folder and a file in the recording, and a log line.
+_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 
 def _problem(m: Any) -> str | None:

@@ -12,7 +12,6 @@ import os
 import platform
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -122,16 +121,20 @@ def live_recording(
                 f"`h2dlab record --resume {found}` (or set {RESUME_VAR}=1 to let live mode resume it), "
                 "or move it out of the runs folder to record anew"
             )
-        args = ["--resume", str(found)]
+        args = ["--resume", str(Path(found).resolve())]
     else:
         found = default_folder(here["gpu_name"])
-        args = ["--quick", "--out", str(found)]
-    cmd = [sys.executable, "-m", "h2dlab.cli.main", "record", *args]
+        args = ["--quick", "--out", str(Path(found).resolve())]
+    from h2dlab.recording.run import python_command
+
+    cmd = [*python_command(), "-m", "h2dlab.cli.main", "record", *args]
     echo(f"recording this machine once: h2dlab record {' '.join(args)}")
     kit = str(CHECKOUT)  # the recorder runs this very kit
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [kit, os.environ.get("PYTHONPATH")]))}
     last = ""  # the recorder's last line: its own one-line error when it fails
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=kit
+    ) as proc:
         try:
             for line in proc.stdout or []:
                 echo(line.rstrip())

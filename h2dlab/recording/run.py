@@ -208,11 +208,28 @@ def options_of(parser: argparse.ArgumentParser) -> Callable[[str], set[str]]:
     return options
 
 
+def python_command() -> list[str]:
+    """This Python, told not to put the current directory first on ``sys.path`` (``-P``,
+    Python 3.11+): a recording folder someone sent, with an ``h2dlab/`` planted in it, must
+    not be what ``-m h2dlab...`` runs. Children also start in the kit's own folder."""
+    return [sys.executable, "-P"] if sys.version_info >= (3, 11) else [sys.executable]
+
+
+def open_log(log: Path):
+    """``record.log`` for appending, never through a link planted in its place (O_NOFOLLOW)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(log, flags, 0o644)
+    except OSError as exc:
+        raise UsageError(f"{log}: cannot write the recording's log ({exc.strerror}): is it a link?") from None
+    return os.fdopen(fd, "a")
+
+
 def _child_command(r: dict[str, Any], folder: Path, options: Callable[[str], set[str]]) -> list[str]:
     """The command line of run ``r`` into ``folder`` (its own ``--resume`` where it started);
     ``options(cmd)``: the option strings the subcommand ``cmd`` accepts."""
-    out = folder / r["kind"] / f"{r['run']}.csv.gz"
-    cmd = [sys.executable, "-m", CLI_MODULE, *r["args"], "--out", str(out)]
+    out = (folder / r["kind"] / f"{r['run']}.csv.gz").resolve()
+    cmd = [*python_command(), "-m", CLI_MODULE, *r["args"], "--out", str(out)]
     opts = options(r["args"][0])
     if "--no-progress" in opts:
         cmd.append("--no-progress")
@@ -269,6 +286,7 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
         raise UsageError(f"{folder / MANIFEST}: {repeated}: nothing was run")
     todo = [r for r in runs if r["status"] != "done"]
     kit = str(Path(h2dlab.__file__).resolve().parent.parent)  # the children import this very kit
+    folder = folder.resolve()
     base_env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [kit, os.environ.get("PYTHONPATH")])),
@@ -292,14 +310,14 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
                 impostor = _not_its_own(out, r)
                 rc = 0 if impostor is None else EXIT_FAILED
                 if impostor is not None:
-                    with open(log, "a") as fh:
+                    with open_log(log) as fh:
                         fh.write(
                             f"\n== {r['name']}: not run: {out} looks finished but is not this experiment's: "
                             f"{impostor}; move it away, then resume\n"
                         )
             else:
                 cmd = _child_command(r, folder, options)
-                with open(log, "a") as fh:
+                with open_log(log) as fh:
                     fh.write(
                         f"\n== {r['name']} {time.strftime('%Y-%m-%dT%H:%M:%S')}: {shlex.join(cmd[3:])}\n"
                     )
@@ -308,7 +326,8 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
                         cmd,
                         stdout=fh,
                         stderr=subprocess.STDOUT,
-                        env={**base_env, **r["env"], RECORDING_OUT_VAR: str(out)},
+                        env={**base_env, **r["env"], RECORDING_OUT_VAR: str(out.resolve())},
+                        cwd=kit,
                         start_new_session=True,
                     )
                     while stop.proc.poll() is None:

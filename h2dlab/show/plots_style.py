@@ -150,6 +150,7 @@ def footnote(ax, df: pd.DataFrame | None, name: str | None = None, extra: str = 
         The whole footnote, instead of the provenance.
     """
     text = text if text is not None else provenance(df, name) + (f" · {extra}" if extra else "")
+    text = text.replace("$", r"\$")  # a GPU or run name is text: its "$" must not start math text
     for t in list(ax.texts):
         if getattr(t, "_h2dlab_footnote", False):
             t.remove()
