@@ -8,6 +8,7 @@ The CPU tables here are measured on this machine (host copies only); the foreign
 is data/h200's real one.
 """
 
+import json
 import shutil
 import warnings
 
@@ -33,7 +34,8 @@ def cpu_table(tmp_path):
 
 
 def test_read_does_not_take_another_runs_env_json(cpu_table):
-    with pytest.warns(UserWarning, match="env.json of run 'fcdcad770f3d', not of cpu.csv"):
+    foreign = json.loads(H200_ENV.read_text())["run_id"]  # the bundled H200 run's own id
+    with pytest.warns(UserWarning, match=f"env.json of run '{foreign}', not of cpu.csv"):
         df = datasets.read(cpu_table)
     assert df.attrs["env"] is None
     with warnings.catch_warnings():

@@ -130,7 +130,8 @@ def test_h200_sweep_still_warns_staged_whose_large_copies_beat_the_line():
     # the measurement: the staged copy's rate climbs past what its small copies' line says.
     staged = w.loc[("pow2-interleaved", "staged")]
     assert staged.predicted_gbps == pytest.approx(staged.gbps, rel=0.01)
-    assert staged.measured_gbps / staged.predicted_gbps > 2
+    # far enough below the measurement to be warned of (the recording at 66f20f2: 2.3x; d332ea1's: 1.79x)
+    assert staged.measured_gbps / staged.predicted_gbps > FAR_FROM_MEASURED
     assert (
         f"the fitted line predicts {staged.predicted_gbps:.1f} GB/s at 2 GiB, measured {staged.measured_gbps:.1f} GB/s"
         in staged.warning

@@ -92,4 +92,5 @@ def test_new_kinds_of_the_h200_recording_load_by_name():
     # light loop (d2h is a measure run) leaves the SM clock empty, duplex and batch still read it
     assert d2h.minflt.notna().all() and d2h.cpu_ms.notna().all()
     assert d2h.attrs["env"]["schema_version"] < 6 or d2h.sm_clock_mhz.isna().all()
-    assert (bidir.sm_clock_mhz > 0).all() and (batch.sm_clock_mhz > 0).all()
+    measured = batch[batch.error == ""]  # a method not installed there (tensordict) has no copies
+    assert (bidir.sm_clock_mhz > 0).all() and len(measured) and (measured.sm_clock_mhz > 0).all()
