@@ -49,12 +49,15 @@ rec.banner()
 # goes to the GPU, then a fixed chain of matrix products consumes it, then the step waits for
 # the GPU as `loss.item()` would. The same step ran with the batch already on the GPU. The
 # difference is the *exposed copy time*: what the copy adds to every step. Below the table are
-# the `DataLoader` and prefetch recipes, as the runs executed them
-# (`examples/recipe_dataloader.py`, `examples/recipe_prefetch.py`); the table says whether they
-# paid in this recording. The rest of this notebook is the evidence, one copy at a time.
+# the six recipes, each the file in `examples/` that the runs executed; the table says whether
+# each paid in this recording. The rest of this notebook is the evidence, one copy at a time.
 
 # %% tags=["hide-input"]
-display(findings_workload.decision(rec.table("workload"), f"{rec.name} (workload)") if rec.has("workload") else rec.lacks("workload"), *(Code(recipes.source(n), language="python") for n in ("dataloader", "prefetch")))
+display(findings_workload.decision(rec.table("workload"), f"{rec.name} (workload)") if rec.has("workload") else rec.lacks("workload"))
+
+# %% tags=["hide-input"]
+for name in recipes.RECIPES:
+    display(Markdown(f"`examples/{recipes.path(name).name}`"), Code(recipes.source(name), language="python"))
 
 # %% [markdown]
 # ## 1 · How fast is each way, from the smallest copy to the largest?
