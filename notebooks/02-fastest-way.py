@@ -53,11 +53,7 @@ rec.banner()
 # each paid in this recording. The rest of this notebook is the evidence, one copy at a time.
 
 # %% tags=["hide-input"]
-display(findings_workload.decision(rec.table("workload"), f"{rec.name} (workload)") if rec.has("workload") else rec.lacks("workload"))
-
-# %% tags=["hide-input"]
-for name in recipes.RECIPES:
-    display(Markdown(f"`examples/{recipes.path(name).name}`"), Code(recipes.source(name), language="python"))
+display(findings_workload.decision(rec.table("workload"), f"{rec.name} (workload)") if rec.has("workload") else rec.lacks("workload"), *(x for n in recipes.RECIPES for x in (Markdown(f"`examples/{recipes.path(n).name}`"), Code(recipes.source(n), language="python"))))
 
 # %% [markdown]
 # ## 1 · How fast is each way, from the smallest copy to the largest?

@@ -35,7 +35,7 @@ def test_an_experiment_whose_name_is_not_its_kind_and_run_is_refused(name):
     r = dict(m["experiments"][0])
     assert rfolder.experiment_problem(r) is None
     r["name"] = name
-    assert "name is not its kind/run" in rfolder.experiment_problem(r)
+    assert "is not its kind/run" in rfolder.experiment_problem(r)
 
 
 def test_the_log_is_never_written_through_a_planted_link(tmp_path):

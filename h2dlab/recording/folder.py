@@ -221,8 +221,14 @@ def experiment_problem(r: Any) -> str | None:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < 1e7:
         return f"seconds {seconds!r} is not a number of seconds"
     name, kind, run = r.get("name"), r.get("kind"), r.get("run")
-    if not all(isinstance(x, str) and _PART.fullmatch(x) for x in (kind, run)) or name != f"{kind}/{run}":
-        return "its name is not its kind/run, in letters, digits, '_', '.' and '-'"
+    named = all(isinstance(x, str) and _PART.fullmatch(x) for x in (kind, run))
+    if (kind is not None or run is not None) and (
+        not named or (isinstance(name, str) and name and name != f"{kind}/{run}")
+    ):
+        return (
+            f"its name {str(name)[:40]!r} is not its kind/run ({str(kind)[:40]!r}, {str(run)[:40]!r}) "
+            "in letters, digits, '_', '.' and '-'"
+        )
     return None
 
 
