@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from h2dlab.errors import UsageError
 from h2dlab.recording import datasets, live, session
 from h2dlab.recording.folder import MANIFEST, write_manifest
+from h2dlab.recording.run import python_command
 
 
 def test_bundled_recording_holds_every_kind_and_run():
@@ -194,7 +194,13 @@ def live_box(tmp_path, monkeypatch):
 
 def test_live_records_once_then_reuses(live_box):
     rec = session.recording("h200", mode="live", environ={})
-    assert len(_FakePopen.calls) == 1 and _FakePopen.calls[0][3:6] == ["record", "--quick", "--out"]
+    assert len(_FakePopen.calls) == 1 and _FakePopen.calls[0][-5:-1] == [
+        "h2dlab.cli.main",
+        "record",
+        "--quick",
+        "--out",
+    ]
+    assert _FakePopen.calls[0][:-5] == python_command() + ["-m"]  # never from the current folder (-P)
     assert rec.mode == "live" and rec.made_now and rec.folder.parent == live_box.resolve()
     assert "**Live**" in rec.banner() and "made just now" in rec.banner()
     again = session.recording("h200", mode="live", environ={})  # the next notebook: nothing measured
@@ -207,7 +213,7 @@ def test_live_resumes_an_unfinished_recording_of_this_machine_when_asked(live_bo
     unfinished = shutil.copytree(_FakePopen.template, live_box / "box-old")
     rec = session.recording("h200", mode="live", environ={})
     assert _FakePopen.calls == [
-        [sys.executable, "-m", "h2dlab.cli.main", "record", "--resume", str(unfinished)]
+        [*python_command(), "-m", "h2dlab.cli.main", "record", "--resume", str(unfinished.resolve())]
     ]
     assert rec.folder == unfinished.resolve()
 

@@ -245,10 +245,7 @@ def save(df: pd.DataFrame, path: str | Path, env: dict[str, Any] | None = None) 
     cols = list(COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in df.columns]
     df = df[cols]
     if suf in (".csv", ".csv.gz"):
-        from h2dlab.escape import defuse_frame
-
-        safe = defuse_frame(df)  # text a spreadsheet would run as a formula gets a quote first
-        writer = lambda p: safe.to_csv(p, index=False, compression="gzip" if suf == ".csv.gz" else None)  # noqa: E731
+        writer = lambda p: df.to_csv(p, index=False, compression="gzip" if suf == ".csv.gz" else None)  # noqa: E731
     elif suf == ".parquet":
         writer = lambda p: df.to_parquet(p, index=False)  # noqa: E731
     else:
