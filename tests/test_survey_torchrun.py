@@ -56,14 +56,16 @@ def _torchrun_survey(out: Path, deadline_s: float, fault: str = "", wait_s: floa
         str(deadline_s),
     ]
     agents = []
+    out.mkdir(parents=True, exist_ok=True)
     for host, is_host in (("node-a", 1), ("node-b", 0)):
+        log = open(out.parent / f"agent-{host}.log", "wb")  # noqa: SIM115 - the agent's, closed by it
         agents.append(
             subprocess.Popen(
                 [sys.executable, "-m", "torch.distributed.run", f"--rdzv-conf=is_host={is_host}", *common],
                 env={**env, "H2DLAB_SURVEY_HOST": host},
                 cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         )

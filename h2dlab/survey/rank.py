@@ -56,7 +56,10 @@ __all__ = [
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 #: For tests only: ``'3:kill,2:hang'`` makes global rank 3 kill itself (SIGKILL) and rank 2
-#: hang (deaf to SIGTERM) right after writing its first file, as a sick node would.
+#: hang (deaf to SIGTERM) right after writing its first file, as a sick node would. A rank
+#: that kills itself first waits (up to a minute) for the hanging ranks' first files: its
+#: launcher stops its node's other ranks when it dies, and a rank stopped that early has
+#: written nothing, which would test the launch order instead of the hang.
 FAULT_VAR = "H2DLAB_SURVEY_FAULT"
 #: What each group copies on a GPU: pinned (the link's figures, stable) at 1 KiB for the
 #: latency up to 1 GiB, pageable (the host's, they move) up to 256 MiB (1 GiB pageable
@@ -239,11 +242,15 @@ def _device(device: str, place: Place) -> torch.device:
     return resolve_device(device)
 
 
-def _fault(place: Place) -> None:
-    for part in os.environ.get(FAULT_VAR, "").split(","):
-        rank, _, what = part.strip().partition(":")
+def _fault(place: Place, folder: Path) -> None:
+    faults = [p.strip().partition(":") for p in os.environ.get(FAULT_VAR, "").split(",")]
+    hanging = [int(r) for r, _, what in faults if r.isdigit() and what == "hang"]
+    for rank, _, what in faults:
         if rank.isdigit() and int(rank) == place.rank:
             if what == "kill":
+                until = time.monotonic() + 60
+                while time.monotonic() < until and not all(rank_file(folder, r).exists() for r in hanging):
+                    time.sleep(0.1)
                 os.kill(os.getpid(), signal.SIGKILL)
             if what == "hang":
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -335,7 +342,7 @@ def survey_rank(
         os.utime(mine)
 
     write_env(info, path)  # before any collective: a rank that never gets further is still named
-    _fault(place)
+    _fault(place, folder)
     sync = None
     try:
         dev = _device(device, place)
