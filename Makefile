@@ -25,14 +25,20 @@ install: $(STAMP)
 report: $(STAMP)
 	$(BIN)/h2dlab report
 
+# Two pytest-xdist workers (CI has 2 cores); TEST_WORKERS=0 runs in one process. loadfile keeps
+# each test file on one worker (a module's fixtures load once); the notebooks are executed
+# once per run (tests/conftest.py's once_per_run).
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST)
 
 # The edit-test loop: every test but the slow tier (notebooks, subprocesses, the longest
 # property and real-data tests; tests/conftest.py lists them), under 2 minutes on 2 cores.
 # `make test` runs everything and is what CI runs.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m 'not slow and not cuda and not wheel'
+	$(BIN)/python -m pytest -q $(XDIST) -m 'not slow and not cuda and not wheel'
 
 # On a machine without CUDA this fails, saying so, instead of skipping every GPU test.
 test-gpu: $(STAMP)

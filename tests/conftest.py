@@ -590,21 +590,45 @@ def refused_in_one_line(argv, needles, capsys, folder):
     return lines[0]
 
 
+def once_per_run(tmp_path_factory, name, build):
+    """``build(folder)`` into a fresh folder once per test run and return ``(its result,
+    folder)``. Under pytest-xdist (``make test``) the first worker to ask builds it in the
+    temporary folder all workers share, holding a lock; the others wait and read it."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        out = tmp_path_factory.mktemp(name)
+        return build(out), out
+    import fcntl
+    import json
+
+    shared = tmp_path_factory.getbasetemp().parent
+    out, done = shared / name, shared / f"{name}.json"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return json.loads(done.read_text()), out
+        out.mkdir(exist_ok=True)
+        result = build(out)
+        done.write_text(json.dumps(result))
+    return result, out
+
+
 @pytest.fixture(scope="session")
 def rendered(tmp_path_factory):
-    """Execute the reported notebooks in replay mode and render them, once per session."""
+    """Execute the reported notebooks in replay mode and render them, once per session (once
+    per run under pytest-xdist: :func:`once_per_run`)."""
     from h2dlab.show import report
 
-    out = tmp_path_factory.mktemp("reports")
-    old = os.environ.get("H2DLAB_MODE")
-    try:
-        rc = report.build(outdir=out, mode="replay")
-    finally:
-        if old is None:
-            os.environ.pop("H2DLAB_MODE", None)
-        else:
-            os.environ["H2DLAB_MODE"] = old
-    return rc, out
+    def build(out):
+        old = os.environ.get("H2DLAB_MODE")
+        try:
+            return report.build(outdir=out, mode="replay")
+        finally:
+            if old is None:
+                os.environ.pop("H2DLAB_MODE", None)
+            else:
+                os.environ["H2DLAB_MODE"] = old
+
+    return once_per_run(tmp_path_factory, "reports", build)
 
 
 CHROMIUM = "/usr/bin/chromium"

@@ -33,7 +33,7 @@ CONDA_NAME = {
 }
 #: What conda-forge lacks and pip may install (name -> why); empty: conda-forge has all of it.
 PIP_ONLY: dict[str, str] = {}
-TEST_TOOLS = {"pytest", "hypothesis", "mutmut", "ruff", "playwright", "ruptures"}
+TEST_TOOLS = {"pytest", "pytest-xdist", "hypothesis", "mutmut", "ruff", "playwright", "ruptures"}
 #: The extras a user's environment needs (the report, the lab, progress bars).
 RUNTIME_EXTRAS = ("notebooks", "progress")
 
