@@ -1,7 +1,7 @@
 """The pure half of bench_transfer.py: settings as Stager arguments, the choices made from
 measured rows (tuning pick, crossover, paired ratios) and the verdicts against issue 18's
 targets, with the printed report. No CUDA and no timing here, so each is tested on a CPU with
-synthetic rows (tests/test_bench_transfer.py)."""
+synthetic rows (tests/project/test_bench_transfer.py)."""
 
 from __future__ import annotations
 

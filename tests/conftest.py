@@ -17,21 +17,24 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 #: ``@pytest.mark.slow`` itself, or uses a fixture in :data:`SLOW_FIXTURES`.
 SLOW = {
     # Processes of their own (torchrun, the CLI, a recorder), a rendered workbook: the slow tier.
-    "test_survey_torchrun.py": {
+    "survey/test_survey_torchrun.py": {
         "test_a_killed_and_a_hung_rank_cost_their_own_rows_only",
         "test_two_torchrun_agents_of_two_ranks_make_one_table_of_four_ranks",
     },
-    "test_workload.py": {"test_cli_writes_the_table_and_refuses_a_bad_shape_in_one_line"},
-    "test_recipes.py": {"test_every_recipe_script_runs_as_pasted_on_a_cpu_only_torch"},
-    "test_xlsx_formulas.py": {"test_the_report_workbook_writes_no_formula"},
-    "test_sighup.py": {"test_sighup_to_record_stops_its_experiment_and_keeps_its_rows"},
-    "test_closed_streams_and_damaged_files.py": {
+    "measure/test_workload.py": {"test_cli_writes_the_table_and_refuses_a_bad_shape_in_one_line"},
+    "recipes/test_recipes.py": {"test_every_recipe_script_runs_as_pasted_on_a_cpu_only_torch"},
+    "show/test_xlsx_formulas.py": {"test_the_report_workbook_writes_no_formula"},
+    "recording/test_sighup.py": {"test_sighup_to_record_stops_its_experiment_and_keeps_its_rows"},
+    "cli/test_closed_streams_and_damaged_files.py": {
+        "test_a_ctrl_c_while_the_kit_imports_ends_in_one_line",
+        "test_a_utf8_table_reads_under_an_ascii_locale",
+        "test_an_ascii_terminal_gets_the_table_not_a_traceback",
         "test_measure_with_stdout_closed_still_writes_its_table",
         "test_a_closed_stream_is_no_traceback",
     },
-    "test_survey_parts.py": {"test_one_process_writes_a_fleet_table_that_the_kit_reads_and_a_page"},
-    "test_doctor.py": {"test_profile_writes_a_trace_of_the_recorded_steps_on_cpu"},
-    "test_analysis.py": {
+    "survey/test_survey_parts.py": {"test_one_process_writes_a_fleet_table_that_the_kit_reads_and_a_page"},
+    "doctor/test_doctor.py": {"test_profile_writes_a_trace_of_the_recorded_steps_on_cpu"},
+    "explain/test_analysis.py": {
         "test_advice_h200",
         "test_decaying_episode_is_one_episode",
         "test_fit_h200_sweep_bandwidths",
@@ -41,68 +44,36 @@ SLOW = {
         "test_h200_forum_pin_spikes_have_counter_evidence",
         "test_precision_recall_on_synthetic_runs",
     },
-    "test_attack.py": {
-        "test_a_bad_commit_variable_is_one_warning_line_once",
-        "test_a_failed_notebook_is_named_without_terminal_colours",
-        "test_a_recording_whose_table_env_is_damaged_fails_with_its_own_reason",
-        "test_an_interrupted_batch_resumes_to_the_whole_plan",
-        "test_cli_refuses_in_one_line",
-        "test_resume_on_a_damaged_table_is_one_line",
-    },
-    "test_attack10.py": {
-        "test_a_busiest_thread_with_control_characters_is_refused",
-        "test_compare_refuses_a_size_the_runs_lack",
-        "test_compare_refuses_a_strategy_the_runs_lack",
-        "test_compare_with_known_names_and_sizes_still_shows_them",
-        "test_explain_of_a_whole_table_checks_every_timed_row",
-        "test_explain_out_keeps_an_existing_env_json_without_force",
-        "test_explain_out_of_a_one_run_dataset_still_works",
-        "test_explain_out_of_one_run_keeps_its_own_env_json",
-        "test_explain_out_refuses_runs_with_their_own_env_json",
-        "test_explain_says_how_many_rows_a_zero_time_left_out",
-        "test_explain_says_no_line_was_fitted_to_copies_of_one_size",
-        "test_explain_with_no_copy_it_can_check_exits_2_like_compare",
-        "test_sigterm_exits_130_with_one_line",
-    },
-    "test_attack11.py": {
-        "test_a_blank_or_invisible_strategy_name_is_refused",
-        "test_a_ctrl_c_while_the_kit_imports_ends_in_one_line",
-        "test_a_file_of_two_runs_names_each_by_its_run_id_and_compare_refuses_a_run_twice",
-        "test_a_time_column_stored_as_a_time_span_or_date_is_refused",
-        "test_a_utf8_table_reads_under_an_ascii_locale",
-        "test_an_ascii_terminal_gets_the_table_not_a_traceback",
-        "test_explain_and_compare_say_when_a_table_was_stopped_early",
-    },
-    "test_attack9.py": {
-        "test_speed_findings_on_a_table_with_no_timed_copy_say_so",
-    },
-    "test_bad_input.py": {
+    "cli/test_bad_input.py": {
+        "test_cli_refuses_more_hostile_command_lines_in_one_line",
         "test_cli_refuses_in_one_line",
         "test_ctrl_c_while_the_command_starts_is_exit_130_without_a_traceback",
         "test_explain_out_writes_its_own_fingerprint",
         "test_library_refuses_with_a_message",
     },
-    "test_batch.py": {
+    "measure/test_batch.py": {
+        "test_an_interrupted_batch_resumes_to_the_whole_plan",
         "test_a_wrong_batch_copy_is_caught",
         "test_batch_sizes_add_up",
         "test_cli_batch_and_its_mistakes",
         "test_cpu_batch_rows",
     },
-    "test_bench_evidence.py": {
+    "project/test_bench_evidence.py": {
         "test_explain_reads_a_relative_path_from_where_it_is_run",
         "test_explain_refuses_bad_arguments_before_measuring",
     },
-    "test_bench_transfer.py": {
+    "project/test_bench_transfer.py": {
         "test_dry_run_writes_every_section",
     },
-    "test_causes_stall.py": {
+    "explain/test_causes_stall.py": {
         "test_host_stall_precision_recall_synthetic",
         "test_ruled_out_reads_the_censuses_explain_was_given",
     },
-    "test_chunk_splits.py": {
+    "transfer/test_chunk_splits.py": {
         "test_chunk_plan_properties_with_each_split",
     },
-    "test_cli.py": {
+    "cli/test_cli.py": {
+        "test_sigterm_exits_130_with_one_line",
         "test_a_bug_keeps_its_traceback",
         "test_a_usage_error_is_one_line_exit_2",
         "test_cuda_missing_is_one_line",
@@ -125,13 +96,26 @@ SLOW = {
         "test_resume_without_a_run",
         "test_unknown_device",
     },
-    "test_cli_compare.py": {
+    "cli/test_cli_compare.py": {
+        "test_a_file_of_two_runs_names_each_by_its_run_id_and_compare_refuses_a_run_twice",
+        "test_compare_with_known_names_and_sizes_still_shows_them",
+        "test_compare_refuses_a_size_the_runs_lack",
+        "test_compare_refuses_a_strategy_the_runs_lack",
         "test_compare_baseline_and_refusals",
         "test_compare_json_matches_pandas",
         "test_compare_several_runs_adds_the_runs_against_the_first",
         "test_compare_table_reads_at_a_glance",
     },
-    "test_cli_ux.py": {
+    "cli/test_cli_ux.py": {
+        "test_explain_and_compare_say_when_a_table_was_stopped_early",
+        "test_explain_with_no_copy_it_can_check_exits_2_like_compare",
+        "test_explain_says_no_line_was_fitted_to_copies_of_one_size",
+        "test_explain_of_a_whole_table_checks_every_timed_row",
+        "test_explain_says_how_many_rows_a_zero_time_left_out",
+        "test_explain_out_keeps_an_existing_env_json_without_force",
+        "test_explain_out_of_a_one_run_dataset_still_works",
+        "test_explain_out_of_one_run_keeps_its_own_env_json",
+        "test_explain_out_refuses_runs_with_their_own_env_json",
         "test_a_bug_exits_1_with_its_traceback",
         "test_a_kind_leaves_out_a_run_stopped_early",
         "test_a_kind_of_the_bundled_recording_is_a_run_name",
@@ -156,10 +140,10 @@ SLOW = {
         "test_strategies_lists_each_with_what_it_times_and_whether_it_runs_here",
         "test_version_and_python_dash_m",
     },
-    "test_concurrent.py": {
+    "measure/test_concurrent.py": {
         "test_every_spec_option_reaches_every_process",
     },
-    "test_datasets.py": {
+    "recording/test_datasets.py": {
         "test_a_run_id_of_digits_stays_text",
         "test_a_run_in_two_files_of_a_folder_is_refused",
         "test_bundled_runs_find_their_old_style_env_json",
@@ -173,46 +157,47 @@ SLOW = {
         "test_old_stem_env_json_is_still_read_for_its_own_run",
         "test_roundtrip",
     },
-    "test_directions.py": {
+    "measure/test_directions.py": {
         "test_d2h_sweep_rows_say_d2h_and_bytes_match",
         "test_the_byte_check_catches_a_wrong_d2h_copy",
     },
-    "test_duplex.py": {
+    "measure/test_duplex.py": {
         "test_cli_duplex_without_cuda_is_one_line",
         "test_duplex_byte_check",
         "test_duplex_rows_on_a_fake_cuda",
     },
-    "test_explain_fit.py": {
+    "explain/test_explain_fit.py": {
         "test_a_line_plus_small_noise_is_never_warned",
         "test_h200_idle_warns_exactly_the_runs_whose_median_error_is_above_10_percent",
         "test_h200_sweep_still_warns_staged_whose_large_copies_beat_the_line",
     },
-    "test_explore.py": {
+    "show/test_explore.py": {
         "test_one_run_per_timeline_and_headed_tables",
         "test_open_any_run_by_path_or_say_why_not",
         "test_size_range_is_in_binary_units",
     },
-    "test_factors.py": {
+    "findings/test_factors.py": {
         "test_machine_reads_env_and_says_what_is_missing",
         "test_unexplained_counts_and_evidence",
     },
-    "test_factors_idle.py": {
+    "findings/test_factors_idle.py": {
         "test_a_pause_after_which_every_cell_ran_faster_is_named_as_the_spread",
         "test_idle_pause_figure_draws_the_cells",
     },
-    "test_factors_openmp.py": {
+    "findings/test_factors_openmp.py": {
         "test_each_run_says_its_policy_in_env_json",
         "test_openmp_wait_counts_recomputed",
         "test_openmp_wait_evidence_of_spinning_and_sleeping_recomputed",
     },
-    "test_findings.py": {
+    "findings/test_findings.py": {
+        "test_speed_findings_on_a_table_with_no_timed_copy_say_so",
         "test_context_startup_on_the_reruns",
         "test_context_startup_says_mostly_where_a_first_operation_itself_ran_long",
         "test_device_alloc_cost_forum_vs_reused_buffer",
         "test_episodes_a100_and_none_on_h200",
         "test_host_alloc_growth_emptied_each_size_says_every_size_made_a_block",
     },
-    "test_findings_advice.py": {
+    "findings/test_findings_advice.py": {
         "test_advice_adds_results_back_and_batches_against_their_own_plain_way",
         "test_advice_rows_are_the_medians",
         "test_bandwidth_peak_and_order",
@@ -220,29 +205,29 @@ SLOW = {
         "test_pin_first_pays_says_when_the_first_call_is_scaled",
         "test_size_text",
     },
-    "test_findings_transfer.py": {
+    "findings/test_findings_transfer.py": {
         "test_duplex_summary_judges_the_largest_size_it_can_compare_and_reads_a_plain_csv_table",
     },
-    "test_gc_steady.py": {
+    "measure/test_gc_steady.py": {
         "test_an_error_inside_still_hands_objects_back",
         "test_nested_blocks_leave_it_to_the_outermost_and_a_freeze_from_outside_stays",
         "test_objects_from_before_are_frozen_inside_and_handed_back_after",
         "test_sweep_and_batch_time_every_copy_with_the_heap_frozen",
     },
-    "test_hand_made_text.py": {
+    "explain/test_hand_made_text.py": {
         "test_text_in_an_evidence_column_reads_as_not_measured",
     },
-    "test_host_pace.py": {
+    "explain/test_host_pace.py": {
         "test_no_stretch_unless_the_loop_and_the_copies_both_slowed",
         "test_pace_episode_precision_recall_synthetic",
     },
-    "test_hostile_reads.py": {
+    "explain/test_hostile_reads.py": {
         "test_a_pipe_or_folder_named_like_a_table_is_no_table",
         "test_detect_reads_text_booleans_numbers_as_text_and_nan_errors_as_the_table",
         "test_explain_of_a_table_read_with_plain_pandas_flags_what_the_kit_reader_does",
         "test_explain_of_concatenated_tables_with_a_repeated_index_says_how_to_join_them",
     },
-    "test_idle_machines.py": {
+    "explain/test_idle_machines.py": {
         "test_explain_header_names_every_setup_of_the_runs",
         "test_idle_runs_of_two_machines_are_not_compared",
         "test_idle_runs_on_the_cpu_are_left_out",
@@ -251,7 +236,7 @@ SLOW = {
         "test_runs_that_name_no_machine_or_device_are_still_compared",
         "test_start_times_that_contradict_the_pause_give_no_gap",
     },
-    "test_idle_robust.py": {
+    "explain/test_idle_robust.py": {
         "test_a_damaged_idle_kind_is_said_in_each_copys_evidence",
         "test_a_damaged_idle_kind_leaves_the_other_kinds_readable",
         "test_a_recording_json_that_is_not_an_object_reads_as_none",
@@ -260,25 +245,25 @@ SLOW = {
         "test_both_readers_agree_on_any_json_value",
         "test_only_cuda_idle_runs_of_the_tables_machine_calibrate",
     },
-    "test_idle_wake_gaps.py": {
+    "explain/test_idle_wake_gaps.py": {
         "test_idle_pause_figure_with_nothing_to_draw_says_why",
         "test_lacks_gives_the_reason_idle_runs_are_missing",
     },
-    "test_lab.py": {
+    "show/test_lab.py": {
         "test_lab_has_the_h2dlab_kernel_registered",
     },
-    "test_layout.py": {
+    "project/test_layout.py": {
         "test_module_imports_first_in_a_fresh_interpreter",
         "test_no_module_imports_a_private_name_from_another",
     },
-    "test_linefit.py": {
+    "explain/test_linefit.py": {
         "test_same_minimum_as_least_squares",
     },
-    "test_live_errors.py": {
+    "recording/test_live_errors.py": {
         "test_a_refused_resume_is_a_usage_error_with_the_recorders_line",
         "test_report_live_says_it_in_one_line",
     },
-    "test_measure.py": {
+    "measure/test_measure.py": {
         "test_a_bug_in_a_strategy_propagates",
         "test_concurrent_two_processes_on_cpu",
         "test_cpu_sweep_rows_with_fake_clock",
@@ -287,7 +272,7 @@ SLOW = {
         "test_oom_is_a_row_and_the_sweep_goes_on",
         "test_other_runtime_error_is_a_row",
     },
-    "test_model.py": {
+    "explain/test_model.py": {
         "test_advice_ways_and_upfront_cost",
         "test_advice_first_call_uses_cold_pin_rows",
         "test_advice_smallest_sizes_and_anchored_messages",
@@ -296,31 +281,31 @@ SLOW = {
         "test_fit_confidence_interval_is_the_bootstrap_percentile_interval",
         "test_fit_skips_one_size_groups_and_sorts_groups",
     },
-    "test_out_guard.py": {
+    "recording/test_out_guard.py": {
         "test_beside_the_recording_or_elsewhere_is_written",
     },
-    "test_outliers_crowded.py": {
+    "explain/test_outliers_crowded.py": {
         "test_host_crowded_precision_recall_synthetic",
         "test_lookalikes_are_flagged_but_not_host_crowded_synthetic",
         "test_schema3_table_never_host_crowded_synthetic",
     },
-    "test_outliers_episodes.py": {
+    "explain/test_outliers_episodes.py": {
         "test_episodes_do_not_depend_on_the_tables_row_order",
         "test_isolated_spike_is_explained_as_without_the_pass",
         "test_machine_wide_slow_period_is_an_episode_across_strategies",
         "test_precision_recall_of_periods_against_isolated_spikes",
         "test_rows_explained_by_a_specific_cause_are_neutral_across_curves",
     },
-    "test_outliers_parallel.py": {
+    "explain/test_outliers_parallel.py": {
         "test_h200_omp_two_staged_copies_are_host_parallel",
         "test_host_parallel_precision_recall_synthetic",
         "test_lookalikes_are_flagged_but_not_host_parallel_synthetic",
         "test_schema3_table_never_host_parallel_synthetic",
     },
-    "test_outliers_pinned.py": {
+    "explain/test_outliers_pinned.py": {
         "test_explain_flags_pinned",
     },
-    "test_outliers_sched.py": {
+    "explain/test_outliers_sched.py": {
         "test_a_v2_table_keeps_the_cpu_share_rule",
         "test_h200_batch_other_threads_at_their_usual_rate_are_not_the_cause",
         "test_h200_sweep_slow_pin_then_copy_with_busy_worker_threads_is_other_threads",
@@ -335,7 +320,7 @@ SLOW = {
         "test_schema4_other_threads_reads_each_threads_clock_and_names_the_busiest",
         "test_schema4_ruled_out_other_threads_on_h200_omp",
     },
-    "test_outliers_synthetic.py": {
+    "explain/test_outliers_synthetic.py": {
         "test_detect_four_sizes_copied_once_get_a_curve",
         "test_detect_three_timed_rows_get_their_median_and_a_short_group_is_skipped",
         "test_detect_thresholds_are_strict",
@@ -352,7 +337,7 @@ SLOW = {
         "test_unexplained_says_what_was_ruled_out",
         "test_unmeasured_columns_give_no_new_cause",
     },
-    "test_outliers_wake.py": {
+    "explain/test_outliers_wake.py": {
         "test_an_episode_wins_over_gpu_wake",
         "test_evidence_causes_keep_their_precision_recall_after_long_gaps",
         "test_explain_says_how_much_of_the_gap_was_the_runs_pause",
@@ -361,7 +346,7 @@ SLOW = {
         "test_near_misses_of_a_wake_up_stay_unexplained_and_say_why",
         "test_tables_without_start_times_never_say_gpu_wake",
     },
-    "test_plots.py": {
+    "show/test_plots.py": {
         "test_advice_bars_colour_each_case",
         "test_allocator_growth_marks_new_blocks",
         "test_annotate_labels_at_most_n_and_each_cause_first",
@@ -374,40 +359,42 @@ SLOW = {
         "test_the_bandwidth_figure_draws_the_numbers_the_sentence_states",
         "test_timeline_shades_each_episode_and_marks_causes",
     },
-    "test_readme.py": {
+    "project/test_readme.py": {
         "test_readme_found_table_has_no_unchecked_number",
         "test_readme_found_table_matches_the_data",
     },
-    "test_record.py": {
+    "recording/test_record.py": {
+        "test_a_recording_whose_table_env_is_damaged_fails_with_its_own_reason",
         "test_a_failed_experiment_does_not_stop_the_others",
         "test_cpu_recording_interrupted_then_resumed_exactly",
     },
-    "test_record_compare.py": {
+    "recording/test_record_compare.py": {
         "test_a_recording_folder_joins_the_references",
         "test_columns_and_machines",
         "test_h200_bandwidth_at_1gib_is_the_median_copy",
     },
-    "test_record_plan.py": {
+    "recording/test_record_plan.py": {
         "test_data_readme_quotes_the_wide_window_of_the_bundled_recording",
     },
-    "test_record_report.py": {
+    "show/test_record_report.py": {
         "test_workbook_reads_the_recording_it_is_given",
     },
-    "test_recorded.py": {
+    "recording/test_recorded.py": {
         "test_bundled_tables_validate_and_read_as_version_2",
         "test_every_run_names_the_h200_and_its_link",
         "test_forum_runs_three_ascending_one_shuffled",
         "test_new_kinds_of_the_h200_recording_load_by_name",
         "test_sweep_covers_every_strategy_and_size_with_enough_reps",
     },
-    "test_recorder.py": {
+    "measure/test_recorder.py": {
         "test_a_stopped_sweep_records_the_signal_in_its_env",
         "test_finish_sorts_by_order_keeping_the_written_order_of_ties",
         "test_resume_refuses_rows_that_do_not_follow_the_plan_even_with_the_same_spec",
         "test_resume_through_sweep_refuses_a_changed_spec_and_finishes_the_same",
         "test_row_writer_alone_finishes_and_closes_once",
     },
-    "test_recorder_safety.py": {
+    "measure/test_recorder_safety.py": {
+        "test_resume_on_a_damaged_table_is_one_line",
         "test_a_later_write_removes_stale_temporaries_of_its_own_output",
         "test_a_partial_file_with_todays_header_is_appended_to_not_rewritten",
         "test_a_resume_continues_the_clock_one_second_after_the_first_parts_last_row",
@@ -423,70 +410,74 @@ SLOW = {
         "test_the_env_is_taken_without_the_gpu_at_the_start_and_as_asked_at_the_finish",
         "test_the_partial_file_of_a_killed_run_is_kept_unless_forced",
     },
-    "test_recording_detection.py": {
+    "recording/test_recording_detection.py": {
         "test_every_reader_gives_one_answer",
         "test_kind_folders",
         "test_messages_name_what_the_folder_holds",
     },
-    "test_report.py": {
+    "show/test_report.py": {
+        "test_a_failed_notebook_is_named_without_terminal_colours",
         "test_build_shuts_each_kernel_down_and_writes_its_wall_times",
         "test_live_build_times_the_recording_and_hands_it_to_every_kernel",
     },
-    "test_report_html.py": {
+    "show/test_report_html.py": {
         "test_no_external_scripts_or_styles",
     },
-    "test_report_missing_kinds.py": {
+    "show/test_report_missing_kinds.py": {
         "test_a_cpu_sweep_counts_as_lacking",
         "test_lacks_names_what_is_missing",
         "test_the_bundled_recording_lacks_nothing_the_notebooks_read",
     },
-    "test_report_workbook.py": {
+    "show/test_report_workbook.py": {
         "test_every_sheet_is_headed_frozen_filtered_and_sized",
         "test_fit_sheet_values_are_the_models",
         "test_number_formats_run_names_and_sizes",
         "test_readme_first_says_sheets_units_machine_and_commands",
     },
-    "test_session.py": {
+    "recording/test_session.py": {
         "test_an_idle_kind_loads_where_a_recording_has_it",
         "test_bundled_tables_are_the_recorded_datasets",
         "test_folder_recording_reads_its_layout",
     },
-    "test_spec.py": {
+    "measure/test_spec.py": {
         "test_recorded_spec_reads_back",
         "test_sweep_spec_round_trips_through_json",
     },
-    "test_spec_properties.py": {
+    "measure/test_spec_properties.py": {
         "test_a_spec_is_valid_exactly_when_each_field_is",
         "test_any_text_is_a_positive_size_or_a_value_error",
         "test_decimal_sizes_are_exact_or_refused",
         "test_resume_after_any_interruption_finishes_the_plan",
         "test_whole_sizes_read_back_exactly",
     },
-    "test_threadstat.py": {
+    "measure/test_threadstat.py": {
         "test_a_cpu_shared_with_a_busy_process_shows_as_run_delay",
         "test_stat_field_39_is_found_whatever_the_command_name",
     },
-    "test_threadstat_others.py": {
+    "measure/test_threadstat_others.py": {
         "test_waits_since_sees_workers_that_outnumber_the_cpus",
     },
-    "test_timing.py": {
+    "measure/test_timing.py": {
         "test_gc_count_counts_collections_started_during_the_copy",
         "test_gc_ms_is_the_time_in_collections_during_the_copy",
     },
-    "test_transfer.py": {
+    "transfer/test_transfer.py": {
         "test_bad_option_is_refused_whatever_the_size",
         "test_chunk_plan_covers_every_byte_once",
         "test_staging_loop_bytes_match",
         "test_unused_stager_is_collected_and_released",
     },
-    "test_unexplained_share.py": {
+    "explain/test_unexplained_share.py": {
         "test_an_unexplained_copy_of_an_old_table_names_the_checks_it_could_not_make",
         "test_host_parallel_finding_without_such_copies",
         "test_the_forum_re_runs_meet_the_target_and_the_sweep_does_not",
         "test_the_recordings_before_the_evidence_still_load_and_explain",
         "test_the_unexplained_share_is_what_a_reader_counts",
     },
-    "test_validate.py": {
+    "recording/test_validate.py": {
+        "test_a_time_column_stored_as_a_time_span_or_date_is_refused",
+        "test_a_blank_or_invisible_strategy_name_is_refused",
+        "test_a_busiest_thread_with_control_characters_is_refused",
         "test_a_repeated_row_is_refused",
         "test_booleans_accepted_exactly_when_they_are_one",
         "test_one_bad_value_is_refused_at_its_row_and_column",
@@ -495,7 +486,7 @@ SLOW = {
         "test_v2_values_roundtrip",
         "test_valid_tables_are_accepted_with_their_values",
     },
-    "test_wake_calibration.py": {
+    "explain/test_wake_calibration.py": {
         "test_a_calibration_without_a_wake_up_names_no_gpu_wake",
         "test_a_gap_under_the_calibrated_threshold_is_not_gpu_wake",
         "test_idle_runs_with_one_pause_attach_no_calibration",
@@ -503,7 +494,7 @@ SLOW = {
         "test_no_calibration_no_gpu_wake_and_ruled_out_says_so",
         "test_reading_a_table_calibrates_nothing_and_explain_calibrates_it_the_same",
     },
-    "test_wake_per_run.py": {
+    "explain/test_wake_per_run.py": {
         "test_a_mapping_value_that_is_no_calibration_nor_sentence_is_refused",
         "test_a_mapping_without_the_run_says_the_old_words",
         "test_a_run_that_does_not_name_its_machine_says_so",
@@ -520,8 +511,11 @@ SLOW = {
         "test_unusable_idle_runs_say_why_not_that_none_were_recorded",
         "test_wake_as_a_mapping_per_run",
     },
-    "test_wheel.py": {
+    "project/test_wheel.py": {
         "test_git_commit_only_for_the_kits_own_checkout",
+    },
+    "recording/test_env.py": {
+        "test_a_bad_commit_variable_is_one_warning_line_once",
     },
 }
 #: Fixtures that make a test slow: executing the notebooks, driving a browser.

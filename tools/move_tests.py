@@ -60,7 +60,7 @@ GROUPS = {
     "survey": ["survey_duplicate_rank", "survey_parts", "survey_torchrun", "survey_verdicts"],
     "recipes": ["recipes"],
     "project": [
-        "bench_evidence", "bench_transfer", "benchmarks_readme", "declared_imports",
+        "bench_evidence", "bench_transfer", "untrusted_inputs", "benchmarks_readme", "declared_imports",
         "environment", "import_graph", "layout", "notebooks", "prose_sentences", "public_api",
         "readme", "sizes_binary", "text_follows_data", "wheel",
     ],

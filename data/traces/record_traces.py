@@ -11,7 +11,7 @@ medians over rounds, with every round's figures kept). ``env.json`` is the kit's
 ``doctor.json`` (each workload's ``h2dlab doctor --json`` object, judged against the bundled
 ``h200`` recording) and ``doctor_check.csv`` (its exposed time beside the ground truth, the
 classification, the first recipe beside the fastest measured; the checks of
-``tests/test_doctor_traces.py``). A workload that fails gets a row with its ``error``
+``tests/doctor/test_doctor_traces.py``). A workload that fails gets a row with its ``error``
 and the others still run; the table is rewritten after every workload, so a run that is
 stopped keeps every row it measured.
 """
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 def check(rows: list[dict], out: Path) -> None:
     """The doctor on every trace just written, beside its ground truth (``doctor_check.csv``;
     each workload's ``h2dlab doctor --json`` object in ``doctor.json``). The same checks as
-    tests/test_doctor_traces.py, printed here so the run shows them at once."""
+    tests/doctor/test_doctor_traces.py, printed here so the run shows them at once."""
     import pandas as pd
 
     from h2dlab.doctor import diagnose, load_machine

@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 #: ``recording.session.MODES``, repeated so that building the parser imports no pandas
-#: (``--help`` and ``--version`` stay instant; tests/test_cli_light.py checks the two agree).
+#: (``--help`` and ``--version`` stay instant; tests/cli/test_cli_light.py checks the two agree).
 REPORT_MODES = ("auto", "replay", "live")
 #: The commands whose --json prints one object at the end (what they print on the way goes to stderr).
 JSON_AT_END = ("measure", "batch", "duplex", "record", "report")

@@ -17,7 +17,7 @@ __all__ = ["COMMANDS", "LAYOUTS", "add_parser", "batch_spec", "duplex_spec", "ru
 #: The subcommands this module adds.
 COMMANDS = ("duplex", "batch")
 #: ``batch_methods.LAYOUTS``, repeated here so that building the parser imports no torch
-#: (every h2dlab command builds it; tests/test_cli_ux.py checks that the two agree).
+#: (every h2dlab command builds it; tests/cli/test_cli_ux.py checks that the two agree).
 LAYOUTS = ("equal", "mixed")
 JSON_HELP = "one JSON object on stdout at the end: the files written and each cell's result (README)"
 

@@ -87,7 +87,7 @@ def pelt_l2(x: np.ndarray, pen: float, min_size: int = 3, prune_ties: bool = Fal
     thousand points, and no ruptures (or its scipy.stats import) needed. Its pruning is
     exact where ruptures' is not: a start beaten at one end is dropped only ``min_size``
     ends later, once a segment from the end that beat it is allowed. So it finds a
-    segmentation of the least penalised cost (tests/test_outliers_synthetic.py checks it
+    segmentation of the least penalised cost (tests/explain/test_outliers_synthetic.py checks it
     against every segmentation); ruptures can miss it (``[0,2,0,1,2,1,0,0,0,2]``, penalty
     1, ``min_size`` 3: it finds ``[10]``, 8.6; here ``[6, 10]`` was found before this
     change, cost 9.0, and now ``[10]``), and where two segmentations cost the same up to

@@ -280,7 +280,7 @@ class Timer:
         t0 = self.clock()
         i0 = t0 if self.clock is time.perf_counter else time.perf_counter()
         # Nothing but the copy between the two events: the end event is recorded before
-        # the host's issue clock is read (tests/test_timer_window.py checks the order).
+        # the host's issue clock is read (tests/measure/test_timer_window.py checks the order).
         if cuda:
             self.start.record()
             out = fn()

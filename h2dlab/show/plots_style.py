@@ -47,7 +47,7 @@ SHORT_CAUSE = {
 
 #: The smallest type in any figure, in points: footnotes, legends, labels, ticks. Smaller is
 #: hard to read in a shared page at the size it is shown (issue 35); every figure's text
-#: sizes come from here (tests/test_figure_text.py draws each figure and checks).
+#: sizes come from here (tests/show/test_figure_text.py draws each figure and checks).
 SMALL_PT = 8
 
 

@@ -1,5 +1,5 @@
 """h2dlab.profile() on a CUDA GPU writes a trace the doctor reads right (the bundled traces'
-ground truth is checked in tests/test_doctor_traces.py, which needs no GPU)."""
+ground truth is checked in tests/doctor/test_doctor_traces.py, which needs no GPU)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import gc
 from h2dlab.measure.duplex import DuplexSpec, duplex
 from h2dlab.measure.forum import forum
 from h2dlab.measure.spec import ForumSpec
-from tests.test_gc_steady import freeze_counts  # noqa: F401 - the fixture, shared
+from tests.measure.test_gc_steady import freeze_counts  # noqa: F401 - the fixture, shared
 
 MiB = 1024 * 1024
 

@@ -1,0 +1,139 @@
+"""The doctor against ground truth measured without the profiler, on the bundled real traces.
+
+The traces and ``ground_truth.csv`` come from ``data/traces/record_traces.py`` (run on a
+GPU; ``H2DLAB_TRACES`` names its ``--out`` folder, default ``data/traces``). Reading them
+needs no GPU, so this runs on CPU wherever they are bundled; it skips where they are not. For every
+workload: the doctor's exposed copy time per step is within 25 % (or 0.5 ms) of
+``step_ms - resident_ms``; every host-to-device copy of the batch is read as the memory the
+workload copies from; and, among the recipes measured in the workload's family, the one
+the doctor ranks first measured fastest (ties within 0.5 ms count as fastest).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from h2dlab.doctor import diagnose, load_machine
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDER = Path(os.environ.get("H2DLAB_TRACES") or ROOT / "data" / "traces")
+TABLE = FOLDER / "ground_truth.csv"
+TIE_MS = 0.5
+
+
+def _truth() -> pd.DataFrame:
+    if not TABLE.is_file():
+        pytest.skip(f"no {TABLE}: run data/traces/record_traces.py --out {FOLDER} first")
+    t = pd.read_csv(TABLE)
+    t["error"] = t["error"].astype(object).fillna("").astype(str)
+    return t[t["error"] == ""].reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def results():
+    t = _truth()
+    machine = load_machine("h200")
+    return t, {r.workload: diagnose(FOLDER / r.trace, machine=machine) for r in t.itertuples()}
+
+
+def _names():
+    return list(pd.read_csv(TABLE)["workload"]) if TABLE.is_file() else ["none"]
+
+
+#: Where the step grows by less than the copy takes on the GPU: the GPU runs the step's matrix
+#: products faster after a copy that runs alone on the compute stream than back to back (its
+#: clocks, not the profiler), so step_ms - resident_ms is less than the copy's own time, which
+#: is what the doctor reads off the trace. test_clock_speed_up_explains_the_serial_pinned_copy
+#: checks this on the bundled traces. Only the bundled folder (H2DLAB_TRACES unset).
+CLOCK_SPEED_UP = {"batch_pinned_once"} if "H2DLAB_TRACES" not in os.environ else set()
+
+
+def _exposed_cases():
+    return [
+        pytest.param(
+            n,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="the GPU runs the matrix products faster after this serial copy than in the "
+                "resident step, so the step grows by less than the copy's GPU time the trace shows "
+                "(test_clock_speed_up_explains_the_serial_pinned_copy)",
+            ),
+        )
+        if n in CLOCK_SPEED_UP
+        else n
+        for n in _names()
+    ]
+
+
+def _products(dx, name: str) -> tuple[float, float]:
+    """Median duration (us) of the traced steps' long kernels (the matrix products), and how
+    many there are per step."""
+    g = dx[name].analysis.gpu
+    k = g[(g["cat"] == "kernel") & (g["end"] - g["ts"] > 50)]
+    return float((k["end"] - k["ts"]).median()), len(k) / dx[name].steps
+
+
+def test_clock_speed_up_explains_the_serial_pinned_copy(results):
+    """batch_pinned_once's step grows by less than its copy takes (the xfail above): its traced
+    matrix products run faster than batch_prefetch's, whose copy overlaps them and whose step
+    measured the same as the resident one; the doctor's figure less that speed-up is within the
+    bound."""
+    if not CLOCK_SPEED_UP:
+        pytest.skip("only for the bundled traces")
+    t, dx = results
+    truth = t.set_index("workload")["exposed_ms"]
+    (prefetch, _), (serial, products) = _products(dx, "batch_prefetch"), _products(dx, "batch_pinned_once")
+    assert abs(float(truth["batch_prefetch"])) <= TIE_MS  # the overlapped step is the resident one
+    speed_up_ms = (prefetch - serial) * products / 1e3
+    assert speed_up_ms > 0.25, (prefetch, serial, products)
+    got = dx["batch_pinned_once"].exposed_copy_ms_per_step
+    want = float(truth["batch_pinned_once"])
+    assert abs(got - speed_up_ms - want) <= max(0.5, 0.25 * abs(want)) < abs(got - want)
+
+
+@pytest.mark.parametrize("name", _exposed_cases())
+def test_exposed_copy_time_agrees_with_the_step_time_measured_without_the_profiler(results, name):
+    t, dx = results
+    row = t[t["workload"] == name]
+    if row.empty:
+        pytest.fail(f"{name}: its recording failed (ground_truth.csv's error column): no ground truth")
+    truth = float(row["exposed_ms"].iat[0])
+    got = dx[name].exposed_copy_ms_per_step
+    assert abs(got - truth) <= max(0.5, 0.25 * abs(truth)), (
+        f"{name}: doctor {got:.3f} ms, measured {truth:.3f} ms"
+    )
+
+
+@pytest.mark.parametrize("name", _names())
+def test_every_batch_copy_is_read_as_the_memory_it_comes_from(results, name):
+    t, dx = results
+    row = t[t["workload"] == name]
+    if row.empty:
+        pytest.fail(f"{name}: its recording failed (ground_truth.csv's error column): no ground truth")
+    c = dx[name].analysis.copies
+    h2d = c[(c["direction"] == "h2d") & (c["step"] >= 0)]
+    assert len(h2d) >= 3, f"{name}: {len(h2d)} host-to-device copies in the traced steps"
+    assert set(h2d["source_memory"]) == {row["h2d_source"].iat[0]}
+
+
+@pytest.mark.parametrize("name", _names())
+def test_the_first_recipe_measured_fastest_in_its_family(results, name):
+    t, dx = results
+    row = t[t["workload"] == name]
+    if row.empty:
+        pytest.fail(f"{name}: its recording failed (ground_truth.csv's error column): no ground truth")
+    fam = t[t["family"] == row["family"].iat[0]]
+    measured = dict(zip(fam["recipe"], fam["exposed_ms"], strict=True))
+    own = row["recipe"].iat[0]
+    d = dx[name].to_dict()
+    site = max((s for s in d["sites"] if s["direction"] == "h2d"), key=lambda s: s["exposed_ms_per_step"])
+    ranked = [own if a["recipe"] == "as_is" else a["recipe"] for a in site["alternatives"]] or [own]
+    first = next(r for r in ranked if r in measured)
+    assert measured[first] <= min(measured.values()) + TIE_MS, (
+        f"{name}: the doctor ranks {first} first ({measured[first]:.2f} ms measured); "
+        f"fastest measured: {min(measured, key=measured.get)} ({min(measured.values()):.2f} ms)"
+    )
