@@ -84,5 +84,7 @@ def canonical(name: str) -> str:
 
 
 def code(name: str) -> str:
-    """The code a name stands for; the name itself if it has no entry."""
-    return CODE.get(canonical(name), name)
+    """The code a name stands for (its :data:`RECORDS` entry, read at call time, so a record
+    added at run time counts); the name itself if it has no entry."""
+    record = RECORDS.get(canonical(name))
+    return record.code if record is not None else name

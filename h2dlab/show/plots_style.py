@@ -18,7 +18,7 @@ from matplotlib.text import Annotation, Text
 from matplotlib.ticker import FuncFormatter, NullLocator
 
 from h2dlab.explain import model
-from h2dlab.measure.names import COLOUR
+from h2dlab.measure.names import COLOUR, RECORDS
 from h2dlab.recording import datasets
 from h2dlab.recording.env import PCIE_X16_GBPS, describe
 
@@ -307,8 +307,10 @@ def palette_for(names) -> dict:
         Name -> colour, for seaborn's ``palette``.
     """
     names = list(dict.fromkeys(names))
-    spare = itertools.cycle([c for c in SPARE if c not in {PALETTE.get(s) for s in names}] or SPARE)
-    return {s: PALETTE[s] if s in PALETTE else next(spare) for s in names}
+    # a record added at run time (names.RECORDS) has its colour too
+    own = {s: PALETTE.get(s) or getattr(RECORDS.get(s), "colour", None) for s in names}
+    spare = itertools.cycle([c for c in SPARE if c not in set(own.values())] or SPARE)
+    return {s: own[s] or next(spare) for s in names}
 
 
 def pcie_limit_gbps(env: dict) -> float | None:

@@ -6,12 +6,12 @@ builders themselves, so a notebook re-rendered from a new recording starts from 
 from __future__ import annotations
 
 import pytest
-from tests.project.test_prose_sentences import MAX_WORDS, sentences, words
 
 from h2dlab.explain import outliers
 from h2dlab.findings import advice, factors, forum_claims, openmp, speed, spikes, stability, transfer
 from h2dlab.findings import claims as findings
 from h2dlab.recording import datasets, session
+from tests.project.test_prose_sentences import MAX_WORDS, sentences, words
 
 
 @pytest.fixture(scope="module")
