@@ -17,13 +17,13 @@ import os
 import re
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from h2dlab.doctor.profiling import profile
 from h2dlab.doctor.sites import Analysis, analyse
-from h2dlab.doctor.trace import read_trace
+from h2dlab.doctor.trace import env_beside, read_trace
 from h2dlab.doctor.verdict import RECIPES, Machine, load_machine, verdicts
 from h2dlab.errors import UsageError
 from h2dlab.escape import md_code, md_text
@@ -51,6 +51,8 @@ class Diagnosis:
     analysis: Analysis
     machine: Machine
     verdicts: list[dict[str, Any]]
+    #: the trace's env.json (:func:`~h2dlab.doctor.trace.env_beside`; ``{}``: none): its GPU and date
+    env: dict[str, Any] = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
@@ -215,7 +217,7 @@ def diagnose(
     """
     analysis = analyse(read_trace(path))
     m = machine if machine is not None else load_machine(recording)
-    return Diagnosis(analysis=analysis, machine=m, verdicts=verdicts(analysis, m))
+    return Diagnosis(analysis=analysis, machine=m, verdicts=verdicts(analysis, m), env=env_beside(path))
 
 
 class _CallableModule(types.ModuleType):

@@ -8,7 +8,7 @@ import numpy as np
 
 from h2dlab.doctor.intervals import merge, subtract
 
-__all__ = ["lanes"]
+__all__ = ["lanes", "source"]
 
 #: a copy's colour by its host memory (the kit's strategy colours: pageable red, pinned green)
 COLORS = {"pageable": "#d62728", "pinned": "#2ca02c", "none": "#1f77b4"}
@@ -18,7 +18,8 @@ KERNEL = "#7f7f7f"
 def lanes(dx: Any, ax: Any = None, step: int | None = None) -> Any:
     """Draw one step of a :class:`~h2dlab.doctor.Diagnosis`: a lane per GPU stream, kernels
     in grey, copies coloured by host memory, their exposed part hatched, and the GPU idle
-    time that waits on copies as a band above.
+    time that waits on copies as a band above. The footnote names the trace, and the GPU and
+    date of its env.json (:func:`source`).
 
     Parameters
     ----------
@@ -33,7 +34,7 @@ def lanes(dx: Any, ax: Any = None, step: int | None = None) -> Any:
     -------
     matplotlib.axes.Axes
     """
-    from h2dlab.show.plots_style import SMALL_PT, axes_or_new
+    from h2dlab.show.plots_style import SMALL_PT, axes_or_new, footnote
 
     ax = axes_or_new(ax)
     a = dx.analysis
@@ -95,12 +96,19 @@ def lanes(dx: Any, ax: Any = None, step: int | None = None) -> Any:
         f"({float(c['exposed_ms'].sum()):.2f} exposed, {float(c['idle_wait_ms'].sum()):.2f} GPU idle waiting)"
     )
     ax.legend(loc="upper right", fontsize=SMALL_PT)
-    ax.annotate(
-        # a file name's "$" would start matplotlib's math text: escaped, the name shows as it is
-        f"trace: {a.path.rsplit('/', 1)[-1]}; step {step} of {a.steps}".replace("$", r"\$"),
-        xy=(0, -0.28),
-        xycoords="axes fraction",
-        fontsize=SMALL_PT,
-        color="0.35",
-    )
+    footnote(ax, None, text=f"{source(dx)} · step {step} of {a.steps}")  # escapes a name's "$"
     return ax
+
+
+def source(dx: Any) -> str:
+    """Where a diagnosis's trace came from, for a footnote: the trace's file and folder, and
+    the GPU and date of its env.json (``Diagnosis.env``), or that none was beside it."""
+    from h2dlab.recording.env import describe
+
+    path = str(dx.analysis.path).replace("\\", "/").rstrip("/")
+    parts = path.rsplit("/", 2)
+    name = parts[-1] + (f" ({parts[-2]})" if len(parts) > 1 and parts[-2] else "")
+    env = dx.env if isinstance(getattr(dx, "env", None), dict) else {}
+    if not env:
+        return f"data: trace {name} · GPU and date not given (no env.json beside the trace)"
+    return f"data: trace {name} · {describe(env)}" + ("" if env.get("date") else ", date not given")

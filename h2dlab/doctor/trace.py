@@ -41,7 +41,7 @@ from typing import Any
 
 from h2dlab.errors import UsageError
 
-__all__ = ["MAX_TRACE_BYTES", "Trace", "max_trace_bytes", "read_trace"]
+__all__ = ["MAX_TRACE_BYTES", "Trace", "env_beside", "max_trace_bytes", "read_trace"]
 
 HOST_CATS = frozenset({"cpu_op", "user_annotation", "python_function"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
@@ -292,3 +292,36 @@ def _object(s: _Stream, t: Trace) -> None:
             t.meta[str(key)] = s.value()
         if s.expect(",}") == "}":
             return
+
+
+#: an env.json larger than this is not one the kit wrote: it is not read
+_MAX_ENV_BYTES = 1 << 20
+
+
+def env_beside(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The env.json that describes a trace: ``<name>.env.json`` beside it (what
+    :func:`h2dlab.profile` writes), else ``env.json`` in its folder (``data/traces``'
+    layout); ``{}`` where there is none or it is not a JSON object.
+
+    Parameters
+    ----------
+    path
+        The trace's file.
+
+    Returns
+    -------
+    dict
+        The env.json's object (``gpu_name``, ``date``, ...), or ``{}``.
+    """
+    p = Path(path).expanduser()
+    stem = p.name.removesuffix(".gz").removesuffix(".json")
+    for cand in (p.with_name(f"{stem}.env.json"), p.with_name("env.json")):
+        try:
+            if not cand.is_file() or cand.stat().st_size > _MAX_ENV_BYTES:
+                continue
+            got = json.loads(cand.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if isinstance(got, dict):
+            return got
+    return {}

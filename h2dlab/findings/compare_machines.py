@@ -20,8 +20,9 @@ from h2dlab.recording.session import BUNDLED, Recorded
 
 __all__ = ["COLUMNS", "METRICS", "compare", "definitions", "summary", "wide"]
 
-#: The table's columns: one row per (machine, metric, strategy).
-COLUMNS = ["machine", "gpu", "metric", "strategy", "size_bytes", "value", "lo", "hi", "unit", "n"]
+#: The table's columns: one row per (machine, metric, strategy). ``date``: the day (or
+#: ``first to last`` day) of the runs a row reads, from their env.json; "" where it gives none.
+COLUMNS = ["machine", "gpu", "date", "metric", "strategy", "size_bytes", "value", "lo", "hi", "unit", "n"]
 #: metric -> what it means (units are GB/s = 1e9 bytes/s, µs, ms).
 METRICS = {
     "bandwidth": "GB/s at 1 GiB (or the largest size swept), median; lo/hi from the quartiles",
@@ -96,11 +97,26 @@ def _forum_rows(forum: pd.DataFrame, machine: str, gpu: str) -> list[dict]:
     return rows
 
 
+def _days(df: pd.DataFrame) -> str:
+    """The day of ``df``'s runs (``first to last`` where they differ), from their env.json's
+    ``date``; "" where none gives one."""
+    envs = df.attrs.get("envs") if isinstance(df.attrs.get("envs"), dict) else {}
+    found = [e for e in envs.values() if isinstance(e, dict)]
+    one = df.attrs.get("env")
+    found = found or ([one] if isinstance(one, dict) else [])
+    days = sorted({str(e.get("date") or "")[:10] for e in found} - {""})
+    return "" if not days else days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
+
+
+def _dated(rows: list[dict], source: pd.DataFrame) -> list[dict]:
+    return [{**r, "date": _days(source)} for r in rows]
+
+
 def summary(rec: Recorded | pd.DataFrame, machine: str) -> pd.DataFrame:
     """The comparison's rows for one recording (or for a forum-protocol table alone)."""
     if isinstance(rec, pd.DataFrame):  # a forum table such as forum_a100
         gpu = str(datasets.run_env(rec).get("gpu_name") or "?").split(" (")[0]
-        return pd.DataFrame(_forum_rows(rec, machine, gpu), columns=COLUMNS)
+        return pd.DataFrame(_dated(_forum_rows(rec, machine, gpu), rec), columns=COLUMNS)
     gpu = str(rec.machine().get("gpu_name") or "no GPU")
     rows: list[dict] = []
     if rec.has("sweep"):
@@ -108,9 +124,10 @@ def summary(rec: Recorded | pd.DataFrame, machine: str) -> pd.DataFrame:
         # retired pow2) must not fall back to all its sweep runs pooled together
         run = next((r for r in ("pow2-interleaved", "pow2") if rec.has("sweep", r)), None)
         sweep = rec.table("sweep", run) if run else rec.table("sweep")
-        rows += _sweep_rows(sweep, machine, gpu)
+        rows += _dated(_sweep_rows(sweep, machine, gpu), sweep)
     if rec.has("forum"):
-        rows += _forum_rows(rec.table("forum"), machine, gpu)
+        forum = rec.table("forum")
+        rows += _dated(_forum_rows(forum, machine, gpu), forum)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -213,10 +213,17 @@ def advice_bars(table: pd.DataFrame, *, ax=None, name: str | None = None, source
     return ax
 
 
+def _dates(rows: pd.DataFrame) -> str:
+    """The days of a machine's rows (``compare_machines``' ``date``), or that its data gives none."""
+    days = [str(d) for d in dict.fromkeys(rows["date"] if "date" in rows else []) if isinstance(d, str) and d]
+    return " and ".join(days) if days else "date not given"
+
+
 def machines(table: pd.DataFrame, *, ax=None):
     """Machines side by side from ``compare_machines.compare()``: GB/s per strategy
     (bandwidth at 1 GiB and the forum protocol's copies), one bar per machine; whiskers: the
-    sweep's quartiles, the forum protocol's min and max over its runs (``compare_machines``)."""
+    sweep's quartiles, the forum protocol's min and max over its runs (``compare_machines``).
+    The footnote names each machine's GPU and the days its data was recorded (``date``)."""
     ax = axes_or_new(ax)
     t = table[table.unit == "GB/s"].reset_index(drop=True)
     t = t.assign(what=t.metric.map({"bandwidth": "sweep", "forum_bandwidth": "forum"}) + ": " + t.strategy)
@@ -233,6 +240,8 @@ def machines(table: pd.DataFrame, *, ax=None):
     ax.grid(axis="x", alpha=0.3)
     ax.set_title("each machine's copies, side by side")
     legend_outside(ax, "machine")
-    gpus = ", ".join(dict.fromkeys(f"{m}: {g}" for m, g in zip(t.machine, t.gpu, strict=True)))
+    gpus = "; ".join(
+        f"{m}: {g}, {_dates(t[t.machine == m])}" for m, g in dict(zip(t.machine, t.gpu, strict=True)).items()
+    )
     footnote(ax, None, text=f"data: {gpus} · sweep at 1 GiB or its largest size; forum: its largest size")
     return ax

@@ -369,6 +369,60 @@ def test_the_lanes_figure_marks_exactly_the_exposed_parts(tmp_path):
     assert [t.get_text() for t in ax.get_yticklabels()] == ["GPU 0 stream 7", "GPU 0 stream 20"]
 
 
+def _footnote(ax) -> str:
+    (text,) = [t.get_text() for t in ax.texts if getattr(t, "_h2dlab_footnote", False)]
+    return text
+
+
+def _lanes_of(tmp_path, name="synthetic.json.gz"):
+    import matplotlib.pyplot as plt
+
+    from h2dlab.doctor.plot import lanes
+
+    t = SyntheticTrace()
+    t.step(2, 0, 10000)
+    t.copy(100, 1000, 1000, 4 * MiB)
+    dx = _dx(t, tmp_path, name)
+    ax = lanes(dx)
+    plt.close(ax.figure)
+    return dx, _footnote(ax)
+
+
+def test_the_lanes_figure_names_the_gpu_and_date_of_the_traces_env_json(tmp_path):
+    # synthetic env.json: what h2dlab.profile() writes beside its trace
+    env = {"gpu_name": "Synthetic GPU $1", "date": "2031-02-03T04:05:06+00:00", "torch": "9.9"}
+    (tmp_path / "synthetic.env.json").write_text(json.dumps(env))
+    (tmp_path / "env.json").write_text(json.dumps({"gpu_name": "the folder's", "date": "2030-01-01"}))
+    dx, foot = _lanes_of(tmp_path)
+    assert dx.env == env  # its own env.json before the folder's
+    assert foot == (
+        f"data: trace synthetic.json.gz ({tmp_path.name}) · Synthetic GPU \\$1, torch 9.9, 2031-02-03 · step 0 of 1"
+    )
+
+
+def test_the_lanes_figure_says_when_no_env_json_gives_the_date(tmp_path):
+    _, foot = _lanes_of(tmp_path)
+    assert "GPU and date not given (no env.json beside the trace)" in foot
+    (tmp_path / "env.json").write_text("[1, 2]")  # JSON, not an object: not an env.json
+    assert "GPU and date not given" in _lanes_of(tmp_path)[1]
+    (tmp_path / "env.json").write_text(json.dumps({"gpu_name": "Synthetic GPU"}))  # the folder's, no date
+    assert _lanes_of(tmp_path)[1].endswith("· Synthetic GPU, date not given · step 0 of 1")
+
+
+def test_the_bundled_traces_lanes_carry_their_recording_date():
+    import matplotlib.pyplot as plt
+
+    from h2dlab.doctor import TRACES, trace_path
+    from h2dlab.doctor.plot import lanes
+
+    env = json.loads((TRACES / "env.json").read_text())
+    ax = lanes(diagnose(trace_path("", "batch_pageable"), machine=SYNTH))
+    plt.close(ax.figure)
+    foot = _footnote(ax)
+    assert foot.startswith("data: trace batch_pageable.json.gz (traces) · ")
+    assert env["gpu_name"] in foot and env["date"][:10] in foot
+
+
 def test_copies_within_the_gpu_are_sites_but_not_part_of_the_exposed_copy_time(tmp_path):
     t = SyntheticTrace()
     t.step(2, 0, 10000)

@@ -34,6 +34,21 @@ def test_columns_and_machines(refs):
     assert (a100.gpu == "NVIDIA A100").all()
 
 
+def test_each_row_carries_the_day_its_runs_were_recorded(refs):
+    rec = session.recording("h200")
+    sweep, forum = rec.table("sweep", "pow2-interleaved"), rec.table("forum")
+
+    def days(df):
+        d = sorted({str(e.get("date") or "")[:10] for e in df.attrs["envs"].values()} - {""})
+        return d[0] if len(d) == 1 else f"{d[0]} to {d[-1]}"
+
+    h200 = refs[refs.machine == "H200 (bundled)"].set_index("metric")["date"]
+    assert set(h200[["bandwidth", "small_copy"]]) == {days(sweep)}
+    assert set(h200[["forum_bandwidth", "pin_cost"]]) == {days(forum)}
+    assert days(sweep).startswith("20")  # a real day, from the env.json
+    assert set(refs[refs.machine == "A100 (forum)"].date) == {""}  # the forum post gives none
+
+
 def test_h200_bandwidth_at_1gib_is_the_median_copy(refs):
     # the same run as notebook 02's advice table and bandwidth figure (pow2-interleaved), so
     # the machines table never quotes a second GB/s for the same strategy and size

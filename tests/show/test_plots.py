@@ -252,6 +252,20 @@ def test_machines_draws_one_bar_per_machine_and_gbps_row():
     assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == sorted(g.machine.unique())
 
 
+def test_machines_footnote_names_each_machines_gpu_and_date():
+    import matplotlib.pyplot as plt
+
+    t = compare_machines.compare(None)
+    ax = plots.machines(t)
+    plt.close(ax.figure)
+    (foot,) = _footnote(ax)
+    h200 = t[t.machine == "H200 (bundled)"]
+    days = " and ".join(dict.fromkeys(h200[h200.unit == "GB/s"].date))
+    assert days.startswith("20")
+    assert f"H200 (bundled): NVIDIA H200, {days}; " in foot
+    assert "A100 (forum): NVIDIA A100, date not given" in foot  # its table's env.json has no date
+
+
 def test_advice_bars_colour_each_case():
     from matplotlib.container import BarContainer
 
