@@ -28,7 +28,9 @@ def profile(
     steps are skipped, ``warmup`` more run under the profiler unrecorded, then ``steps``
     are recorded (``ProfilerStep#`` ranges) and written to ``out`` (gzip when it ends in
     ``.gz``). CUDA activity is recorded where CUDA is available; on CPU the trace holds
-    host ops only (``h2dlab doctor`` then says it has no GPU activity).
+    host ops only (``h2dlab doctor`` then says it has no GPU activity). Beside the trace goes
+    the kit's env.json of this machine (``t.json.gz`` -> ``t.env.json``: GPU, host, torch,
+    date, command line), so the doctor's figures can say where and when it was made.
 
     Parameters
     ----------
@@ -82,3 +84,20 @@ def profile(
             f"no step was recorded: the block ran {prof.step_num} steps and the trace needs at least "
             f"wait + warmup + 1 = {wait + warmup + 1} (call .step() once per step)"
         )
+    _write_env(target, gpu=torch.cuda.is_available())
+
+
+def _write_env(trace: Path, gpu: bool) -> None:
+    """The machine's env.json beside ``trace``; a failure warns and keeps the trace."""
+    import json
+    import warnings
+
+    from h2dlab.doctor.trace import env_path
+    from h2dlab.recording.env import collect_env
+
+    try:
+        env = collect_env(gpu=gpu)
+        env["what"] = f"h2dlab.profile(): the machine that wrote {trace.name}"
+        env_path(trace).write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
+    except Exception as exc:  # the trace is written: its description must not lose it
+        warnings.warn(f"h2dlab.profile: {trace.name} written, its env.json not ({exc})", stacklevel=3)

@@ -41,7 +41,7 @@ from typing import Any
 
 from h2dlab.errors import UsageError
 
-__all__ = ["MAX_TRACE_BYTES", "Trace", "env_beside", "max_trace_bytes", "read_trace"]
+__all__ = ["MAX_TRACE_BYTES", "Trace", "env_beside", "env_path", "max_trace_bytes", "read_trace"]
 
 HOST_CATS = frozenset({"cpu_op", "user_annotation", "python_function"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
@@ -298,6 +298,12 @@ def _object(s: _Stream, t: Trace) -> None:
 _MAX_ENV_BYTES = 1 << 20
 
 
+def env_path(trace: str | os.PathLike[str]) -> Path:
+    """Where a trace's own env.json goes: ``t.json.gz`` -> ``t.env.json`` beside it."""
+    p = Path(trace).expanduser()
+    return p.with_name(p.name.removesuffix(".gz").removesuffix(".json") + ".env.json")
+
+
 def env_beside(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The env.json that describes a trace: ``<name>.env.json`` beside it (what
     :func:`h2dlab.profile` writes), else ``env.json`` in its folder (``data/traces``'
@@ -314,8 +320,7 @@ def env_beside(path: str | os.PathLike[str]) -> dict[str, Any]:
         The env.json's object (``gpu_name``, ``date``, ...), or ``{}``.
     """
     p = Path(path).expanduser()
-    stem = p.name.removesuffix(".gz").removesuffix(".json")
-    for cand in (p.with_name(f"{stem}.env.json"), p.with_name("env.json")):
+    for cand in (env_path(p), p.with_name("env.json")):
         try:
             if not cand.is_file() or cand.stat().st_size > _MAX_ENV_BYTES:
                 continue

@@ -326,6 +326,7 @@ def test_profile_writes_a_trace_of_the_recorded_steps_on_cpu(tmp_path):
     import h2dlab
 
     x = torch.ones(64, 64)
+    before = _today()
     with h2dlab.profile(tmp_path / "mine.json.gz", steps=2) as p:
         for _ in range(4):
             (x @ x).sum()
@@ -333,6 +334,16 @@ def test_profile_writes_a_trace_of_the_recorded_steps_on_cpu(tmp_path):
     doc = json.load(gzip.open(tmp_path / "mine.json.gz"))
     steps = [e["name"] for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
     assert steps == ["ProfilerStep#2", "ProfilerStep#3"]
+    # its env.json beside it, made now on this machine: what dates the doctor's figures
+    env = trace.env_beside(tmp_path / "mine.json.gz")
+    assert (tmp_path / "mine.env.json").is_file() and env["date"][:10] in {before, _today()}
+    assert env["what"] == "h2dlab.profile(): the machine that wrote mine.json.gz"
+
+
+def _today() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).date().isoformat()
 
 
 def test_profile_says_when_the_block_ran_too_few_steps(tmp_path):
