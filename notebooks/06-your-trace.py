@@ -77,13 +77,20 @@ lanes(dx);
 # Each bundled workload was also timed without the profiler: its step, and the same step with
 # the batch already on the GPU. The difference is its measured exposed copy time
 # (`truth_exposed_ms`), beside the doctor's estimate from the trace (`doctor_exposed_ms`).
-# `within` says whether they agree within 25 % or 0.5 ms.
+# `within` says whether they agree within 25 % or 0.5 ms. `first_recipe` is the recipe the
+# doctor names first, and `first_is_fastest` whether the traces of its family measured it
+# fastest (false where that recipe was not traced in the family).
 
 # %% tags=["hide-input"]
 traces = doctor.TRACES
 check = pd.read_csv(traces / "ground_truth.csv")[
     ["workload", "recipe", "step_ms", "resident_ms", "exposed_ms"]
-].merge(pd.read_csv(traces / "doctor_check.csv")[["workload", "doctor_exposed_ms", "within"]], on="workload")
+].merge(
+    pd.read_csv(traces / "doctor_check.csv")[
+        ["workload", "doctor_exposed_ms", "within", "first_recipe", "first_is_fastest"]
+    ],
+    on="workload",
+)
 display(check.rename(columns={"exposed_ms": "truth_exposed_ms"}).round(2))
 display(
     Markdown(

@@ -120,8 +120,30 @@ def test_every_batch_copy_is_read_as_the_memory_it_comes_from(results, name):
     assert set(h2d["source_memory"]) == {row["h2d_source"].iat[0]}
 
 
-@pytest.mark.parametrize("name", _names())
-def test_the_first_recipe_measured_fastest_in_its_family(results, name):
+#: The DataLoader traces: the doctor names side-stream prefetch first (its copy model gives
+#: about 0 ms exposed), but no DataLoader workload with a side-stream prefetch was traced, so
+#: the family's measured recipes cannot confirm it (data/traces/workloads.py would need one).
+UNTRACED_FIRST = {"loader_pageable", "loader_pinned"} if "H2DLAB_TRACES" not in os.environ else set()
+
+
+def _first_cases():
+    return [
+        pytest.param(
+            n,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="the doctor's first recipe for a DataLoader site (side-stream prefetch) was never traced "
+                "with a DataLoader: its family's ground truth cannot show it fastest",
+            ),
+        )
+        if n in UNTRACED_FIRST
+        else n
+        for n in _names()
+    ]
+
+
+@pytest.mark.parametrize("name", _first_cases())
+def test_the_first_recipe_the_doctor_names_measured_fastest_in_its_family(results, name):
     t, dx = results
     row = t[t["workload"] == name]
     if row.empty:
@@ -132,8 +154,29 @@ def test_the_first_recipe_measured_fastest_in_its_family(results, name):
     d = dx[name].to_dict()
     site = max((s for s in d["sites"] if s["direction"] == "h2d"), key=lambda s: s["exposed_ms_per_step"])
     ranked = [own if a["recipe"] == "as_is" else a["recipe"] for a in site["alternatives"]] or [own]
-    first = next(r for r in ranked if r in measured)
+    first = ranked[0]  # what the doctor names first, measured in this family or not
+    assert first in measured, (
+        f"{name}: the doctor ranks {first} first, which no {row['family'].iat[0]} trace measured"
+    )
     assert measured[first] <= min(measured.values()) + TIE_MS, (
         f"{name}: the doctor ranks {first} first ({measured[first]:.2f} ms measured); "
         f"fastest measured: {min(measured, key=measured.get)} ({min(measured.values()):.2f} ms)"
     )
+
+
+def test_the_bundled_doctor_check_names_the_doctors_own_first_recipe():
+    """doctor_check.csv's first_recipe is the one the doctor's recommendation text names first,
+    and first_traced says whether the trace's family measured it."""
+    check = pd.read_csv(FOLDER / "doctor_check.csv")
+    truth = _truth()
+    family = dict(zip(truth["workload"], truth["family"], strict=True))
+    words = {
+        "side_stream_prefetch": "side stream",
+        "pin_once_non_blocking": "pinned",
+        "pack_small_tensors": "one",
+    }
+    for r in check.itertuples():
+        if r.first_recipe in words:
+            assert words[r.first_recipe] in r.recommendation, (r.workload, r.first_recipe, r.recommendation)
+        traced = set(truth.loc[truth["family"] == family[r.workload], "recipe"])
+        assert r.first_traced == (r.first_recipe in traced), r.workload
