@@ -133,9 +133,14 @@ class RowWriter:
         self.fh.write(csv_line([row.get(c) for c in self.columns]))
         self.n += 1
 
-    def write(self, row: dict[str, Any]) -> None:
-        """Append one row and flush it."""
+    def write(self, row: dict[str, Any], flush: bool = True) -> None:
+        """Append one row and flush it (``flush=False``: the caller flushes after a batch)."""
         self._write(row)
+        if flush:
+            self.fh.flush()
+
+    def flush(self) -> None:
+        """Flush the rows written so far to the partial file."""
         self.fh.flush()
 
     def close(self) -> None:
@@ -309,10 +314,17 @@ class Recording:
 
     def write(self, row: dict[str, Any]) -> None:
         """Stamp the run id on ``row``, keep it and flush it to the partial file."""
-        row["run_id"] = self.run_id
-        self.rows.append(row)
-        if self.writer is not None:
-            self.writer.write(row)
+        self.write_all([row])
+
+    def write_all(self, rows: list[dict[str, Any]]) -> None:
+        """:meth:`write` for several rows, in order, flushed once after the last."""
+        for row in rows:
+            row["run_id"] = self.run_id
+            self.rows.append(row)
+            if self.writer is not None:
+                self.writer.write(row, flush=False)
+        if self.writer is not None and rows:
+            self.writer.flush()
 
     def finish(self, stop: StopFlag, gpu: bool) -> pd.DataFrame:
         """The table of every row kept; ``out`` and its env.json written if there is an ``out``.
