@@ -1,8 +1,11 @@
 """The measuring harness: ``sweep(spec)``, one row per timed copy.
 
 Every copy is timed on its own, with CUDA events and a synchronised host clock, so one
-slow copy cannot hide in an average. Rows go to disk as they are measured (see
-``recorder``). A copy that runs out of memory is recorded as a row with its error and
+slow copy cannot hide in an average. Between two timed copies the loop does only the
+timer's reads: a cell (strategy, size) is prepared once, even when an interleaved sweep
+visits it once a round (``hold_plan``), and rows go to disk (``recorder``) where host work
+happens anyway or within :data:`FLUSH_AFTER_S` of being measured; whatever ends the sweep,
+every row measured is kept. A copy that runs out of memory is recorded as a row with its error and
 the sweep goes on; a CUDA fault (the context is then unusable) stops the sweep, keeps
 every row and raises :class:`~h2dlab.measure.timing.CudaFault`.
 """
