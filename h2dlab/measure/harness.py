@@ -138,12 +138,10 @@ def sweep(
                             held[key] = cell
                     _measure_visit(visit, cell, dev, spec, timer, run, rows, stop, bar, checked)
                     if held.get(key) is not cell:
-                        rows.settle()  # before the release, which may free what a block counts
-                        cell.release()
+                        cell.release()  # frees only: no allocator count moves
                     elif cell.reason:  # a copy failed: from now on prepared at each visit, as before
                         hold.discard(key)
                         del held[key]
-                        rows.settle()
                         cell.release()
                     if on_row is not None:
                         on_row(len(run.rows) + len(rows.rows))
@@ -167,8 +165,9 @@ def sweep(
     return df
 
 
-#: A cell's copies that take less than this (host wall time) are written after the cell's
-#: last copy rather than one by one (see ``_measure_visit``).
+#: A cell's copies that take less than this (host wall time) wait to be written; from a
+#: cell's first slower copy on, the waiting rows are written before each of its copies
+#: (see ``_measure_visit``).
 DEFER_BELOW_MS = 1.0
 #: Rows waiting to be written go to disk at the latest once the oldest is this old (seconds
 #: of run time): a process killed outright loses at most about this much.
@@ -339,18 +338,21 @@ def _measure_visit(
 ) -> None:
     """Time the consecutive planned rows ``visit`` of ``cell``; rows go to ``rows``.
 
-    Host work between two timed copies is kept to the timer's own reads: rows are written
-    after a cell's last copy, when another cell must be prepared, when the oldest waiting row
-    is FLUSH_AFTER_S old, or when the sweep ends or stops; a strategy that allocates nothing
-    after its first copy has its allocator counters read around a block of copies rather
-    than around each (``_Pending``). A copy of DEFER_BELOW_MS or more is slow enough for
-    that host work not to matter: from the first such copy of a cell on, its rows are
-    written (and counted) one by one, so that a process killed outright loses at most a
-    second or so of rows.
+    Host work between two timed copies is kept to the timer's own reads: rows wait, and are
+    written before a cell is prepared, when the oldest waiting row is FLUSH_AFTER_S old, or
+    when the sweep ends or stops; a strategy that allocates nothing after its first copy
+    has its allocator counters read around a block of copies rather than around each
+    (``_Pending``). A copy of DEFER_BELOW_MS or more is slow enough for that host work not
+    to matter: from the first such copy of a cell on, its copies are counted one by one and
+    the waiting rows are written before each of them, so that a process killed outright
+    loses at most a second or so of rows. Before it, not after: in an interleaved round the
+    next copy may be a small one, which the writes would delay.
     """
     for plan_row in visit:
         if stop:
             break
+        if cell.write_each and not cell.reason and rows.rows:  # a slow cell: rows out before its copy
+            rows.settle()
         row: dict[str, Any] = {
             **cell.base,
             "order": plan_row["order"],
@@ -398,7 +400,7 @@ def _measure_visit(
                 release_memory(dev)
         cell.copies += 1
         rows.add(row)  # measured (or failed): a copy cut off by an interrupt leaves no row
-        if (cell.write_each and not cell.reason) or rows.due():
+        if rows.due():
             rows.settle()
         if bar is not None:
             bar.update(1)

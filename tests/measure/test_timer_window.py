@@ -216,6 +216,46 @@ def test_a_cell_of_slow_copies_writes_each_row_before_the_next_copy(gpu, monkeyp
     assert all(g["row_write"] >= 1 for g in gaps)
 
 
+def test_an_interleaved_round_writes_rows_before_a_slow_copy_not_before_a_small_one(
+    gpu, monkeypatch, tmp_path
+):
+    """Interleaved, the copy after a slow one (DEFER_BELOW_MS or more) may be small: the rows
+    are written before the slow cell's next copy, never between a copy and a small one that
+    follows it. Fake clock: 0.1 ms a read, and a 4 KiB copy takes 2 ms more."""
+    now = [0.0]
+
+    def clock():
+        now[0] += 0.0001
+        return now[0]
+
+    real_copy = strategies.Pageable.copy
+
+    def copy(self, x):
+        gpu.append(f"copy{x.nbytes}")
+        if x.nbytes == 4096:
+            now[0] += 0.002
+        return real_copy(self, x)
+
+    monkeypatch.setattr(strategies.Pageable, "copy", copy)
+    monkeypatch.setattr(measure, "Timer", lambda dev, *a, **k: timing.Timer(CUDA, *a, **k))
+    monkeypatch.setattr(recorder.RowWriter, "write", gpu.wrap("row_write", recorder.RowWriter.write))
+    monkeypatch.setattr(measure, "FLUSH_AFTER_S", 3600.0)
+    spec = SweepSpec(("pageable",), (1024, 4096), device="cpu", reps=8, warmup=1, order="interleaved", seed=2)
+    df = measure.sweep(spec, out=tmp_path / "t.csv", progress=False, clock=gpu.wrap("clock", clock))
+    assert len(df) == 18 and (df[df["size_bytes"] == 4096]["wall_ms"] >= measure.DEFER_BELOW_MS).all()
+    assert (df[df["size_bytes"] == 1024]["wall_ms"] < measure.DEFER_BELOW_MS).all()
+    ends = [i for i, e in enumerate(gpu) if e == "end.record"]
+    starts = [i for i, e in enumerate(gpu) if e == "start.record"]
+    sizes = [gpu[i + 1] for i in starts]  # the copy each start event opens
+    gaps = [Counter(gpu[e + 1 : s]) for e, s in zip(ends, starts[1:], strict=False)]
+    before_small = [g for g, n in zip(gaps, sizes[1:], strict=True) if n == "copy1024"]
+    before_slow = [g for g, n in zip(gaps, sizes[1:], strict=True) if n == "copy4096"]
+    assert len(before_small) >= 7 and len(before_slow) >= 7
+    assert all(g["row_write"] == 0 for g in before_small[1:])  # the first follows the warm-ups' preparation
+    assert all(g["row_write"] >= 1 for g in before_slow)
+    assert Counter(gpu)["row_write"] == 18
+
+
 def test_a_block_that_allocated_nothing_has_zero_counts_and_one_that_did_has_none(gpu, monkeypatch, tmp_path):
     """Rows timed without per-copy counters get 0 when the block made no pinned block and
     no device segment, NaN (unknown which copy) when it made one; the first row of a cell
