@@ -260,3 +260,16 @@ def test_once_every_cell_is_prepared_the_rounds_rows_wait_until_the_sweep_ends(t
     assert (
         on_disk == [0] + [1] * 7 and len(df) == 8
     )  # the first row, written before the second cell was prepared
+
+
+def test_headroom_is_what_is_left_once_the_largest_size_fits(monkeypatch):
+    from h2dlab.measure import device
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(device, "mem_available_bytes", lambda: 10 * 1024)
+    assert device.headroom_bytes(4096, cpu) == 2048  # source and a staging copy of 4 KiB
+    assert device.headroom_bytes(8192, cpu) == 0  # never below 0 (check_memory refuses that size)
+    monkeypatch.setattr(device, "mem_available_bytes", lambda: None)
+    assert device.headroom_bytes(4096, cpu) == float("inf")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (5000, 10**6))
+    assert device.headroom_bytes(1000, torch.device("cuda", 0)) == 4000  # the device's free memory too
