@@ -323,9 +323,13 @@ class _Pending:
         return bool(self.rows) and self.run.elapsed() - self.since >= FLUSH_AFTER_S
 
     def write(self) -> None:
-        """Write the waiting rows as they are (the block's rows keep NaN counts if it is open)."""
-        rows, self.rows = self.rows, []
-        self.run.write_all(rows)
+        """Write the waiting rows as they are (the block's rows keep NaN counts if it is open);
+        an interrupt midway leaves the rows not yet written waiting, none twice."""
+        start = len(self.run.rows)
+        try:
+            self.run.write_all(self.rows)
+        finally:
+            del self.rows[: len(self.run.rows) - start]
 
     def settle(self) -> None:
         """Close the block and write every waiting row."""

@@ -317,13 +317,15 @@ class Recording:
         self.write_all([row])
 
     def write_all(self, rows: list[dict[str, Any]]) -> None:
-        """:meth:`write` for several rows, in order, flushed once after the last."""
+        """:meth:`write` for several rows, in order, flushed once after the last (and even
+        with none: what an interrupted call left in the buffer). A row joins ``self.rows``
+        once it is in the file's buffer, so ``len(self.rows)`` says how many went."""
         for row in rows:
             row["run_id"] = self.run_id
-            self.rows.append(row)
             if self.writer is not None:
                 self.writer.write(row, flush=False)
-        if self.writer is not None and rows:
+            self.rows.append(row)
+        if self.writer is not None:
             self.writer.flush()
 
     def finish(self, stop: StopFlag, gpu: bool) -> pd.DataFrame:

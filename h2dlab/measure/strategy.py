@@ -16,7 +16,7 @@ __all__ = ["REGISTRY", "Strategy", "register"]
 class Strategy:
     """Base class. Subclasses set ``name``, ``summary``, ``needs_cuda`` and ``direction``,
     and ``allocates = False`` when a copy after the first makes no new pinned block and no
-    new device segment (then a sweep reads the allocator counters around a cell's block of
+    new device segment (then a sweep reads the allocator counters around a block of such
     copies, not around each: each read costs some 15-20 us of host work between copies).
     A subclass whose ``prepare`` keeps buffers until ``cleanup`` overrides :meth:`held_bytes`
     (an interleaved sweep keeps a cell prepared between its rounds within a byte budget)."""

@@ -273,3 +273,24 @@ def test_headroom_is_what_is_left_once_the_largest_size_fits(monkeypatch):
     assert device.headroom_bytes(4096, cpu) == float("inf")
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (5000, 10**6))
     assert device.headroom_bytes(1000, torch.device("cuda", 0)) == 4000  # the device's free memory too
+
+
+def test_an_interrupt_while_waiting_rows_are_written_keeps_each_row_once(tmp_path, monkeypatch):
+    """A second Ctrl-C can land in the middle of writing the rows that waited: those not yet
+    written are written by the sweep's ``finally``, none is lost and none is written twice."""
+    from h2dlab.measure import recorder
+
+    real, n = recorder.RowWriter.write, {"calls": 0}
+
+    def write(self, row, flush=True):
+        n["calls"] += 1
+        if n["calls"] == 2:  # the second of the first cell's three rows
+            raise KeyboardInterrupt
+        return real(self, row, flush)
+
+    monkeypatch.setattr(recorder.RowWriter, "write", write)
+    out = tmp_path / "w.csv"
+    spec = SweepSpec(("pageable",), (1024, 4096), device="cpu", reps=3, warmup=0, order="ascending")
+    with pytest.raises(KeyboardInterrupt):
+        harness.sweep(spec, out=out, progress=False)
+    assert datasets.read(partial_path(out))["order"].tolist() == [0, 1, 2]
