@@ -75,9 +75,24 @@ def check_memory(max_bytes: int, dev: torch.device, copies_host: int = 2, gpu: b
 
 
 def headroom_bytes(max_bytes: int, dev: torch.device, copies_host: int = 2) -> float:
-    """Memory left once :func:`check_memory`'s need for the largest size is met: the smaller
-    of host memory (MemAvailable less ``copies_host`` times ``max_bytes``) and, on CUDA, free
-    device memory less ``max_bytes``; ``inf`` where neither can be read, never below 0."""
+    """Memory left once :func:`check_memory`'s need for the largest size is met.
+
+    Parameters
+    ----------
+    max_bytes
+        The largest size the run copies.
+    dev
+        The device copied to (on CUDA its free memory counts too).
+    copies_host
+        How many host buffers of ``max_bytes`` the run needs (as ``check_memory``).
+
+    Returns
+    -------
+    float
+        Bytes: the smaller of host memory (MemAvailable less ``copies_host`` times
+        ``max_bytes``) and, on CUDA, free device memory less ``max_bytes``; ``inf`` where
+        neither can be read; never below 0.
+    """
     left = float("inf")
     avail = mem_available_bytes()
     if avail is not None:

@@ -192,6 +192,20 @@ def hold_plan(visits: list[list[dict[str, Any]]], spec: SweepSpec, dev: torch.de
     not made tighter); the others are prepared and released at each visit, as before.
     Nothing is held with ``--empty-host-cache`` (the host cache is emptied at each visit's
     preparation) or for a strategy this device lacks.
+
+    Parameters
+    ----------
+    visits
+        The planned rows still to measure, grouped as ``plan.cells`` groups them.
+    spec
+        The sweep's resolved spec (its sizes and ``empty_host_cache_each_size``).
+    dev
+        The device copied to.
+
+    Returns
+    -------
+    set of (str, int)
+        The (strategy, size_bytes) cells to keep prepared.
     """
     if spec.empty_host_cache_each_size:
         return set()
