@@ -1,7 +1,9 @@
 """Rows to disk as they are measured, a stop flag for signals, and ``--resume``.
 
-Rows are appended to ``<out>.partial.csv`` and flushed one by one, so an interrupt, a
-crash or an out-of-memory size loses nothing; at the end the partial file becomes the
+Rows are appended to ``<out>.partial.csv`` and flushed as they are handed over (a sweep
+hands fast copies' rows over in batches, at most ``harness.FLUSH_AFTER_S`` after they were
+measured), so an interrupt or an out-of-memory size loses nothing and a process killed
+outright at most the last second's rows; at the end the partial file becomes the
 output (written, then renamed). The partial file belongs to one run (see ``partial``:
 created exclusively, never through a link, locked). A resumed run must have the same spec as the first
 (compared field by field) and the rows on disk must follow its plan.
