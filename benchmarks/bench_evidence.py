@@ -8,13 +8,16 @@ block of ``--calls`` calls (after a warm-up; a tenth as many calls for the reade
 every thread or ask NVML for processes). ``loop_gap_<evidence>_ms`` is the median host time
 from the end of one timed copy to the start of the next (``causes_wake.idle_gap_ms``) in a
 ``measure`` run of ``--loop-reps`` 1 KiB copies, reps back to back (pinned_reuse on a GPU,
-pageable on the CPU). Readers that need CUDA or NVML are ``null`` where absent.
+pageable on the CPU); ``loop_gap_interleaved_ms`` the same, light evidence, in an interleaved
+run (``--order interleaved``: each round visits every cell once) of two strategies at 1 KiB,
+64 KiB and 1 MiB (pinned_reuse and pageable on a GPU, pageable and d2h_pageable on the CPU),
+about as many timed copies. Readers that need CUDA or NVML are ``null`` where absent.
 
 Targets: the Timer with ``measure``'s default (light) evidence adds at most 100 us per copy
 (the full evidence is measured, not bounded: it is opt-in), the scheduler read costs at most 30 us
 (loose bounds, for a busy shared 2-core machine) and the light loop leaves at most 0.2 ms
-between two timed copies (issue #30; DESIGN.md "measure like the reference"). Exit 1 when a
-target fails.
+between two timed copies, reps back to back and interleaved (issue #30; DESIGN.md "measure
+like the reference"). Exit 1 when a target fails.
 
     python3 benchmarks/bench_evidence.py [--blocks 7] [--calls 2000] [--device cuda] [--json OUT]
 
@@ -46,7 +49,12 @@ from h2dlab.measure.timing import Timer  # noqa: E402
 __all__ = ["TARGETS", "loop_gap_ms", "main", "measure", "per_call_us", "readers", "verdicts"]
 
 #: Upper bounds: microseconds per call, and the loop's milliseconds between two copies.
-TARGETS = {"timer_light_us": 100.0, "sched_state_us": 30.0, "loop_gap_light_ms": 0.2}
+TARGETS = {
+    "timer_light_us": 100.0,
+    "sched_state_us": 30.0,
+    "loop_gap_light_ms": 0.2,
+    "loop_gap_interleaved_ms": 0.2,
+}
 #: Readers slow enough to time with a tenth of the calls.
 SLOW = ("others_cpu_ns_us", "others_wait_ns_us", "gpu_other_processes_us", "row_write_pandas_us")
 
@@ -107,14 +115,23 @@ def readers(dev: torch.device, folder: Path) -> dict[str, Callable[[], object] |
     return out
 
 
-def loop_gap_ms(dev: torch.device, evidence: str, reps: int) -> float:
-    """Median host time (ms) between two timed 1 KiB copies of a ``measure`` run on ``dev``."""
+def loop_gap_ms(dev: torch.device, evidence: str, reps: int, order: str = "shuffled") -> float:
+    """Median host time (ms) between two timed copies of a ``measure`` run on ``dev``: 1 KiB
+    copies back to back, or (``order="interleaved"``) two strategies at three sizes in rounds,
+    ``reps`` timed copies in all (at least one a cell)."""
     from h2dlab.explain.causes_wake import idle_gap_ms
     from h2dlab.measure.harness import sweep
     from h2dlab.measure.spec import SweepSpec
 
-    name = "pinned_reuse" if dev.type == "cuda" else "pageable"
-    spec = SweepSpec((name,), (1024,), device=str(dev), reps=reps, warmup=2, evidence=evidence)
+    cuda = dev.type == "cuda"
+    if order == "interleaved":
+        names = ("pinned_reuse", "pageable") if cuda else ("pageable", "d2h_pageable")
+        sizes, reps = (1024, 65536, 2**20), max(reps // 6, 1)
+    else:
+        names, sizes = ("pinned_reuse" if cuda else "pageable",), (1024,)
+    spec = SweepSpec(
+        names, sizes, device=str(dev), reps=reps, warmup=2, evidence=evidence, order=order, seed=1
+    )
     with tempfile.TemporaryDirectory() as folder:  # rows written as a recording writes them
         df = sweep(spec, out=Path(folder) / "gap.csv", progress=False)
     gaps = idle_gap_ms(df)[~df["warmup"].astype(bool)]
@@ -152,6 +169,7 @@ def measure(
             out[key] = None if fn is None else per_call_us(fn, blocks=blocks, calls=n)
     for evidence in ("light", "full"):
         out[f"loop_gap_{evidence}_ms"] = loop_gap_ms(dev, evidence, loop_reps)
+    out["loop_gap_interleaved_ms"] = loop_gap_ms(dev, "light", loop_reps, order="interleaved")
     return out
 
 
@@ -189,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {key[:-3]:28s} " + ("not here (needs CUDA/NVML)" if v is None else f"{v:10.2f} us"))
     print(
         f"between two timed copies of measure on {args.device}: light evidence "
-        f"{res['loop_gap_light_ms']:.3f} ms, full {res['loop_gap_full_ms']:.3f} ms (median)"
+        f"{res['loop_gap_light_ms']:.3f} ms, full {res['loop_gap_full_ms']:.3f} ms (median); "
+        f"interleaved, light evidence {res['loop_gap_interleaved_ms']:.3f} ms"
     )
     return settle(verdicts(res), res, args.json)
 

@@ -13,6 +13,7 @@ from h2dlab.units import fmt_bytes
 __all__ = [
     "check_memory",
     "empty_host_cache",
+    "headroom_bytes",
     "mem_available_bytes",
     "random_source",
     "release_memory",
@@ -71,6 +72,35 @@ def check_memory(max_bytes: int, dev: torch.device, copies_host: int = 2, gpu: b
                 f"the largest size, {fmt_bytes(max_bytes)}, does not fit in the {fmt_bytes(free)} free "
                 f"of {fmt_bytes(total)} on {dev}: choose smaller sizes"
             )
+
+
+def headroom_bytes(max_bytes: int, dev: torch.device, copies_host: int = 2) -> float:
+    """Memory left once :func:`check_memory`'s need for the largest size is met.
+
+    Parameters
+    ----------
+    max_bytes
+        The largest size the run copies.
+    dev
+        The device copied to (on CUDA its free memory counts too).
+    copies_host
+        How many host buffers of ``max_bytes`` the run needs (as ``check_memory``).
+
+    Returns
+    -------
+    float
+        Bytes: the smaller of host memory (MemAvailable less ``copies_host`` times
+        ``max_bytes``) and, on CUDA, free device memory less ``max_bytes``; ``inf`` where
+        neither can be read; never below 0.
+    """
+    left = float("inf")
+    avail = mem_available_bytes()
+    if avail is not None:
+        left = min(left, avail - copies_host * max_bytes)
+    if dev.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(dev)
+        left = min(left, free - max_bytes)
+    return max(left, 0.0)
 
 
 def release_memory(dev: torch.device) -> None:

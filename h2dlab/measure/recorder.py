@@ -1,7 +1,9 @@
 """Rows to disk as they are measured, a stop flag for signals, and ``--resume``.
 
-Rows are appended to ``<out>.partial.csv`` and flushed one by one, so an interrupt, a
-crash or an out-of-memory size loses nothing; at the end the partial file becomes the
+Rows are appended to ``<out>.partial.csv`` and flushed as they are handed over (a sweep
+hands fast copies' rows over in batches, at most ``harness.FLUSH_AFTER_S`` after they were
+measured), so an interrupt or an out-of-memory size loses nothing and a process killed
+outright at most the last second's rows; at the end the partial file becomes the
 output (written, then renamed). The partial file belongs to one run (see ``partial``:
 created exclusively, never through a link, locked). A resumed run must have the same spec as the first
 (compared field by field) and the rows on disk must follow its plan.
@@ -133,9 +135,14 @@ class RowWriter:
         self.fh.write(csv_line([row.get(c) for c in self.columns]))
         self.n += 1
 
-    def write(self, row: dict[str, Any]) -> None:
-        """Append one row and flush it."""
+    def write(self, row: dict[str, Any], flush: bool = True) -> None:
+        """Append one row and flush it (``flush=False``: the caller flushes after a batch)."""
         self._write(row)
+        if flush:
+            self.fh.flush()
+
+    def flush(self) -> None:
+        """Flush the rows written so far to the partial file."""
         self.fh.flush()
 
     def close(self) -> None:
@@ -309,10 +316,19 @@ class Recording:
 
     def write(self, row: dict[str, Any]) -> None:
         """Stamp the run id on ``row``, keep it and flush it to the partial file."""
-        row["run_id"] = self.run_id
-        self.rows.append(row)
+        self.write_all([row])
+
+    def write_all(self, rows: list[dict[str, Any]]) -> None:
+        """:meth:`write` for several rows, in order, flushed once after the last (and even
+        with none: what an interrupted call left in the buffer). A row joins ``self.rows``
+        once it is in the file's buffer, so ``len(self.rows)`` says how many went."""
+        for row in rows:
+            row["run_id"] = self.run_id
+            if self.writer is not None:
+                self.writer.write(row, flush=False)
+            self.rows.append(row)
         if self.writer is not None:
-            self.writer.write(row)
+            self.writer.flush()
 
     def finish(self, stop: StopFlag, gpu: bool) -> pd.DataFrame:
         """The table of every row kept; ``out`` and its env.json written if there is an ``out``.

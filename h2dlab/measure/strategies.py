@@ -113,6 +113,10 @@ class PinnedReuse(Strategy):
     def cleanup(self):
         self.staging = self.out = None
 
+    @classmethod
+    def held_bytes(cls, nbytes):
+        return 2 * nbytes  # the pinned staging buffer and the device buffer
+
 
 @register
 class HostRegister(Strategy):

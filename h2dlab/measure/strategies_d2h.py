@@ -31,6 +31,10 @@ class _FromDevice(Strategy):
     def cleanup(self):
         self.src = None
 
+    @classmethod
+    def held_bytes(cls, nbytes):
+        return nbytes  # the source on the device
+
 
 @register
 class D2HPageable(_FromDevice):
@@ -60,6 +64,10 @@ class D2HPinnedReuse(_FromDevice):
 
     def cleanup(self):
         self.src = self.out = None
+
+    @classmethod
+    def held_bytes(cls, nbytes):
+        return 2 * nbytes  # the source on the device and the pinned buffer
 
 
 @register
@@ -121,3 +129,7 @@ class D2HStaged(_FromDevice):
 
     def cleanup(self):
         self.src = self.ring = self.stream = self.done = None
+
+    @classmethod
+    def held_bytes(cls, nbytes):
+        return nbytes + cls.slots * min(cls.chunk_bytes, max(nbytes, 1))  # the source and the ring

@@ -16,8 +16,10 @@ __all__ = ["REGISTRY", "Strategy", "register"]
 class Strategy:
     """Base class. Subclasses set ``name``, ``summary``, ``needs_cuda`` and ``direction``,
     and ``allocates = False`` when a copy after the first makes no new pinned block and no
-    new device segment (then a sweep reads the allocator counters around a cell's block of
-    copies, not around each: each read costs some 15-20 us of host work between copies)."""
+    new device segment (then a sweep reads the allocator counters around a block of such
+    copies, not around each: each read costs some 15-20 us of host work between copies).
+    A subclass whose ``prepare`` keeps buffers until ``cleanup`` overrides :meth:`held_bytes`
+    (an interleaved sweep keeps a cell prepared between its rounds within a byte budget)."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
@@ -36,6 +38,12 @@ class Strategy:
 
     def cleanup(self) -> None:
         pass
+
+    @classmethod
+    def held_bytes(cls, nbytes: int) -> int:
+        """Bytes of memory (host and device together) that ``prepare`` keeps until
+        ``cleanup`` for a tensor of ``nbytes``: none here; at most this in a subclass."""
+        return 0
 
 
 REGISTRY: dict[str, type[Strategy]] = {}

@@ -120,9 +120,10 @@ def _between_copies(log: Log) -> list[Counter]:
     return [Counter(log[e + 1 : s]) for e, s in zip(ends, starts[1:], strict=False)]
 
 
-def _sweep_on_fake_gpu(gpu, monkeypatch, tmp_path, evidence, step=0.0001):
+def _sweep_on_fake_gpu(gpu, monkeypatch, tmp_path, evidence, step=0.0001, order="shuffled"):
     """Two cells of 7 pageable copies on the fake GPU; the fake clock advances ``step`` s a
-    read (0.1 ms: copies faster than ``harness.DEFER_BELOW_MS``)."""
+    read (0.1 ms: copies faster than ``harness.DEFER_BELOW_MS``). ``prepare`` and
+    ``cleanup`` are logged too."""
     frames = []
     real_init = pd.DataFrame.__init__
 
@@ -133,10 +134,16 @@ def _sweep_on_fake_gpu(gpu, monkeypatch, tmp_path, evidence, step=0.0001):
 
     real_copy = strategies.Pageable.copy
     monkeypatch.setattr(strategies.Pageable, "copy", lambda self, x: gpu.wrap("copy", real_copy)(self, x))
+    for step_name in ("prepare", "cleanup"):
+        monkeypatch.setattr(
+            strategies.Pageable, step_name, gpu.wrap(step_name, getattr(strategies.Pageable, step_name))
+        )
     # The host copies run on the CPU; the timer is the CUDA one, on the fake GPU.
     monkeypatch.setattr(measure, "Timer", lambda dev, *a, **k: timing.Timer(CUDA, *a, **k))
     monkeypatch.setattr(recorder.RowWriter, "write", gpu.wrap("row_write", recorder.RowWriter.write))
-    spec = SweepSpec(("pageable",), (1024, 4096), device="cpu", reps=6, warmup=1, evidence=evidence)
+    spec = SweepSpec(
+        ("pageable",), (1024, 4096), device="cpu", reps=6, warmup=1, evidence=evidence, order=order
+    )
     monkeypatch.setattr(pd.DataFrame, "__init__", counting_init)
     try:
         df = measure.sweep(spec, out=tmp_path / "t.csv", progress=False, clock=_fake_clock(gpu, step))
@@ -176,12 +183,77 @@ def test_the_default_loop_makes_only_cheap_reads_between_copies(gpu, monkeypatch
     assert gaps[6]["row_write"] == 7 and gaps[6]["host_stats"] >= 1
 
 
-def test_a_cell_of_slow_copies_writes_each_row_before_the_next_copy(gpu, monkeypatch, tmp_path):
+def test_an_interleaved_round_makes_only_cheap_reads_between_copies(gpu, monkeypatch, tmp_path):
+    """Interleaved, each timed copy is a one-copy visit of its cell: the cell stays prepared
+    across rounds (no prepare or cleanup between copies), its rows wait (no row write) and
+    the allocator counters are read around the rounds' block of copies, not around each.
+    Before, every visit prepared its cell, read its counters and wrote its row."""
+    # no write for the rows' age on a loaded test machine (raising=False: the test also runs on the code before)
+    monkeypatch.setattr(measure, "FLUSH_AFTER_S", 3600.0, raising=False)
+    gaps = _sweep_on_fake_gpu(gpu, monkeypatch, tmp_path, "light", order="interleaved")
+    assert len(gaps) == 13  # 2 warm-ups (one per cell), then 6 rounds of 2 copies
+    assert Counter(gpu)["prepare"] == 2 and Counter(gpu)["cleanup"] == 2  # once per cell
+    rounds = gaps[2:]  # from the first timed copy's end to the last one's start
+    assert len(rounds) == 11
+    for gap in rounds:
+        assert not {k: gap[k] for k in COSTLY if gap[k]}
+        over = {k: n for k, n in gap.items() if n > CHEAP.get(k, 0)}
+        assert not over, f"calls between two copies of an interleaved round beyond the budget: {over}"
+    # the block's counters: read once before its first copy, and once after the last
+    assert gaps[1]["host_stats"] == 2 and gaps[1]["device_stats"] == 2
+    last_end = max(i for i, e in enumerate(gpu) if e == "end.record")
+    assert Counter(gpu[last_end:])["host_stats"] == 1
+    assert Counter(gpu)["row_write"] == 14
+
+
+@pytest.mark.parametrize("order", ["shuffled", "interleaved"])
+def test_a_cell_of_slow_copies_writes_each_row_before_the_next_copy(gpu, monkeypatch, tmp_path, order):
     """From the first copy of DEFER_BELOW_MS or more, rows go to disk one by one (fake clock:
-    2 ms a read), so a process killed outright loses no more than a copy's row."""
-    gaps = _sweep_on_fake_gpu(gpu, monkeypatch, tmp_path, "light", step=0.002)
+    2 ms a read), so a process killed outright loses no more than a copy's row; in an
+    interleaved sweep too, where the cell stays prepared across rounds."""
+    gaps = _sweep_on_fake_gpu(gpu, monkeypatch, tmp_path, "light", step=0.002, order=order)
     assert len(gaps) == 13
     assert all(g["row_write"] >= 1 for g in gaps)
+
+
+def test_an_interleaved_round_writes_rows_before_a_slow_copy_not_before_a_small_one(
+    gpu, monkeypatch, tmp_path
+):
+    """Interleaved, the copy after a slow one (DEFER_BELOW_MS or more) may be small: the rows
+    are written before the slow cell's next copy, never between a copy and a small one that
+    follows it. Fake clock: 0.1 ms a read, and a 4 KiB copy takes 2 ms more."""
+    now = [0.0]
+
+    def clock():
+        now[0] += 0.0001
+        return now[0]
+
+    real_copy = strategies.Pageable.copy
+
+    def copy(self, x):
+        gpu.append(f"copy{x.nbytes}")
+        if x.nbytes == 4096:
+            now[0] += 0.002
+        return real_copy(self, x)
+
+    monkeypatch.setattr(strategies.Pageable, "copy", copy)
+    monkeypatch.setattr(measure, "Timer", lambda dev, *a, **k: timing.Timer(CUDA, *a, **k))
+    monkeypatch.setattr(recorder.RowWriter, "write", gpu.wrap("row_write", recorder.RowWriter.write))
+    monkeypatch.setattr(measure, "FLUSH_AFTER_S", 3600.0)
+    spec = SweepSpec(("pageable",), (1024, 4096), device="cpu", reps=8, warmup=1, order="interleaved", seed=2)
+    df = measure.sweep(spec, out=tmp_path / "t.csv", progress=False, clock=gpu.wrap("clock", clock))
+    assert len(df) == 18 and (df[df["size_bytes"] == 4096]["wall_ms"] >= measure.DEFER_BELOW_MS).all()
+    assert (df[df["size_bytes"] == 1024]["wall_ms"] < measure.DEFER_BELOW_MS).all()
+    ends = [i for i, e in enumerate(gpu) if e == "end.record"]
+    starts = [i for i, e in enumerate(gpu) if e == "start.record"]
+    sizes = [gpu[i + 1] for i in starts]  # the copy each start event opens
+    gaps = [Counter(gpu[e + 1 : s]) for e, s in zip(ends, starts[1:], strict=False)]
+    before_small = [g for g, n in zip(gaps, sizes[1:], strict=True) if n == "copy1024"]
+    before_slow = [g for g, n in zip(gaps, sizes[1:], strict=True) if n == "copy4096"]
+    assert len(before_small) >= 7 and len(before_slow) >= 7
+    assert all(g["row_write"] == 0 for g in before_small[1:])  # the first follows the warm-ups' preparation
+    assert all(g["row_write"] >= 1 for g in before_slow)
+    assert Counter(gpu)["row_write"] == 18
 
 
 def test_a_block_that_allocated_nothing_has_zero_counts_and_one_that_did_has_none(gpu, monkeypatch, tmp_path):
@@ -211,6 +283,58 @@ def test_a_block_that_allocated_nothing_has_zero_counts_and_one_that_did_has_non
     assert block["host_allocs"].isna().all() and (block["device_allocs"] == 0.0).all()
     assert second.iloc[0]["host_allocs"] == 0.0
     assert np.isfinite(df["event_ms"]).all()
+
+
+class _Pins(strategies.Strategy):
+    """Synthetic: a host copy that makes one pinned block per call (the fake counter)."""
+
+    name = "pins_test_only"
+    needs_cuda = False
+    stats: dict = {}
+
+    def copy(self, x):
+        type(self).stats["num_host_alloc"] += 1
+        return x.clone()
+
+
+@pytest.mark.parametrize("stray", [False, True])
+def test_a_block_across_an_interleaved_round_subtracts_the_copies_counted_on_their_own(
+    gpu, monkeypatch, tmp_path, stray
+):
+    """Interleaved, a block of copies without per-copy counters spans cells; the copies of a
+    strategy that allocates, counted one by one inside it, are subtracted: the block's rows
+    read 0, theirs 1. A pinned block made by a copy of the block itself (``stray``) leaves
+    every row of the block unknown (NaN), never 0 (fake GPU, synthetic counts)."""
+    stats = {"num_host_alloc": 3}
+    monkeypatch.setattr(torch.cuda, "host_memory_stats_as_nested_dict", lambda: stats, raising=False)
+    monkeypatch.setattr(_Pins, "stats", stats)
+    monkeypatch.setitem(strategies.REGISTRY, _Pins.name, _Pins)
+    real_copy, n = strategies.Pageable.copy, {"copies": 0}
+
+    def copy(self, x):
+        n["copies"] += 1
+        if stray and n["copies"] == 5:
+            stats["num_host_alloc"] += 1
+        return real_copy(self, x)
+
+    monkeypatch.setattr(strategies.Pageable, "copy", copy)
+    monkeypatch.setattr(measure, "Timer", lambda dev, *a, **k: timing.Timer(CUDA, *a, **k))
+    monkeypatch.setattr(measure, "FLUSH_AFTER_S", 3600.0)
+    spec = SweepSpec(
+        ("pageable", _Pins.name), (1024, 4096), device="cpu", reps=6, warmup=1, order="interleaved"
+    )
+    df = measure.sweep(spec, out=tmp_path / "t.csv", progress=False, clock=_fake_clock(gpu, 0.0001))
+    assert len(df) == 28 and (df["wall_ms"] < measure.DEFER_BELOW_MS).all() and (df["error"] == "").all()
+    pins, page = df[df["strategy"] == _Pins.name], df[df["strategy"] == "pageable"]
+    assert (pins["host_allocs"] == 1.0).all() and (pins["device_allocs"] == 0.0).all()
+    first = page.groupby("size_bytes")["order"].transform("min") == page["order"]  # counted on their own
+    assert (page[first]["host_allocs"] == 0.0).all() and first.sum() == 2
+    block = page[~first]
+    assert len(block) == 12 and (block["device_allocs"] == 0.0).all()
+    if stray:
+        assert block["host_allocs"].isna().all()
+    else:
+        assert (block["host_allocs"] == 0.0).all()
 
 
 def test_a_stop_in_the_middle_of_a_cell_keeps_every_row_measured(gpu, monkeypatch, tmp_path):
