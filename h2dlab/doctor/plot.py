@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from h2dlab.doctor.intervals import merge, subtract
+from h2dlab.escape import plot_text
 
 __all__ = ["lanes"]
 
@@ -97,7 +98,7 @@ def lanes(dx: Any, ax: Any = None, step: int | None = None) -> Any:
     ax.legend(loc="upper right", fontsize=SMALL_PT)
     ax.annotate(
         # a file name's "$" would start matplotlib's math text: escaped, the name shows as it is
-        f"trace: {a.path.rsplit('/', 1)[-1]}; step {step} of {a.steps}".replace("$", r"\$"),
+        plot_text(f"trace: {a.path.rsplit('/', 1)[-1]}; step {step} of {a.steps}"),
         xy=(0, -0.28),
         xycoords="axes fraction",
         fontsize=SMALL_PT,
