@@ -26,7 +26,7 @@ from h2dlab.measure.batch_methods import LAYOUTS, METHODS, batch_sizes, make_bat
 from h2dlab.measure.device import random_source, release_memory, resolve_device
 from h2dlab.measure.duplex import check_whole, measuring, start_run
 from h2dlab.measure.recorder import StopFlag, progress_bar
-from h2dlab.measure.step import timed_step
+from h2dlab.measure.step import Steps
 from h2dlab.measure.timing import CudaFault, error_text, is_cuda_fault
 
 __all__ = ["DEFAULT_COUNTS", "DEFAULT_TOTALS", "BatchSpec", "batch", "plan_batch"]
@@ -168,6 +168,7 @@ def batch(
     )
     source = random_source(max(spec.totals), spec.seed)
     bar = progress_bar(len(planned), run.start_at, f"batches {dev}", progress)
+    steps = Steps(run, timer, dev, bar)
     shapes: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for r in planned[run.start_at :]:  # planned rows are contiguous per shape
         shapes.setdefault((r["size_bytes"], r["n_tensors"]), []).append(r)
@@ -176,7 +177,7 @@ def batch(
             if stop:
                 break
             tensors = make_batch(batch_sizes(n, total, spec.layout, spec.seed), source)
-            _shape(rows, tensors, spec, dev, timer, run, stop, bar)
+            _shape(rows, tensors, spec, dev, steps, stop)
             del tensors
             release_memory(dev)
     return run.finish(stop, gpu=dev.type == "cuda")
@@ -200,7 +201,7 @@ def _prepare(names, tensors, dev) -> tuple[dict[str, Any], dict[str, str]]:
     return methods, reasons
 
 
-def _shape(rows, tensors, spec: BatchSpec, dev, timer, run, stop, bar) -> None:
+def _shape(rows, tensors, spec: BatchSpec, dev, steps: Steps, stop) -> None:
     methods, reasons = _prepare(spec.methods, tensors, dev)
     checked: set[str] = set()
     shape = f"{len(tensors)} tensors, {spec.layout} sizes"
@@ -222,17 +223,7 @@ def _shape(rows, tensors, spec: BatchSpec, dev, timer, run, stop, bar) -> None:
             name = plan_row["strategy"]
             method = methods.get(name)
             step = None if method is None else (lambda m=method: m.copy(tensors))
-            failure = timed_step(
-                [plan_row],
-                step,
-                run=run,
-                timer=timer,
-                dev=dev,
-                bar=bar,
-                columns={"shape": shape},
-                error=reasons[name],
-                check=check,
-            )
+            failure = steps([plan_row], step, columns={"shape": shape}, error=reasons[name], check=check)
             if failure:
                 reasons[name] = failure
     finally:

@@ -29,7 +29,7 @@ from h2dlab.errors import Unavailable, UsageError
 from h2dlab.measure.device import check_memory, random_source, release_memory, resolve_device
 from h2dlab.measure.gc_steady import steady_gc
 from h2dlab.measure.recorder import Recording, StopFlag, progress_bar
-from h2dlab.measure.step import timed_step
+from h2dlab.measure.step import Steps
 from h2dlab.measure.timing import Timer, error_text, is_cuda_fault, is_oom
 
 __all__ = [
@@ -271,6 +271,7 @@ def duplex(
     top = max(spec.sizes)
     src, back = random_source(top, spec.seed), random_source(top, spec.seed + 1)
     bar = progress_bar(len(planned), 0, f"both ways {dev}", progress)
+    steps = Steps(run, timer, dev, bar)
     by_copy: dict[int, list[dict[str, Any]]] = {}
     for r in planned:
         by_copy.setdefault(r["copy"], []).append(r)
@@ -289,11 +290,11 @@ def duplex(
                     if is_cuda_fault(exc) or not (is_oom(exc) or isinstance(exc, RuntimeError)):
                         raise
                     failed = error_text(exc)
-            _copy(rows, pair, failed, timer, run, (src, back), checked, dev, bar)
+            _copy(rows, pair, failed, steps, (src, back), checked)
     return run.finish(stop, gpu=dev.type == "cuda")
 
 
-def _copy(rows, pair, failed, timer, run, sources, checked, dev, bar) -> None:
+def _copy(rows, pair, failed, steps: Steps, sources, checked) -> None:
     mode, direction = rows[0]["strategy"], rows[0]["direction"]
 
     def check(_, out) -> None:
@@ -307,15 +308,4 @@ def _copy(rows, pair, failed, timer, run, sources, checked, dev, bar) -> None:
                     row["error"] = "wrong result: the copy differs from the source"
 
     step = None if failed else pair.both if mode == "duplex" else (lambda: pair.one(direction))
-    shape = str((rows[0]["size_bytes"],))
-    timed_step(
-        rows,
-        step,
-        run=run,
-        timer=timer,
-        dev=dev,
-        bar=bar,
-        columns={"shape": shape},
-        error=failed,
-        check=check,
-    )
+    steps(rows, step, columns={"shape": str((rows[0]["size_bytes"],))}, error=failed, check=check)

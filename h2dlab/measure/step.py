@@ -1,11 +1,12 @@
 """One planned step of a measuring loop: its rows made from the plan, the step timed, a
 failure kept (or the run stopped), the rows written and the progress bar moved. The batch,
-both-ways and workload runs each call :func:`timed_step` once per step of their plan.
+both-ways and workload runs each make one :class:`Steps` and call it once per step of their plan.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from h2dlab.measure.failures import keep_failure
 from h2dlab.measure.recorder import Recording
 from h2dlab.measure.timing import Timer
 
-__all__ = ["empty_row", "timed_step"]
+__all__ = ["Steps", "empty_row"]
 
 
 def empty_row(plan_row: dict[str, Any], t_s: float) -> dict[str, Any]:
@@ -26,68 +27,79 @@ def empty_row(plan_row: dict[str, Any], t_s: float) -> dict[str, Any]:
     return row
 
 
-def timed_step(
-    plan_rows: list[dict[str, Any]],
-    step: Callable[[], Any] | None,
-    *,
-    run: Recording,
-    timer: Timer,
-    dev: torch.device,
-    bar: Any = None,
-    columns: dict[str, Any] | None = None,
-    error: str = "",
-    before: Callable[[], None] | None = None,
-    check: Callable[[Any, list[dict[str, Any]]], None] | None = None,
-) -> str:
-    """Time ``step`` once for ``plan_rows`` (one row each, all stamped at the same ``t_s``)
-    and write the rows to ``run``, failed or not.
+@dataclass(frozen=True)
+class Steps:
+    """A run's measuring loop: calling it times one planned step (:meth:`__call__`).
 
-    Parameters
+    Attributes
     ----------
-    plan_rows
-        The planned rows this step measures (two for a both-ways copy, else one).
-    step
-        The timed work; not called (it may be None) when ``error`` is given.
     run, timer, dev
         The run's recording, its ``Timer`` and its device.
     bar
-        A progress bar moved by ``len(plan_rows)`` once the rows are written, or None.
-    columns
-        Columns set on every row over :func:`empty_row`'s (``shape``, ``dtype``).
-    error
-        The rows' ``error`` when the step is not to run (it failed before, or could not be
-        prepared): the rows are written with it and nothing is timed.
-    before
-        Called after the rows are stamped and before the timing when the step runs (a block
-        of steps starting).
-    check
-        ``check(result, rows)`` after the timing: the step's result, checked, may set a
-        row's ``error`` (a wrong result). What it raises is kept as a failure.
-
-    Returns
-    -------
-    str
-        The ``error`` text of a failure kept (an out-of-memory error, a ``RuntimeError``),
-        else ``""``. A CUDA fault writes the rows and raises ``CudaFault``
-        (see :func:`h2dlab.measure.failures.keep_failure`).
+        The progress bar, moved by each step's row count once its rows are written, or None.
     """
-    t_s = run.elapsed()
-    rows = [{**empty_row(r, t_s), **(columns or {}), "error": error} for r in plan_rows]
-    failure = ""
-    if not error:
-        if before is not None:
-            before()
-        try:
-            result, rec = timer(step)
-            for row in rows:
-                row.update(rec)
-            if check is not None:
-                check(result, rows)
-            del result
-        except Exception as exc:  # noqa: BLE001 - kept as the rows' error, then on
-            failure = keep_failure(exc, rows, run, dev)
-    for row in rows:
-        run.write(row)
-    if bar is not None:
-        bar.update(len(rows))
-    return failure
+
+    run: Recording
+    timer: Timer
+    dev: torch.device
+    bar: Any = None
+
+    def __call__(
+        self,
+        plan_rows: list[dict[str, Any]],
+        step: Callable[[], Any] | None,
+        *,
+        columns: dict[str, Any] | None = None,
+        error: str = "",
+        before: Callable[[], None] | None = None,
+        check: Callable[[Any, list[dict[str, Any]]], None] | None = None,
+    ) -> str:
+        """Time ``step`` once for ``plan_rows`` (one row each, all stamped at the same ``t_s``)
+        and write the rows to the run, failed or not.
+
+        Parameters
+        ----------
+        plan_rows
+            The planned rows this step measures (two for a both-ways copy, else one).
+        step
+            The timed work; not called (it may be None) when ``error`` is given.
+        columns
+            Columns set on every row over :func:`empty_row`'s (``shape``, ``dtype``).
+        error
+            The rows' ``error`` when the step is not to run (it failed before, or could not
+            be prepared): the rows are written with it and nothing is timed.
+        before
+            Called after the rows are stamped and before the timing when the step runs (a
+            block of steps starting).
+        check
+            ``check(result, rows)`` after the timing: the step's result, checked, may set a
+            row's ``error`` (a wrong result). What it raises is kept as a failure.
+
+        Returns
+        -------
+        str
+            The ``error`` text of a failure kept (an out-of-memory error, a ``RuntimeError``),
+            else ``""``. A CUDA fault writes the rows and raises ``CudaFault``
+            (see :func:`h2dlab.measure.failures.keep_failure`).
+        """
+        run = self.run
+        t_s = run.elapsed()
+        rows = [{**empty_row(r, t_s), **(columns or {}), "error": error} for r in plan_rows]
+        failure = ""
+        if not error:
+            if before is not None:
+                before()
+            try:
+                result, rec = self.timer(step)
+                for row in rows:
+                    row.update(rec)
+                if check is not None:
+                    check(result, rows)
+                del result
+            except Exception as exc:  # noqa: BLE001 - kept as the rows' error, then on
+                failure = keep_failure(exc, rows, run, self.dev)
+        for row in rows:
+            run.write(row)
+        if self.bar is not None:
+            self.bar.update(len(rows))
+        return failure

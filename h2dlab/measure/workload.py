@@ -37,7 +37,7 @@ from h2dlab.errors import UsageError
 from h2dlab.measure.device import resolve_device
 from h2dlab.measure.duplex import check_whole, measuring, start_run
 from h2dlab.measure.recorder import StopFlag, progress_bar
-from h2dlab.measure.step import timed_step
+from h2dlab.measure.step import Steps
 
 __all__ = ["BATCH_SHAPE", "WAYS", "ImagePool", "WorkloadSpec", "plan_workload", "workload"]
 
@@ -388,6 +388,7 @@ def workload(
     )
     ways = _Ways(spec, dev, compute)
     bar = progress_bar(len(planned), 0, f"workload {dev}", progress)
+    steps = Steps(run, timer, dev, bar)
     shape = "x".join(map(str, spec.shape))
     failed: dict[str, str] = {}
     waits: dict[str, list[float]] = {}  # loader ways: host ms each timed step waited for its batch
@@ -407,13 +408,9 @@ def workload(
                 if stop:
                     break
                 way = plan_row["strategy"]
-                failure = timed_step(
+                failure = steps(
                     [plan_row],
                     lambda w=way, i=plan_row["rep"]: ways.step(w, i),
-                    run=run,
-                    timer=timer,
-                    dev=dev,
-                    bar=bar,
                     columns={"shape": shape, "dtype": "float32"},
                     error=failed.get(way, ""),
                     before=(lambda w=way: ways.begin(w)) if way != previous else None,

@@ -1,4 +1,4 @@
-"""One planned step of the batch, both-ways and workload loops (``measure.step.timed_step``):
+"""One planned step of the batch, both-ways and workload loops (``measure.step.Steps``):
 the rows it writes, stamped once and timed once, and what it does with a failure (kept and
 returned, or the run stopped with every row of the step written). A fake run and timer."""
 
@@ -9,7 +9,7 @@ import torch
 
 from h2dlab.measure import device as device_mod
 from h2dlab.measure.failures import CudaFault
-from h2dlab.measure.step import empty_row, timed_step
+from h2dlab.measure.step import Steps, empty_row
 
 PLAN = [
     dict(order=4, strategy="duplex", direction="h2d", size_bytes=4096, rep=1, warmup=False, copy=2),
@@ -43,7 +43,7 @@ def fake_timer(fn):
 
 def step(plan=PLAN, work=lambda: "result", **kw):
     run, bar = FakeRun(), FakeBar()
-    failure = timed_step(plan, work, run=run, timer=fake_timer, dev=torch.device("cpu"), bar=bar, **kw)
+    failure = Steps(run, fake_timer, torch.device("cpu"), bar)(plan, work, **kw)
     return failure, run.rows, bar.n
 
 
@@ -122,7 +122,7 @@ def test_a_cuda_fault_writes_every_row_of_the_step_then_stops_the_run():
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     with pytest.raises(CudaFault, match="illegal memory access"):
-        timed_step(PLAN, fault, run=run, timer=fake_timer, dev=torch.device("cpu"))
+        Steps(run, fake_timer, torch.device("cpu"))(PLAN, fault)
     assert [r["order"] for r in run.rows] == [4, 5]
     assert all(
         r["error"] == "RuntimeError: CUDA error: an illegal memory access was encountered" for r in run.rows
@@ -136,5 +136,5 @@ def test_a_bug_in_the_timed_work_is_raised_and_writes_nothing():
         raise TypeError("not a tensor")
 
     with pytest.raises(TypeError):
-        timed_step(PLAN, bug, run=run, timer=fake_timer, dev=torch.device("cpu"))
+        Steps(run, fake_timer, torch.device("cpu"))(PLAN, bug)
     assert run.rows == []
