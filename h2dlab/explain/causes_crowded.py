@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from h2dlab.explain.causes_parallel import (
+    HOST_SIDE_NEEDS,
     MIN_BUSIEST_SHARE,
     MIN_IN_CALL_SHARE,
     MIN_ON_CPU,
@@ -144,6 +145,6 @@ HOST_CROWDED = Cause(
     "host_crowded",
     "PyTorch's worker threads took the CPUs: the timing thread waited to run, then on its CPU for them "
     "(a parallel CPU copy with as many workers as CPUs)",
-    needs=("others_cpu_ms", "others_window_ms", "busiest_cpu_ms", "cpu_ms", "run_delay_ms"),
+    needs=HOST_SIDE_NEEDS,
     test=waited_test("host_crowded", crowded_cause),
 )

@@ -32,6 +32,7 @@ from h2dlab.explain.rows import column, number
 __all__ = [
     "AS_USUAL",
     "HOST_PARALLEL",
+    "HOST_SIDE_NEEDS",
     "HostSide",
     "LAGGED",
     "MAX_WAIT_SHARE",
@@ -79,6 +80,9 @@ MIN_OTHERS_CPUS = 1.0
 #: slow copy, as one that holds a parallel region open must. A thread that ran only part
 #: of the window cannot have kept the timing thread waiting for all of it.
 MIN_BUSIEST_SHARE = 0.9
+#: The columns both host-side rules (``host_parallel``, ``host_crowded``) read: schema 4's
+#: exact clocks of the other threads, and the timing thread's CPU time and run-queue wait.
+HOST_SIDE_NEEDS = ("others_cpu_ms", "others_window_ms", "busiest_cpu_ms", "cpu_ms", "run_delay_ms")
 #: The words of a host_parallel sentence whose columns place the extra time but give no
 #: reason for it (``factors.host_parallel`` counts them) ...
 AS_USUAL = "these columns place the extra time in host CPU work inside the call"
@@ -349,6 +353,6 @@ HOST_PARALLEL = Cause(
     "host_parallel",
     "the time went into the timed host call while PyTorch's worker threads ran beside it (a parallel CPU "
     "copy waits for its slowest worker)",
-    needs=("others_cpu_ms", "others_window_ms", "busiest_cpu_ms", "cpu_ms", "run_delay_ms"),
+    needs=HOST_SIDE_NEEDS,
     test=waited_test("host_parallel", parallel_cause),
 )
