@@ -308,8 +308,7 @@ def parallel_cause(
         As a cause's test takes them (:data:`h2dlab.explain.registry.Test`): it reads the context's
         ``issue_cell``, ``issue_typ``, ``others_cell``, ``busiest_cell``.
     wait_ms
-        The timing thread's run-queue wait that fits inside the copy
-        (``causes_evidence.run_delay_inside``); NaN where unmeasured (no rule then).
+        As :func:`host_side` takes it (NaN where unmeasured: no rule then).
 
     Returns
     -------
