@@ -3,7 +3,8 @@
 Fields of an env.json (``gpu_name``, ``torch``, ``hostname``), run ids, paths and error
 messages come from files anyone can edit, and reports are shared. Here they become
 inert text: :func:`html_text` for HTML, :func:`md_text` for Markdown a notebook renders
-(raw HTML in Markdown is passed through by Jupyter and nbconvert), and :func:`defuse_sheet`
+(raw HTML in Markdown is passed through by Jupyter and nbconvert), :func:`plot_text` for
+text drawn in a matplotlib figure, and :func:`defuse_sheet`
 for an openpyxl worksheet (``tableio.safe_excel`` writes a table through it), so that a cell starting with ``=`` (or ``+ - @``, tab, CR:
 OWASP's list for CSV injection) is stored as a string, never a formula, and reads back
 as the same text.
@@ -24,6 +25,7 @@ __all__ = [
     "md_code",
     "md_inert_html",
     "md_text",
+    "plot_text",
     "text_columns",
 ]
 
@@ -87,6 +89,13 @@ def md_inert_html(markdown: str) -> str:
             out.append("&lt;" if c == "<" else c)
             i += 1
     return "".join(out)
+
+
+def plot_text(value: Any) -> str:
+    """``value`` as text a matplotlib figure draws as it is: each ``$`` escaped, so that a
+    GPU, host, run or file name holding one does not start math text (an unbalanced ``$``
+    is a parse error that stops the figure)."""
+    return str(value).replace("$", r"\$")
 
 
 def defuse_text(value: Any) -> Any:

@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 from h2dlab.errors import UsageError
-from h2dlab.recording import datasets
+from h2dlab.recording.tableio import save_for_spreadsheet
 
 __all__ = ["annotated_env", "check_one_env", "write_annotated"]
 
@@ -53,17 +53,4 @@ def write_annotated(e, path: Path, env: dict) -> None:
     """Write the annotated table ``e`` (format by suffix) and ``env`` beside it, each atomically."""
     # Not datasets.save: the annotated table carries the derived columns, which save()
     # (the measurement table's writer) leaves out on purpose.
-    suf = datasets.suffix_of(path)
-    if suf == ".parquet":
-        writer = lambda t: e.to_parquet(t, index=False)  # noqa: E731
-    elif suf == ".xlsx":
-        from h2dlab.recording.tableio import safe_excel  # a strategy or error text is never a formula
-
-        writer = lambda t: safe_excel(e, t)  # noqa: E731
-    else:
-        from h2dlab.escape import defuse_frame  # text a spreadsheet would run as a formula: quoted
-
-        safe = defuse_frame(e)
-        writer = lambda t: safe.to_csv(t, index=False, compression="gzip" if suf == ".csv.gz" else None)  # noqa: E731
-    datasets.atomic_write(path, writer)
-    datasets.write_env(env, datasets.env_path(path))
+    save_for_spreadsheet(e, path, env)  # a strategy or error text is never a formula

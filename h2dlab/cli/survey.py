@@ -136,11 +136,7 @@ def finish(
     schema_cols = [c for c in fleet.columns if c not in RANK_COLUMNS]
     fleet = validate(fleet[[*schema_cols, *RANK_COLUMNS]], source=FLEET_NAME)
     path = folder / FLEET_NAME
-    from h2dlab.escape import defuse_frame  # a host or reason from a rank file is never a formula
-
-    safe = defuse_frame(fleet)
-    tableio.atomic_write(path, lambda p: safe.to_csv(p, index=False, compression="gzip"))
-    tableio.write_env(env, tableio.env_path(path))
+    tableio.save_for_spreadsheet(fleet, path, env)  # a host or reason from a rank file is never a formula
     if report:
         page = report_html(gpus, env)
         tableio.atomic_write(folder / "fleet.html", lambda p: Path(p).write_text(page, encoding="utf-8"))

@@ -24,12 +24,13 @@ import numpy as np
 import pandas as pd
 
 from h2dlab.explain.causes_parallel import (
+    HOST_SIDE_NEEDS,
     MIN_BUSIEST_SHARE,
     MIN_IN_CALL_SHARE,
     MIN_ON_CPU,
     MIN_OTHERS_CPUS,
-    in_call_where,
-    wait_inside,
+    host_side,
+    waited_test,
 )
 from h2dlab.explain.registry import Cause
 from h2dlab.explain.rows import number
@@ -78,14 +79,6 @@ MIN_AWAKE = 0.9
 MIN_COVER_SHARE = 0.5
 
 
-def _usual_text(ctx: pd.Series) -> str:
-    """`` (copies of this size: 9.0 CPUs' worth, the busiest 80%, median)``, or ``""``."""
-    cell, cell_busy = number(ctx.get("others_cell")), number(ctx.get("busiest_cell"))
-    if not (np.isfinite(cell) and np.isfinite(cell_busy)):
-        return ""
-    return f" (copies of this size: {cell:.1f} CPUs' worth, the busiest {cell_busy:.0%}, median)"
-
-
 def crowded_cause(
     row: pd.Series, ctx: pd.Series, val: float, slow: str, wait_ms: float
 ) -> tuple[str, str] | None:
@@ -106,58 +99,38 @@ def crowded_cause(
 
     Parameters
     ----------
-    row
-        The row of ``outliers.detect()``'s output.
-    ctx
-        Its row of ``causes.neighbours()`` (``issue_cell``, ``issue_typ``, ``rd_typ``,
-        ``cpu_typ``, ``others_cell``, ``busiest_cell``).
-    val
-        Its timing in ms (``rows.value_ms``).
-    slow
-        ``causes_evidence.slow_text(row, val)``, the start of the sentence.
+    row, ctx, val, slow
+        As a cause's test takes them (:data:`h2dlab.explain.registry.Test`): it reads the context's
+        ``issue_cell``, ``issue_typ``, ``rd_typ``, ``cpu_typ``, ``others_cell``, ``busiest_cell``.
     wait_ms
-        The timing thread's run-queue wait that fits inside the copy
-        (``causes_evidence.run_delay_inside``); NaN where unmeasured (no rule then).
+        As ``causes_parallel.host_side`` takes it (NaN where unmeasured: no rule then).
 
     Returns
     -------
     tuple of str or None
         ``("host_crowded", evidence)``.
     """
-    others, window, top = (
-        number(row.get(c)) for c in ("others_cpu_ms", "others_window_ms", "busiest_cpu_ms")
-    )
-    wall, cpu, exp = number(row.get("wall_ms")), number(row.get("cpu_ms")), number(row.get("expected_ms"))
+    side = host_side(row, ctx, val, wait_ms, per_run=False)
     cpu_typ, rd_typ = number(ctx.get("cpu_typ")), number(ctx.get("rd_typ"))
-    extra = val - exp
-    known = [others, window, top, wall, cpu, wait_ms, extra, cpu_typ]
-    if not (np.isfinite(known).all() and window > 0 and wall > 0 and extra > 0):
+    if side is None or not np.isfinite(cpu_typ):
         return None
-    on_cpu, rate, busy = cpu / wall, others / window, top / window
+    wall, cpu, exp, extra = side.wall, side.cpu, side.exp, side.extra
+    on_cpu = cpu / wall
     rd_usual = rd_typ * exp if np.isfinite(rd_typ) else 0.0
     waited, cpu_usual = wait_ms - rd_usual, cpu_typ * exp
     if on_cpu >= MAX_ON_CPU or wait_ms >= MAX_WAIT_SHARE * extra or waited < MIN_WAIT_SHARE * extra:
         return None
     if cpu + wait_ms < MIN_AWAKE * wall or waited + cpu - cpu_usual < MIN_COVER_SHARE * extra:
         return None
-    if rate < MIN_OTHERS_CPUS or not MIN_BUSIEST_SHARE <= busy <= 1:  # above 1: not one thread's time
-        return None
-    where = in_call_where(row, ctx, wall, extra)
-    if where is None:
-        return None
     iv, v = number(row.get("nivcsw")), number(row.get("nvcsw"))
     switched = (
         f", {int(iv)} involuntary and {int(v)} voluntary context switch(es)" if np.isfinite(iv + v) else ""
     )
-    name = str(row.get("busiest_thread", "") or "")
-    who = f" ('{name}')" if name else ""
     return "host_crowded", (
-        f"{slow}; {where}; the timing thread waited {wait_ms:.2f} ms to run ({wait_ms / extra:.0%} of the "
+        f"{slow}; {side.where}; the timing thread waited {wait_ms:.2f} ms to run ({wait_ms / extra:.0%} of the "
         f"extra {extra:.2f} ms; its neighbours: {rd_usual:.2f} ms at this length) and was on its CPU "
         f"{cpu:.2f} ms, {on_cpu:.0%} of wall (copies like it: {cpu_typ:.0%}, {cpu_usual:.2f} ms at its expected "
-        f"time), so awake {(cpu + wait_ms) / wall:.0%} of wall{switched}; beside it the process's other "
-        f"threads ran {others:.2f} ms of CPU in the {window:.2f} ms window, {rate:.1f} CPUs' worth, the "
-        f"busiest{who} on a CPU for {busy:.0%} of the window{_usual_text(ctx)}: consistent with "
+        f"time), so awake {(cpu + wait_ms) / wall:.0%} of wall{switched}; {side.workers}: consistent with "
         "PyTorch's intra-op worker threads, running a parallel host copy (pin_memory(), torch.cat, copy_ "
         "into pinned memory), taking the CPUs: the timing thread waited for a CPU, then on it for the "
         "workers at the parallel region's end; fewer intra-op threads (torch.set_num_threads below the "
@@ -166,16 +139,11 @@ def crowded_cause(
     )
 
 
-def _test(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> str | None:
-    found = crowded_cause(row, ctx, val, slow, wait_inside(row))
-    return None if found is None else found[1]
-
-
 #: The cause's entry (``causes_evidence.PER_COPY``: right after ``host_parallel``).
 HOST_CROWDED = Cause(
     "host_crowded",
     "PyTorch's worker threads took the CPUs: the timing thread waited to run, then on its CPU for them "
     "(a parallel CPU copy with as many workers as CPUs)",
-    needs=("others_cpu_ms", "others_window_ms", "busiest_cpu_ms", "cpu_ms", "run_delay_ms"),
-    test=_test,
+    needs=HOST_SIDE_NEEDS,
+    test=waited_test("host_crowded", crowded_cause),
 )

@@ -24,7 +24,7 @@ from h2dlab.explain.causes_faults import FAULT_SHARE, MIN_EXTRA_FAULTS, PAGE_BYT
 from h2dlab.explain.causes_parallel import HOST_PARALLEL, run_delay_inside
 from h2dlab.explain.causes_threads import MIN_OTHERS_RATIO, OTHER_THREADS, others_ms, usual_share
 from h2dlab.explain.causes_wake import wake_check
-from h2dlab.explain.registry import Cause, Registry
+from h2dlab.explain.registry import Cause, Registry, said
 
 __all__ = [
     "CHECKS",
@@ -166,13 +166,16 @@ def _scheduler_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> t
     return None
 
 
+#: The scheduler rule's two answers, each as its cause's test.
+_waited, _slept = said("host_preempted", _scheduler_cause), said("host_blocked", _scheduler_cause)
+
+
 def _preempted(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> str | None:
     """host_preempted: the run-queue wait covers the extra (schema 3, :func:`_scheduler_cause`);
     without a run-queue wait (schema 2), the thread was on its CPU for far less of the copy than
     this strategy's copies are, and its time off the CPU covers the extra."""
     if finite(_get(row, "run_delay_ms")):
-        found = _scheduler_cause(row, ctx, val, slow)
-        return found[1] if found and found[0] == "host_preempted" else None
+        return _waited(row, ctx, val, slow)
     share, typ = ctx["cpu_share"], ctx["cpu_typ"]
     if not (finite(share) and finite(typ) and typ >= HOST_BOUND_SHARE and share <= PREEMPTED_SHARE * typ):
         return None
@@ -190,10 +193,7 @@ def _preempted(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> str | N
 
 def _blocked(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> str | None:
     """host_blocked: asleep beyond its neighbours for the extra (schema 3, :func:`_scheduler_cause`)."""
-    if not finite(_get(row, "run_delay_ms")):
-        return None
-    found = _scheduler_cause(row, ctx, val, slow)
-    return found[1] if found and found[0] == "host_blocked" else None
+    return _slept(row, ctx, val, slow) if finite(_get(row, "run_delay_ms")) else None
 
 
 def _gc(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> str | None:
@@ -278,14 +278,8 @@ def evidence_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tup
 
     Parameters
     ----------
-    row
-        The row of ``outliers.detect()``'s output.
-    ctx
-        Its row of ``causes.neighbours()``.
-    val
-        Its timing in ms (``rows.value_ms``).
-    slow
-        ``slow_text(row, val)``.
+    row, ctx, val, slow
+        As a cause's test takes them (:data:`h2dlab.explain.registry.Test`).
 
     Returns
     -------
@@ -302,10 +296,8 @@ def ruled_out(row: pd.Series, ctx: pd.Series) -> dict[str, str]:
 
     Parameters
     ----------
-    row
-        The row of ``outliers.detect()``'s output.
-    ctx
-        Its row of ``causes.neighbours()``.
+    row, ctx
+        As a cause's test takes them (:data:`h2dlab.explain.registry.Test`).
 
     Returns
     -------

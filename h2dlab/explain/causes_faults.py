@@ -43,17 +43,11 @@ def fault_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[
 
     Parameters
     ----------
-    row
-        The row of ``outliers.detect()``'s output (``majflt``, ``host_allocs`` read where
-        present).
-    ctx
-        Its row of ``causes.neighbours()`` (``faults``: minor + major, of every thread of
-        the process where the table has ``proc_faults``; ``fault_typ``: the neighbours'
-        median faults per 4 KiB page of the payload).
-    val
-        Its timing in ms (``rows.value_ms``).
-    slow
-        ``causes_evidence.slow_text(row, val)``, the start of the sentence.
+    row, ctx, val, slow
+        As a cause's test takes them (:data:`h2dlab.explain.registry.Test`): it reads the row's
+        ``majflt`` and ``host_allocs`` where present, and the context's ``faults`` (minor +
+        major, of every thread of the process where the table has ``proc_faults``) and
+        ``fault_typ`` (the neighbours' median faults per 4 KiB page of the payload).
 
     Returns
     -------

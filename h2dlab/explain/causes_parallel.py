@@ -20,15 +20,20 @@ rules and before ``gpu_shared`` / ``gpu_clock_low`` (see :func:`parallel_cause`)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
-from h2dlab.explain.registry import Cause
+from h2dlab.explain.registry import Cause, Test, said
 from h2dlab.explain.rows import column, number
 
 __all__ = [
     "AS_USUAL",
     "HOST_PARALLEL",
+    "HOST_SIDE_NEEDS",
+    "HostSide",
     "LAGGED",
     "MAX_WAIT_SHARE",
     "MIN_BUSIEST_SHARE",
@@ -36,6 +41,7 @@ __all__ = [
     "MIN_ON_CPU",
     "MIN_OTHERS_CPUS",
     "busiest_share",
+    "host_side",
     "in_call_where",
     "lagging",
     "parallel_cause",
@@ -43,6 +49,8 @@ __all__ = [
     "usual_issue",
     "wait_inside",
     "wait_baseline",
+    "waited_test",
+    "workers_usual",
 ]
 
 #: The timing thread was on its CPU for at least this share of the copy's wall time
@@ -72,6 +80,9 @@ MIN_OTHERS_CPUS = 1.0
 #: slow copy, as one that holds a parallel region open must. A thread that ran only part
 #: of the window cannot have kept the timing thread waiting for all of it.
 MIN_BUSIEST_SHARE = 0.9
+#: The columns both host-side rules (``host_parallel``, ``host_crowded``) read: schema 4's
+#: exact clocks of the other threads, and the timing thread's CPU time and run-queue wait.
+HOST_SIDE_NEEDS = ("others_cpu_ms", "others_window_ms", "busiest_cpu_ms", "cpu_ms", "run_delay_ms")
 #: The words of a host_parallel sentence whose columns place the extra time but give no
 #: reason for it (``factors.host_parallel`` counts them) ...
 AS_USUAL = "these columns place the extra time in host CPU work inside the call"
@@ -188,6 +199,89 @@ def lagging(row: pd.Series, ctx: pd.Series, extra: float) -> tuple[str, bool]:
     return f"; {said}", False
 
 
+class HostSide(NamedTuple):
+    """What ``host_parallel`` and ``host_crowded`` both read of one flagged copy
+    (:func:`host_side`): its clocks, where the time went and what the other threads did."""
+
+    wall: float
+    cpu: float
+    exp: float
+    extra: float
+    where: str
+    workers: str
+
+
+def workers_usual(ctx: pd.Series, *, per_run: bool = True) -> str:
+    """`` (copies of this size: 9.0 CPUs' worth, the busiest 80%, median)``: the other threads
+    in the flagged copy's neighbours (``ctx["others_cell"]``, ``ctx["busiest_cell"]``); where a
+    size has one copy (the forum) and ``per_run``, its strategy's copies in the run
+    (``others_typ``, ``busiest_typ``); ``""`` where neither is known."""
+    cell, busy, like = number(ctx.get("others_cell")), number(ctx.get("busiest_cell")), "copies of this size"
+    if per_run and not (np.isfinite(cell) and np.isfinite(busy)):
+        cell, busy = number(ctx.get("others_typ")), number(ctx.get("busiest_typ"))
+        like = "its strategy's copies in the run"
+    if not (np.isfinite(cell) and np.isfinite(busy)):
+        return ""
+    return f" ({like}: {cell:.1f} CPUs' worth, the busiest {busy:.0%}, median)"
+
+
+def host_side(
+    row: pd.Series, ctx: pd.Series, val: float, wait_ms: float, *, per_run: bool = True
+) -> HostSide | None:
+    """What the two host-side rules (``host_parallel``, ``host_crowded``) both need of one
+    flagged copy, or None where neither can hold: a clock unknown (the other threads' CPU
+    time, their window, the busiest thread's CPU time, wall, the timing thread's CPU time,
+    its run-queue wait inside the copy ``wait_ms``, the extra time), an empty window or
+    wall, no extra time, the other threads below :data:`MIN_OTHERS_CPUS` CPUs' worth, the
+    busiest on a CPU for less than :data:`MIN_BUSIEST_SHARE` of the window (or more than
+    all of it: one thread cannot run longer), or the timed call not holding the extra
+    (:func:`in_call_where`).
+
+    Parameters
+    ----------
+    row, ctx, val
+        As a cause's test takes them (:data:`h2dlab.explain.registry.Test`).
+    wait_ms
+        The timing thread's run-queue wait that fits inside the copy (:func:`wait_inside`).
+    per_run
+        Whether the other threads' usual figures fall back to the run's
+        (:func:`workers_usual`).
+
+    Returns
+    -------
+    HostSide or None
+        ``workers`` is the sentence's part "beside it the process's other threads ran ...".
+    """
+    others, window, top = (
+        number(row.get(c)) for c in ("others_cpu_ms", "others_window_ms", "busiest_cpu_ms")
+    )
+    wall, cpu, exp = number(row.get("wall_ms")), number(row.get("cpu_ms")), number(row.get("expected_ms"))
+    extra = val - exp
+    known = np.isfinite([others, window, top, wall, cpu, wait_ms, extra]).all()
+    if not (known and window > 0 and wall > 0 and extra > 0):
+        return None
+    rate, busy = others / window, top / window
+    if rate < MIN_OTHERS_CPUS or not MIN_BUSIEST_SHARE <= busy <= 1:  # above 1: not one thread's time
+        return None
+    where = in_call_where(row, ctx, wall, extra)
+    if where is None:
+        return None
+    name = str(row.get("busiest_thread", "") or "")
+    who = f" ('{name}')" if name else ""
+    workers = (
+        f"beside it the process's other threads ran {others:.2f} ms of CPU in the {window:.2f} ms window, "
+        f"{rate:.1f} CPUs' worth, the busiest{who} on a CPU for {busy:.0%} of the window"
+        f"{workers_usual(ctx, per_run=per_run)}"
+    )
+    return HostSide(wall, cpu, exp, extra, where, workers)
+
+
+def waited_test(name: str, rule: Callable[..., tuple[str, str] | None]) -> Test:
+    """The cause's test (:data:`h2dlab.explain.registry.Test`) of a host-side rule, which
+    also takes the timing thread's run-queue wait inside the copy (:func:`wait_inside`)."""
+    return said(name, lambda row, ctx, val, slow: rule(row, ctx, val, slow, wait_inside(row)))
+
+
 def parallel_cause(
     row: pd.Series, ctx: pd.Series, val: float, slow: str, wait_ms: float
 ) -> tuple[str, str] | None:
@@ -210,38 +304,22 @@ def parallel_cause(
 
     Parameters
     ----------
-    row
-        The row of ``outliers.detect()``'s output.
-    ctx
-        Its row of ``causes.neighbours()`` (``issue_cell``, ``issue_typ``,
-        ``others_cell``, ``busiest_cell``).
-    val
-        Its timing in ms (``rows.value_ms``).
-    slow
-        ``causes_evidence.slow_text(row, val)``, the start of the sentence.
+    row, ctx, val, slow
+        As a cause's test takes them (:data:`h2dlab.explain.registry.Test`): it reads the context's
+        ``issue_cell``, ``issue_typ``, ``others_cell``, ``busiest_cell``.
     wait_ms
-        The timing thread's run-queue wait that fits inside the copy
-        (``causes_evidence.run_delay_inside``); NaN where unmeasured (no rule then).
+        As :func:`host_side` takes it (NaN where unmeasured: no rule then).
 
     Returns
     -------
     tuple of str or None
         ``("host_parallel", evidence)``.
     """
-    others, window, top = (
-        number(row.get(c)) for c in ("others_cpu_ms", "others_window_ms", "busiest_cpu_ms")
-    )
-    wall, cpu, exp = number(row["wall_ms"]), number(row.get("cpu_ms")), number(row["expected_ms"])
-    extra = val - exp
-    if not (np.isfinite([others, window, top, wall, cpu, wait_ms, extra]).all() and window > 0 and wall > 0):
+    side = host_side(row, ctx, val, wait_ms)
+    if side is None:
         return None
-    on_cpu, rate, busy = cpu / wall, others / window, top / window
-    if extra <= 0 or on_cpu < MIN_ON_CPU or wait_ms >= MAX_WAIT_SHARE * extra:
-        return None
-    if rate < MIN_OTHERS_CPUS or not MIN_BUSIEST_SHARE <= busy <= 1:  # above 1: not one thread's time
-        return None
-    where = in_call_where(row, ctx, wall, extra)
-    if where is None:
+    on_cpu = side.cpu / side.wall
+    if on_cpu < MIN_ON_CPU or wait_ms >= MAX_WAIT_SHARE * side.extra:
         return None
     iv, v = number(row.get("nivcsw")), number(row.get("nvcsw"))
     switched = (
@@ -250,26 +328,10 @@ def parallel_cause(
         else ""
     )
     waited = "no wait to run" if wait_ms == 0 else f"{wait_ms:.2f} ms waiting to run"
-    name = str(row.get("busiest_thread", "") or "")
-    who = f" ('{name}')" if name else ""
-    cell, cell_busy, like = (
-        number(ctx.get("others_cell")),
-        number(ctx.get("busiest_cell")),
-        "copies of this size",
-    )
-    if not (np.isfinite(cell) and np.isfinite(cell_busy)):  # one copy a size (the forum): the group's
-        cell, cell_busy, like = (
-            number(ctx.get("others_typ")),
-            number(ctx.get("busiest_typ")),
-            "its strategy's copies in the run",
-        )
-    known = np.isfinite(cell) and np.isfinite(cell_busy)
-    lag, lagged = lagging(row, ctx, extra)
-    usual_text = f" ({like}: {cell:.1f} CPUs' worth, the busiest {cell_busy:.0%}, median)" if known else ""
+    lag, lagged = lagging(row, ctx, side.extra)
     head = (
-        f"{slow}; {where}; the timing thread was on its CPU for {on_cpu:.0%} of wall with {waited}{switched}; "
-        f"beside it the process's other threads ran {others:.2f} ms of CPU in the {window:.2f} ms window, "
-        f"{rate:.1f} CPUs' worth, the busiest{who} on a CPU for {busy:.0%} of the window{usual_text}{lag}"
+        f"{slow}; {side.where}; the timing thread was on its CPU for {on_cpu:.0%} of wall with {waited}"
+        f"{switched}; {side.workers}{lag}"
     )
     if lagged:  # a parallel CPU copy waits at its end for its slowest worker
         return "host_parallel", (
@@ -290,10 +352,6 @@ HOST_PARALLEL = Cause(
     "host_parallel",
     "the time went into the timed host call while PyTorch's worker threads ran beside it (a parallel CPU "
     "copy waits for its slowest worker)",
-    needs=("others_cpu_ms", "others_window_ms", "busiest_cpu_ms", "cpu_ms", "run_delay_ms"),
-    test=lambda row, ctx, val, slow: _text(parallel_cause(row, ctx, val, slow, wait_inside(row))),
+    needs=HOST_SIDE_NEEDS,
+    test=waited_test("host_parallel", parallel_cause),
 )
-
-
-def _text(found: tuple[str, str] | None) -> str | None:
-    return None if found is None else found[1]

@@ -193,15 +193,9 @@ def stall_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[
 
     Parameters
     ----------
-    row
-        The row of ``outliers.detect()``'s output.
-    ctx
-        Its row of ``causes.neighbours()``: ``census`` (the run's, or None),
-        ``cpu_share`` (cpu_ms / wall_ms) and ``run_wall_s``.
-    val
-        Its timing in ms (``rows.value_ms``).
-    slow
-        ``causes_evidence.slow_text(row, val)``, the start of the sentence.
+    row, ctx, val, slow
+        As a cause's test takes them (:data:`h2dlab.explain.registry.Test`): it reads the context's
+        ``census`` (the run's, or None), ``cpu_share`` (cpu_ms / wall_ms) and ``run_wall_s``.
     """
     c = ctx.get("census")
     if not isinstance(c, Mapping) or not c.get("on_cpu"):

@@ -272,14 +272,8 @@ def wake_cause(row: pd.Series, ctx: pd.Series, val: float, slow: str) -> tuple[s
 
     Parameters
     ----------
-    row
-        The row of ``outliers.detect()``'s output.
-    ctx
-        Its row of ``causes.neighbours()``.
-    val
-        Its timing in ms (``rows.value_ms``).
-    slow
-        ``causes_evidence.slow_text(row, val)``, the start of the sentence.
+    row, ctx, val, slow
+        As a cause's test takes them (:data:`h2dlab.explain.registry.Test`).
 
     Returns
     -------
@@ -309,10 +303,8 @@ def wake_check(row: pd.Series, ctx: pd.Series) -> str | None:
 
     Parameters
     ----------
-    row
-        The row of ``outliers.detect()``'s output.
-    ctx
-        Its row of ``causes.neighbours()``.
+    row, ctx
+        As a cause's test takes them (:data:`h2dlab.explain.registry.Test`).
 
     Returns
     -------

@@ -25,8 +25,11 @@ import pandas as pd
 
 __all__ = ["Cause", "Registry", "Test", "Vocabulary", "first", "said"]
 
-#: A cause's test: (row, its context row, its time in ms, the sentence's start) -> the evidence
-#: sentence, or None where the rule does not hold for this copy.
+#: A cause's test: ``test(row, ctx, val, slow)`` -> the evidence sentence, or None where the
+#: rule does not hold for this copy. ``row`` is the flagged row of ``outliers.detect()``'s
+#: output, ``ctx`` its row of ``causes.neighbours()``, ``val`` its time in ms
+#: (``rows.value_ms``), ``slow`` the sentence's start (``causes_evidence.slow_text(row, val)``).
+#: Every rule function of the cause modules takes these four first.
 Test = Callable[[pd.Series, pd.Series, float, str], "str | None"]
 
 
@@ -44,11 +47,9 @@ class Cause:
         The table columns its test reads: a name, or a tuple of names of which any one
         will do. A table lacking one is never given this cause (checked once per table).
     test
-        ``test(row, ctx, val, slow)`` -> the evidence sentence or None (see :data:`Test`):
-        ``row`` the flagged row of ``outliers.detect()``'s output, ``ctx`` its row of
-        ``causes.neighbours()``, ``val`` its time in ms (``rows.value_ms``), ``slow`` the
-        sentence's start (``causes_evidence.slow_text``). None for ``episode`` and
-        ``unexplained``, which the episode search and the fallback name.
+        ``test(row, ctx, val, slow)`` -> the evidence sentence or None (see :data:`Test`).
+        None for ``episode`` and ``unexplained``, which the episode search and the
+        fallback name.
     context
         ``context(df)`` -> columns (name -> Series on ``df``'s index) this rule reads in
         ``ctx`` beyond the shared ones ``causes.neighbours`` builds; None where it needs none.

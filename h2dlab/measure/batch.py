@@ -24,9 +24,9 @@ from h2dlab.errors import UsageError
 from h2dlab.measure import batch_methods
 from h2dlab.measure.batch_methods import LAYOUTS, METHODS, batch_sizes, make_batch
 from h2dlab.measure.device import random_source, release_memory, resolve_device
-from h2dlab.measure.duplex import check_whole, empty_row, measuring, start_run
-from h2dlab.measure.failures import keep_failure
+from h2dlab.measure.duplex import check_whole, measuring, start_run
 from h2dlab.measure.recorder import StopFlag, progress_bar
+from h2dlab.measure.step import Steps
 from h2dlab.measure.timing import CudaFault, error_text, is_cuda_fault
 
 __all__ = ["DEFAULT_COUNTS", "DEFAULT_TOTALS", "BatchSpec", "batch", "plan_batch"]
@@ -168,6 +168,7 @@ def batch(
     )
     source = random_source(max(spec.totals), spec.seed)
     bar = progress_bar(len(planned), run.start_at, f"batches {dev}", progress)
+    steps = Steps(run, timer, dev, bar)
     shapes: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for r in planned[run.start_at :]:  # planned rows are contiguous per shape
         shapes.setdefault((r["size_bytes"], r["n_tensors"]), []).append(r)
@@ -176,7 +177,7 @@ def batch(
             if stop:
                 break
             tensors = make_batch(batch_sizes(n, total, spec.layout, spec.seed), source)
-            _shape(rows, tensors, spec, dev, timer, run, stop, bar)
+            _shape(rows, tensors, spec, dev, steps, stop)
             del tensors
             release_memory(dev)
     return run.finish(stop, gpu=dev.type == "cuda")
@@ -200,35 +201,31 @@ def _prepare(names, tensors, dev) -> tuple[dict[str, Any], dict[str, str]]:
     return methods, reasons
 
 
-def _shape(rows, tensors, spec: BatchSpec, dev, timer, run, stop, bar) -> None:
+def _shape(rows, tensors, spec: BatchSpec, dev, steps: Steps, stop) -> None:
     methods, reasons = _prepare(spec.methods, tensors, dev)
     checked: set[str] = set()
     shape = f"{len(tensors)} tensors, {spec.layout} sizes"
+
+    def check(ys, out) -> None:
+        name = out[0]["strategy"]
+        if name not in checked:  # bytewise check of each method's first copy
+            checked.add(name)
+            if len(ys) != len(tensors) or not all(
+                torch.equal(y.cpu().reshape(-1).view(torch.uint8), t.reshape(-1).view(torch.uint8))
+                for y, t in zip(ys, tensors, strict=False)
+            ):
+                out[0]["error"] = "wrong result: a copied tensor differs from its source"
+
     try:
         for plan_row in rows:
             if stop:
                 break
             name = plan_row["strategy"]
-            row = {**empty_row(plan_row, run.elapsed()), "shape": shape, "error": reasons[name]}
-            if not row["error"]:
-                try:
-                    ys, rec = timer(lambda m=methods[name]: m.copy(tensors))
-                    row.update(rec)
-                    if name not in checked:  # bytewise check of each method's first copy
-                        checked.add(name)
-                        if len(ys) != len(tensors) or not all(
-                            torch.equal(
-                                y.cpu().reshape(-1).view(torch.uint8), t.reshape(-1).view(torch.uint8)
-                            )
-                            for y, t in zip(ys, tensors, strict=False)
-                        ):
-                            row["error"] = "wrong result: a copied tensor differs from its source"
-                    del ys
-                except Exception as exc:  # noqa: BLE001
-                    reasons[name] = keep_failure(exc, row, run, dev)
-            run.write(row)
-            if bar is not None:
-                bar.update(1)
+            method = methods.get(name)
+            step = None if method is None else (lambda m=method: m.copy(tensors))
+            failure = steps([plan_row], step, columns={"shape": shape}, error=reasons[name], check=check)
+            if failure:
+                reasons[name] = failure
     finally:
         for m in methods.values():
             m.cleanup()

@@ -29,7 +29,8 @@ from h2dlab.errors import Unavailable, UsageError
 from h2dlab.measure.device import check_memory, random_source, release_memory, resolve_device
 from h2dlab.measure.gc_steady import steady_gc
 from h2dlab.measure.recorder import Recording, StopFlag, progress_bar
-from h2dlab.measure.timing import CudaFault, Timer, error_text, is_cuda_fault, is_oom
+from h2dlab.measure.step import Steps
+from h2dlab.measure.timing import Timer, error_text, is_cuda_fault, is_oom
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -37,7 +38,6 @@ __all__ = [
     "check_whole",
     "cuda_target",
     "duplex",
-    "empty_row",
     "measuring",
     "plan_duplex",
     "start_run",
@@ -130,14 +130,6 @@ def cuda_target(device: str) -> torch.device:
     if dev.type != "cuda":
         raise UsageError(f"this run needs a CUDA device, not {device!r}: its copies cross PCIe")
     return dev
-
-
-def empty_row(plan_row: dict[str, Any], t_s: float) -> dict[str, Any]:
-    """A table row for ``plan_row`` with nothing measured yet (NaN times, no error)."""
-    row = {k: plan_row[k] for k in ("order", "strategy", "direction", "size_bytes", "rep", "warmup")}
-    row.update(t_s=t_s, wall_ms=np.nan, event_ms=np.nan, host_allocs=np.nan, device_allocs=np.nan,
-               empty_cache=False, error="", n_tensors=plan_row.get("n_tensors", 1), dtype="uint8")  # fmt: skip
-    return row
 
 
 class _Pair:
@@ -279,6 +271,7 @@ def duplex(
     top = max(spec.sizes)
     src, back = random_source(top, spec.seed), random_source(top, spec.seed + 1)
     bar = progress_bar(len(planned), 0, f"both ways {dev}", progress)
+    steps = Steps(run, timer, dev, bar)
     by_copy: dict[int, list[dict[str, Any]]] = {}
     for r in planned:
         by_copy.setdefault(r["copy"], []).append(r)
@@ -297,41 +290,22 @@ def duplex(
                     if is_cuda_fault(exc) or not (is_oom(exc) or isinstance(exc, RuntimeError)):
                         raise
                     failed = error_text(exc)
-            _copy(rows, pair, failed, timer, run, (src, back), checked)
-            if bar is not None:
-                bar.update(len(rows))
+            _copy(rows, pair, failed, steps, (src, back), checked)
     return run.finish(stop, gpu=dev.type == "cuda")
 
 
-def _copy(rows, pair, failed, timer, run, sources, checked) -> None:
-    t_s = run.elapsed()
-    out = [empty_row(r, t_s) for r in rows]
-    for row in out:
-        row["shape"] = str((row["size_bytes"],))
-    if failed:
+def _copy(rows, pair, failed, steps: Steps, sources, checked) -> None:
+    mode, direction = rows[0]["strategy"], rows[0]["direction"]
+
+    def check(_, out) -> None:
         for row in out:
-            row["error"] = failed
-    else:
-        mode = rows[0]["strategy"]
-        try:
-            _, rec = timer(pair.both if mode == "duplex" else (lambda: pair.one(rows[0]["direction"])))
-            for row in out:
-                row.update(rec)
-                if mode == "duplex":  # each direction's own end, from the common start
-                    row["event_ms"] = pair.e0.elapsed_time(pair.ends[row["direction"]])
-                key = (mode, row["direction"], row["size_bytes"])
-                if key not in checked:
-                    checked.add(key)
-                    if not pair.right(row["direction"], *sources):
-                        row["error"] = "wrong result: the copy differs from the source"
-        except Exception as exc:  # noqa: BLE001
-            if not (is_oom(exc) or isinstance(exc, RuntimeError)):
-                raise
-            for row in out:
-                row["error"] = error_text(exc)
-            if is_cuda_fault(exc):
-                for row in out:
-                    run.write(row)
-                raise CudaFault(out[0]["error"]) from exc
-    for row in out:
-        run.write(row)
+            if mode == "duplex":  # each direction's own end, from the common start
+                row["event_ms"] = pair.e0.elapsed_time(pair.ends[row["direction"]])
+            key = (mode, row["direction"], row["size_bytes"])
+            if key not in checked:
+                checked.add(key)
+                if not pair.right(row["direction"], *sources):
+                    row["error"] = "wrong result: the copy differs from the source"
+
+    step = None if failed else pair.both if mode == "duplex" else (lambda: pair.one(direction))
+    steps(rows, step, columns={"shape": str((rows[0]["size_bytes"],))}, error=failed, check=check)

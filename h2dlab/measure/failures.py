@@ -5,6 +5,8 @@ leave the CUDA context unusable (a CUDA fault), so that the sweep must stop; and
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 __all__ = ["CudaFault", "error_text", "is_cuda_fault", "is_oom", "keep_failure"]
@@ -43,21 +45,27 @@ def error_text(exc: BaseException) -> str:
     return f"{kind}: {first}"[:300]
 
 
-def keep_failure(exc: BaseException, row: dict, run, dev: torch.device) -> str:
-    """Record a failed timed step in ``row`` and go on, or stop: returns the ``error`` text.
+def keep_failure(
+    exc: BaseException, rows: dict[str, Any] | list[dict[str, Any]], run: Any, dev: torch.device
+) -> str:
+    """Record a failed timed step in its row (or rows) and go on, or stop: returns the ``error`` text.
 
     Anything but an out-of-memory error or a ``RuntimeError`` is raised again (a bug). A CUDA
-    fault writes ``row`` to ``run`` and raises :class:`CudaFault` (the context is unusable);
+    fault writes the rows to ``run`` and raises :class:`CudaFault` (the context is unusable);
     any other failure frees the device's cached memory so the run can go on. The caller
-    writes ``row`` in that case, as it writes every row.
+    writes the rows in that case, as it writes every row.
     """
     if not (is_oom(exc) or isinstance(exc, RuntimeError)):
         raise exc
-    row["error"] = error_text(exc)
+    rows = [rows] if isinstance(rows, dict) else rows
+    text = error_text(exc)
+    for row in rows:
+        row["error"] = text
     if is_cuda_fault(exc):
-        run.write(row)
-        raise CudaFault(row["error"]) from exc
+        for row in rows:
+            run.write(row)
+        raise CudaFault(text) from exc
     from h2dlab.measure.device import release_memory
 
     release_memory(dev)
-    return row["error"]
+    return text

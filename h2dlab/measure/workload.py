@@ -35,9 +35,9 @@ import torch
 from h2dlab import recipes
 from h2dlab.errors import UsageError
 from h2dlab.measure.device import resolve_device
-from h2dlab.measure.duplex import check_whole, empty_row, measuring, start_run
-from h2dlab.measure.failures import keep_failure
+from h2dlab.measure.duplex import check_whole, measuring, start_run
 from h2dlab.measure.recorder import StopFlag, progress_bar
+from h2dlab.measure.step import Steps
 
 __all__ = ["BATCH_SHAPE", "WAYS", "ImagePool", "WorkloadSpec", "plan_workload", "workload"]
 
@@ -388,9 +388,19 @@ def workload(
     )
     ways = _Ways(spec, dev, compute)
     bar = progress_bar(len(planned), 0, f"workload {dev}", progress)
+    steps = Steps(run, timer, dev, bar)
     shape = "x".join(map(str, spec.shape))
     failed: dict[str, str] = {}
     waits: dict[str, list[float]] = {}  # loader ways: host ms each timed step waited for its batch
+
+    def check(result, rows) -> None:
+        (got, want), row = result, rows[0]
+        way = row["strategy"]
+        if way.startswith("loader_") and not row["warmup"]:
+            waits.setdefault(way, []).append(ways.waited[0])
+        if row["rep"] == 0 and not row["warmup"] and not _arrived(got, want, ways):
+            row["error"] = failed[way] = "wrong result: the data that arrived differs from its source"
+
     try:
         with measuring(stop, bar):
             previous = None
@@ -398,27 +408,17 @@ def workload(
                 if stop:
                     break
                 way = plan_row["strategy"]
-                row = {**empty_row(plan_row, run.elapsed()), "shape": shape, "dtype": "float32"}
-                row["error"] = failed.get(way, "")
-                if way != previous and not row["error"]:
-                    ways.begin(way)  # a block starts
+                failure = steps(
+                    [plan_row],
+                    lambda w=way, i=plan_row["rep"]: ways.step(w, i),
+                    columns={"shape": shape, "dtype": "float32"},
+                    error=failed.get(way, ""),
+                    before=(lambda w=way: ways.begin(w)) if way != previous else None,
+                    check=check,
+                )
                 previous = way
-                if not row["error"]:
-                    try:
-                        (got, want), rec = timer(lambda w=way, i=plan_row["rep"]: ways.step(w, i))
-                        row.update(rec)
-                        if way.startswith("loader_") and not plan_row["warmup"]:
-                            waits.setdefault(way, []).append(ways.waited[0])
-                        if plan_row["rep"] == 0 and not plan_row["warmup"] and not _arrived(got, want, ways):
-                            row["error"] = failed[way] = (
-                                "wrong result: the data that arrived differs from its source"
-                            )
-                        del got
-                    except Exception as exc:  # noqa: BLE001 - kept as the way's rows, then on
-                        failed[way] = keep_failure(exc, row, run, dev)
-                run.write(row)
-                if bar is not None:
-                    bar.update(1)
+                if failure:
+                    failed[way] = failure
     finally:
         ways.close()
     # env.json's spec: the median host time a loader way's step waited in next() for its batch

@@ -40,6 +40,7 @@ __all__ = [
     "remove_stale_temporaries",
     "safe_excel",
     "save",
+    "save_for_spreadsheet",
     "suffix_of",
     "write_env",
 ]
@@ -254,6 +255,49 @@ def save(df: pd.DataFrame, path: str | Path, env: dict[str, Any] | None = None) 
         atomic_write(path, writer)
     except ImportError as exc:
         raise SchemaError(f"cannot write {suf} here ({exc}); install h2dlab[notebooks] or use .csv") from None
+    if env is not None:
+        write_env(env, env_path(path))
+    return path
+
+
+def save_for_spreadsheet(df: pd.DataFrame, path: str | Path, env: dict[str, Any] | None = None) -> Path:
+    """Write a derived table for people to open (an annotated table, a survey's fleet table):
+    every column of ``df`` as it is, no schema check, and no text a spreadsheet would run as
+    a formula.
+
+    The format follows the extension: .parquet as it is (it has cell types), .xlsx through
+    :func:`safe_excel`, anything else CSV (gzip-compressed for .csv.gz) with
+    ``escape.defuse_frame``'s quote before formula-like text. Each file is written atomically;
+    with ``env``, the fingerprint is written beside it (``env_path(path)``). The kit's own
+    measurement tables go through :func:`save`, whose CSV keeps every text as it is, so
+    they read back exactly.
+
+    Parameters
+    ----------
+    df
+        The table.
+    path
+        Where to write it.
+    env
+        The env.json to write beside it, or None.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+    """
+    from h2dlab.escape import defuse_frame
+
+    path = Path(path)
+    suf = suffix_of(path)
+    if suf == ".parquet":
+        writer = lambda p: df.to_parquet(p, index=False)  # noqa: E731
+    elif suf == ".xlsx":
+        writer = lambda p: safe_excel(df, p)  # noqa: E731
+    else:
+        safe = defuse_frame(df)
+        writer = lambda p: safe.to_csv(p, index=False, compression="gzip" if suf == ".csv.gz" else None)  # noqa: E731
+    atomic_write(path, writer)
     if env is not None:
         write_env(env, env_path(path))
     return path

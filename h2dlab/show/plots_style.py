@@ -17,6 +17,7 @@ from matplotlib.collections import PathCollection
 from matplotlib.text import Annotation, Text
 from matplotlib.ticker import FuncFormatter, NullLocator
 
+from h2dlab.escape import plot_text
 from h2dlab.explain import model
 from h2dlab.measure.names import COLOUR, RECORDS
 from h2dlab.recording import datasets
@@ -150,7 +151,7 @@ def footnote(ax, df: pd.DataFrame | None, name: str | None = None, extra: str = 
         The whole footnote, instead of the provenance.
     """
     text = text if text is not None else provenance(df, name) + (f" · {extra}" if extra else "")
-    text = text.replace("$", r"\$")  # a GPU or run name is text: its "$" must not start math text
+    text = plot_text(text)  # a GPU or run name is text
     for t in list(ax.texts):
         if getattr(t, "_h2dlab_footnote", False):
             t.remove()

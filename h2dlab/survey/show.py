@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from h2dlab.escape import plot_text
 from h2dlab.survey.verdicts import metric_columns
 
 __all__ = ["plot_metric", "report_html", "source_line", "summary_line"]
@@ -65,10 +66,8 @@ def plot_metric(gpus: pd.DataFrame, metric: str, ax=None, source: str = ""):
     if np.isfinite(y).any():
         ax.axhline(np.nanmedian(y), color="#777777", ls="--", lw=1, label="fleet median")
     ax.set_xticks(range(len(hosts)))
-    # a host name is text: its "$" must not start matplotlib's math text (a parse error there
-    # would stop the page)
     ax.set_xticklabels(
-        [h.replace("$", r"\$") for h in hosts],
+        [plot_text(h) for h in hosts],
         rotation=90 if len(hosts) > 8 else 0,
         fontsize=SMALL_PT if len(hosts) > 8 else 9,
     )
