@@ -276,8 +276,10 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
     (its ``run_id`` is none of them) is not returned: it is another run's (copied beside
     this table, or an old-style one of a sibling table of the same stem, ``r.parquet``
     beside ``r.csv.gz``), and would label this table with another machine. Such an
-    env.json beside the table is said in a warning; one without a ``run_id`` cannot be
-    checked and is returned.
+    env.json beside the table is said in a warning. One without a ``run_id`` names no run
+    and is not returned either (a warning says so), unless the table has no run ids (a
+    legacy table, every ``run_id`` empty) or it is a survey's, whose ``survey.survey_id``
+    begins every run id (``<survey>-rNNNNN``, as ``survey.fleet`` names the ranks' runs).
     """
     path = Path(path)
     p = env_path(path)
@@ -298,6 +300,15 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
         raise SchemaError(f"{p}: not a readable env.json ({exc})") from None
     if not isinstance(env, dict):
         raise SchemaError(f"{p}: not a readable env.json (a JSON object was expected)")
+    if run_ids is not None and env.get("run_id") is None:
+        ids = {str(r) for r in run_ids} - {""}
+        if ids and not _survey_of(env, ids):  # a table without run ids (legacy) keeps its env.json
+            warnings.warn(
+                f"{p.name} names no run (it has no run_id), so it is not used for {path.name}: "
+                "this table has no env.json",
+                stacklevel=2,
+            )
+            return None
     if run_ids is not None and env.get("run_id") is not None:
         ids = {str(r) for r in run_ids}
         if str(env["run_id"]) not in ids:
@@ -310,6 +321,13 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
                 )
             return None
     return env
+
+
+def _survey_of(env: dict[str, Any], ids: set[str]) -> bool:
+    """Whether ``env`` is the env.json of the survey whose ranks' runs are ``ids``."""
+    survey = env.get("survey")
+    sid = survey.get("survey_id") if isinstance(survey, dict) else None
+    return isinstance(sid, str) and bool(sid) and all(i.startswith(f"{sid}-r") for i in ids)
 
 
 def read(path: str | Path) -> pd.DataFrame:
