@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 import warnings
+import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = [
     "TIMELINE_MARK",
     "XLSX_MAX_ROWS",
     "atomic_write",
+    "check_unpacked_size",
     "env_path",
     "max_table_bytes",
     "read",
@@ -73,11 +75,42 @@ def _too_big(path: Path, what: str, limit: int) -> SchemaError:
     )
 
 
+#: How much of a .csv.gz is unpacked at a time while its size is counted.
+_CHUNK_BYTES = 256 * 2**10
+
+
+def _gz_unpacked_bytes(path: Path, limit: int) -> int:
+    """The bytes the gzip file at ``path`` unpacks to, counted one chunk at a time (nothing
+    kept), stopping once past ``limit``: what a bomb would unpack to is never held."""
+    n = 0
+    with gzip.open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK_BYTES):
+            n += len(chunk)
+            if n > limit:
+                break
+    return n
+
+
+def check_unpacked_size(path: str | Path) -> None:
+    """Refuse (``SchemaError``, one line) a table or timeline at ``path`` that would unpack
+    past :func:`max_table_bytes`, before any of it is read into memory: a .csv by its size on
+    disk, a .csv.gz by unpacking it chunk by chunk and counting, an .xlsx by its zip parts'
+    declared sizes (each part reads no further), a .parquet by its metadata."""
+    path = Path(path)
+    try:
+        _check_size(path, suffix_of(path))
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SchemaError(f"{path}: not a readable {suffix_of(path)} table ({first})") from None
+
+
 def _check_size(path: Path, suf: str) -> None:
     """Refuse a table that would unpack past :func:`max_table_bytes`, before reading it."""
     limit = max_table_bytes()
     if suf == ".csv" and path.stat().st_size > limit:
         raise _too_big(path, f"{path.stat().st_size:,} bytes of text is", limit)
+    if suf == ".csv.gz" and _gz_unpacked_bytes(path, limit) > limit:
+        raise _too_big(path, "its text unpacks to more than that,", limit)
     if suf == ".xlsx":
         import zipfile
 
@@ -351,7 +384,7 @@ def read(path: str | Path) -> pd.DataFrame:
     if not path.is_file():  # a device or a pipe (a planted link to /dev/zero) never ends
         raise SchemaError(f"{path}: not a regular file, so not a table")
     suf = suffix_of(path)
-    _check_size(path, suf)
+    check_unpacked_size(path)
     try:
         if suf in (".csv", ".csv.gz"):
             df = pd.read_csv(io.StringIO(_whole_lines(path, suf)), keep_default_na=True, dtype=_TEXT)
@@ -392,12 +425,14 @@ def read(path: str | Path) -> pd.DataFrame:
 def _whole_lines(path: Path, suf: str) -> str:
     """The CSV text up to its last newline: a row cut off mid-write is dropped."""
     if suf == ".csv.gz":
-        limit = max_table_bytes()
-        with gzip.open(path, "rt", newline="", encoding="utf-8") as fh:  # as written, whatever the locale
-            text = fh.read(limit + 1)  # no further: a small file may unpack to any size
-        if len(text) > limit:
-            del text
+        limit = max_table_bytes()  # counted before (check_unpacked_size); the file may have changed since
+        with gzip.open(path, "rb") as fh:
+            data = fh.read(limit + 1)  # no further: a small file may unpack to any size
+        if len(data) > limit:
+            del data
             raise _too_big(path, "its text unpacks to more than that,", limit)
+        text = data.decode("utf-8")  # as written, whatever the locale; newlines as they are
+        del data
     else:
         limit = max_table_bytes()
         with open(path, newline="", encoding="utf-8") as fh:
