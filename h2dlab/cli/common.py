@@ -30,6 +30,8 @@ __all__ = [
     "number_arg",
     "one_line_warnings",
     "printable_streams",
+    "refuse_json_to_closed_stdout",
+    "stream_closed",
     "abbreviates",
     "pause_arg",
     "sizes_arg",
@@ -214,6 +216,24 @@ def failure(exc: Exception) -> int:
         raise exc
     print(f"h2dlab: error: {text}", file=sys.stderr)
     return code
+
+
+def stream_closed(stream) -> bool:
+    """Whether ``stream`` (``sys.stdout``) was closed when the command started (``>&-``:
+    None, or the /dev/null that ``h2dlab.__main__`` put in its place)."""
+    return stream is None or bool(getattr(stream, "h2dlab_closed", False))
+
+
+def refuse_json_to_closed_stdout(cmd: str, as_json: bool) -> None:
+    """Refuse, before any work, a command whose result is JSON on stdout (``--json``, and
+    ``env``) when stdout is closed: it exited 0 having written nothing (issue 35). A
+    ``UsageError``: one line on stderr (where stderr is open too), exit 2."""
+    if (as_json or cmd == "env") and stream_closed(sys.stdout):
+        what = "--json writes its result" if as_json else f"{cmd} writes its JSON"
+        raise UsageError(
+            f"{what} to stdout, which is closed (>&-), so nothing would be written: "
+            "send stdout to a file or a pipe (e.g. > result.json)"
+        )
 
 
 def abbreviates(arg: str, *flags: str) -> bool:

@@ -363,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             if extra:  # refused by the subcommand's parser, so the line names its --help
                 subs = next(x for x in parser._actions if isinstance(x, argparse._SubParsersAction))
                 subs.choices[args.cmd].error(f"unrecognized arguments: {' '.join(extra)}")
+            cli_common.refuse_json_to_closed_stdout(args.cmd, bool(getattr(args, "json", False)))
             with cli_results.json_stdout(args.cmd in JSON_AT_END and getattr(args, "json", False)):
                 return COMMANDS[args.cmd](args, argv)
     except BrokenPipeError:  # e.g. `h2dlab explain ... | head`
