@@ -23,6 +23,7 @@ __all__ = [
     "EXIT_USAGE",
     "PATH_OPTIONS",
     "Parser",
+    "TerminalSafe",
     "debugging",
     "expand_home",
     "failure",
@@ -35,6 +36,7 @@ __all__ = [
     "abbreviates",
     "pause_arg",
     "sizes_arg",
+    "terminal_safe_streams",
     "terminate_interrupts",
     "whole_arg",
 ]
@@ -234,6 +236,43 @@ def refuse_json_to_closed_stdout(cmd: str, as_json: bool) -> None:
             f"{what} to stdout, which is closed (>&-), so nothing would be written: "
             "send stdout to a file or a pipe (e.g. > result.json)"
         )
+
+
+class TerminalSafe:
+    """A text stream that writes everything through :func:`h2dlab.escape.terminal_text`
+    (line breaks and tabs kept): what the command prints about a file (its name, its text)
+    cannot drive the terminal. ``unfiltered`` is the stream itself, for a progress bar,
+    whose carriage returns are the kit's own."""
+
+    def __init__(self, stream) -> None:
+        self.unfiltered = stream
+
+    def write(self, text: str) -> int:
+        from h2dlab.escape import terminal_text
+
+        self.unfiltered.write(terminal_text(text, keep="\n\t"))
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str):  # flush, fileno, isatty, encoding, reconfigure ...
+        return getattr(self.unfiltered, name)
+
+
+@contextlib.contextmanager
+def terminal_safe_streams():
+    """Within the block, ``sys.stdout`` and ``sys.stderr`` write through :class:`TerminalSafe`
+    (the ones before are put back after)."""
+    before = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (
+        s if s is None or isinstance(s, TerminalSafe) else TerminalSafe(s) for s in before
+    )
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = before
 
 
 def abbreviates(arg: str, *flags: str) -> bool:

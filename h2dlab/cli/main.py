@@ -355,6 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cli_common.one_line_warnings()
     cli_common.printable_streams()
+    with cli_common.terminal_safe_streams():  # a file's name or text never drives the terminal
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     try:  # parsing imports pandas: a Ctrl-C (or SIGTERM) there is an interruption too, not a traceback
         with cli_common.terminate_interrupts():
             parser = build_parser()

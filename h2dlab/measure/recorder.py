@@ -254,7 +254,12 @@ def progress_bar(total: int, initial: int, desc: str, enabled: bool):
         from tqdm.auto import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, initial=initial, desc=desc, unit="copy", file=sys.stderr, dynamic_ncols=True)
+    from h2dlab.escape import terminal_text
+
+    err = getattr(sys.stderr, "unfiltered", sys.stderr)  # the command's filter would show its \r as text
+    return tqdm(
+        total=total, initial=initial, desc=terminal_text(desc), unit="copy", file=err, dynamic_ncols=True
+    )
 
 
 class Recording:
