@@ -67,7 +67,7 @@ def _ascii_hidden(keep: str) -> re.Pattern[str]:
 def terminal_text(value: Any, *, keep: str = "", replacement: str | None = None) -> str:
     """``value`` as text a terminal shows and does not obey: each character of
     :data:`TERMINAL_HIDDEN` (ESC, CR, a right-to-left override, ...) is written ``\\u001b``
-    (or ``replacement``, e.g. U+FFFD), except those in ``keep`` (``"\\n\\t"`` for whole
+    (or ``replacement``, e.g. U+FFFD), except those in ``keep`` (``"\\n"`` for whole
     messages). Printable text is returned as it is.
 
     Parameters

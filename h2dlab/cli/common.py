@@ -240,9 +240,9 @@ def refuse_json_to_closed_stdout(cmd: str, as_json: bool) -> None:
 
 class TerminalSafe:
     """A text stream that writes everything through :func:`h2dlab.escape.terminal_text`
-    (line breaks and tabs kept): what the command prints about a file (its name, its text)
-    cannot drive the terminal. ``unfiltered`` is the stream itself, for a progress bar,
-    whose carriage returns are the kit's own."""
+    (line breaks kept; the kit prints no tab, so one from a file name is shown as ``\\u0009``):
+    what the command prints about a file (its name, its text) cannot drive the terminal.
+    ``unfiltered`` is the stream itself, for a progress bar, whose carriage returns are the kit's own."""
 
     def __init__(self, stream) -> None:
         self.unfiltered = stream
@@ -250,7 +250,7 @@ class TerminalSafe:
     def write(self, text: str) -> int:
         from h2dlab.escape import terminal_text
 
-        self.unfiltered.write(terminal_text(text, keep="\n\t"))
+        self.unfiltered.write(terminal_text(text, keep="\n"))
         return len(text)
 
     def writelines(self, lines) -> None:

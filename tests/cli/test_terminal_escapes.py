@@ -64,7 +64,7 @@ def test_every_write_through_the_commands_streams_is_safe(chunks):
     stream = TerminalSafe(raw)
     for chunk in chunks:
         print(chunk, file=stream)
-    assert hidden(raw.getvalue(), "\n\t") == []
+    assert hidden(raw.getvalue(), "\n") == []
     assert raw.getvalue().count("\n") == sum(c.count("\n") for c in chunks) + len(chunks)
 
 
@@ -100,7 +100,7 @@ def test_text_from_an_env_json_and_a_warning_name_reach_the_terminal_inert(tmp_p
     got, err = capsys.readouterr()
     assert "GPU\\u001b]0;owned\\u0007\\u202e" in got and "cpu\\u001b[2J.csv" in got + err
     assert "another\\x1b[31m" in err  # the warning quotes the run id with repr
-    assert hidden(got + err, "\n\t") == []
+    assert hidden(got + err, "\n") == []
 
 
 def test_the_progress_bar_still_returns_over_its_line(tmp_path, capsys):
