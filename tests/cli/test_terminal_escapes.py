@@ -16,6 +16,7 @@ import unicodedata
 from io import StringIO
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -120,3 +121,24 @@ def test_the_streams_are_put_back_after_the_command(capsys):
         with terminal_safe_streams():  # never wrapped twice
             assert sys.stdout.unfiltered is before[0]
     assert (sys.stdout, sys.stderr) == before
+
+
+@given(
+    st.text(
+        st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=12
+    )
+)
+@settings(max_examples=25, deadline=None)
+@example("\x1b]0;owned\x07\u202e")
+def test_a_library_error_naming_a_file_is_inert_in_a_scripts_traceback_too(name):
+    """Outside the command (a script, a notebook) Python prints the exception's text as it is."""
+    from h2dlab.errors import UsageError
+    from h2dlab.recording.schema import SchemaError
+
+    with tempfile.TemporaryDirectory() as folder:
+        for path in (Path(folder) / f"{name}.csv", Path(folder) / f"{name}.csv.gz"):
+            with pytest.raises(SchemaError, match="no such file") as info:
+                datasets.read(path)  # missing: the message names it
+            assert hidden(str(info.value)) == []
+    assert str(UsageError(f"bad {name}\nsecond line")).count("\n") == 1 + name.count("\n")
+    assert hidden(str(UsageError(f"bad {name}")), "\n") == []
