@@ -117,7 +117,7 @@ class SchemaError(ValueError):
     def __init__(self, *args: object) -> None:
         from h2dlab.escape import terminal_text
 
-        super().__init__(*(terminal_text(a, keep="\n") if isinstance(a, str) else a for a in args))
+        super().__init__(*(terminal_text(a) if isinstance(a, str) else a for a in args))
 
 
 def _reject(source: str, raw: pd.Series, bad, problem: str, hint: str) -> None:

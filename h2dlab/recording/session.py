@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from h2dlab.errors import Unavailable, UsageError
+from h2dlab.escape import terminal_text
 from h2dlab.recording import datasets
 from h2dlab.recording.env_folder import read_folder_env
 from h2dlab.recording.folder import MANIFEST, finished, is_recording, read_manifest, run_tables
@@ -116,8 +117,10 @@ def _whole_runs(df: pd.DataFrame, whole: set[str], label: str) -> pd.DataFrame:
     if not cut:
         return df
     warnings.warn(
-        f"{label}: left out the unfinished run(s) {', '.join(sorted(set(cut.values())))} "
-        "(stopped early: finish the recording with h2dlab record --resume)",
+        terminal_text(
+            f"{label}: left out the unfinished run(s) {', '.join(sorted(set(cut.values())))} "
+            "(stopped early: finish the recording with h2dlab record --resume)"
+        ),
         stacklevel=3,
     )
     out = df[~df["run_id"].isin(list(cut))].reset_index(drop=True)

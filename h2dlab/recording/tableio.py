@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from h2dlab import SCHEMA_VERSION
+from h2dlab.escape import terminal_text
 from h2dlab.interrupts import terminate_raises
 from h2dlab.recording.schema import COLUMNS, OPTIONAL_COLUMNS, SchemaError, validate
 
@@ -337,8 +338,10 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
         ids = {str(r) for r in run_ids} - {""}
         if ids and not _survey_of(env, ids):  # a table without run ids (legacy) keeps its env.json
             warnings.warn(
-                f"{p.name} names no run (it has no run_id), so it is not used for {path.name}: "
-                "this table has no env.json",
+                terminal_text(
+                    f"{p.name} names no run (it has no run_id), so it is not used for {path.name}: "
+                    "this table has no env.json"
+                ),
                 stacklevel=2,
             )
             return None
@@ -348,8 +351,10 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
             if not legacy:  # a sibling's old-style env.json is not this table's: nothing to say
                 shown = ", ".join(sorted(ids)[:3]) + (" ..." if len(ids) > 3 else "")
                 warnings.warn(
-                    f"{p.name} is the env.json of run {str(env['run_id'])[:40]!r}, not of {path.name} "
-                    f"(run {shown}): it is not used, so this table has no env.json",
+                    terminal_text(
+                        f"{p.name} is the env.json of run {str(env['run_id'])[:40]!r}, not of {path.name} "
+                        f"(run {shown}): it is not used, so this table has no env.json"
+                    ),
                     stacklevel=2,
                 )
             return None
@@ -445,8 +450,10 @@ def _whole_lines(path: Path, suf: str) -> str:
         text = text[: text.rfind("\n") + 1]
         if cut.strip():
             warnings.warn(
-                f"{path}: its last line ({len(cut)} characters) has no line end, so it was taken for a row "
-                "cut off mid-write and left out; if the file is whole, end it with a newline",
+                terminal_text(
+                    f"{path}: its last line ({len(cut)} characters) has no line end, so it was taken for a "
+                    "row cut off mid-write and left out; if the file is whole, end it with a newline"
+                ),
                 stacklevel=3,
             )
     header = [c.strip().lstrip("\ufeff") for c in next(csv.reader(io.StringIO(text)), [])]

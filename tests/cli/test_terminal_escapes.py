@@ -140,5 +140,23 @@ def test_a_library_error_naming_a_file_is_inert_in_a_scripts_traceback_too(name)
             with pytest.raises(SchemaError, match="no such file") as info:
                 datasets.read(path)  # missing: the message names it
             assert hidden(str(info.value)) == []
-    assert str(UsageError(f"bad {name}\nsecond line")).count("\n") == 1 + name.count("\n")
-    assert hidden(str(UsageError(f"bad {name}")), "\n") == []
+    assert hidden(str(UsageError(f"bad {name}"))) == []
+    assert str(UsageError(f"bad {name}\nh2dlab: all fine")).count("\\u000a") >= 1  # one line, all shown
+
+
+def test_a_library_warning_naming_a_file_is_inert_too(tmp_path):
+    """Python's own warning display writes the text as it is: the kit's warnings that carry a
+    file's name or text pass it through ``terminal_text`` first."""
+    out = tmp_path / "t\x1b]0;owned\x07\u202e.csv"
+    sweep(SweepSpec(("pageable",), (1024,), device="cpu", reps=3, warmup=0, seed=0), out=out, progress=False)
+    env = json.loads(datasets.env_path(out).read_text())
+    datasets.write_env({**env, "run_id": "other\x1b[2J"}, datasets.env_path(out))
+    with pytest.warns(UserWarning) as said:
+        datasets.read(out)
+    datasets.write_env({k: v for k, v in env.items() if k != "run_id"}, datasets.env_path(out))
+    out.write_text(out.read_text().rstrip("\n"))  # a last line without its line end
+    with pytest.warns(UserWarning) as cut:
+        datasets.read(out)
+    texts = [str(w.message) for w in [*said, *cut]]
+    assert len(texts) == 3 and any("names no run" in t for t in texts) and any("line end" in t for t in texts)
+    assert all(hidden(t) == [] and "\\u001b]0;owned\\u0007\\u202e" in t for t in texts)
