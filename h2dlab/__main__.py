@@ -1,7 +1,8 @@
 """``python -m h2dlab`` and the ``h2dlab`` command (``run``). The kit's imports take about
 0.4 s; a Ctrl-C then ends the command as one later does, in one line with exit code 130,
 not with the interpreter's traceback (hostile tester, session 29). A closed stdout or
-stderr is read as /dev/null."""
+stderr is read as /dev/null; a command whose result is JSON on stdout (``--json``, ``env``)
+refuses a closed stdout in one line, exit 2."""
 
 import os
 import sys
@@ -13,7 +14,9 @@ def _closed_streams_to_devnull() -> None:
     print goes nowhere instead, as with ``>/dev/null``; the command still does its work."""
     for name in ("stdin", "stdout", "stderr"):
         if getattr(sys, name) is None:
-            setattr(sys, name, open(os.devnull, "r" if name == "stdin" else "w", encoding="utf-8"))  # noqa: SIM115
+            stream = open(os.devnull, "r" if name == "stdin" else "w", encoding="utf-8")  # noqa: SIM115
+            stream.h2dlab_closed = True  # a command whose output is its result refuses it (--json)
+            setattr(sys, name, stream)
 
 
 def run() -> None:

@@ -16,8 +16,16 @@ __all__ = ["AlreadyDone", "Unavailable", "UsageError"]
 class UsageError(ValueError):
     """A value the caller gave cannot be used; the message says what to do instead.
 
-    Messages are written in library terms (parameter names, not command-line flags).
+    Messages are written in library terms (parameter names, not command-line flags). A file
+    name or a file's text in one is shown, never obeyed, wherever it is printed (a script's
+    traceback too): its control and format characters are written ``\\uXXXX``
+    (``escape.terminal_text``; a line break too: the kit writes none in a message).
     """
+
+    def __init__(self, *args: object) -> None:
+        from h2dlab.escape import terminal_text
+
+        super().__init__(*(terminal_text(a) if isinstance(a, str) else a for a in args))
 
 
 class Unavailable(UsageError):

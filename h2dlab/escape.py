@@ -1,4 +1,4 @@
-"""Text read from a data file, made safe where it is shown: HTML, Markdown, a spreadsheet.
+"""Text read from a data file, made safe where it is shown: HTML, Markdown, a spreadsheet, a terminal.
 
 Fields of an env.json (``gpu_name``, ``torch``, ``hostname``), run ids, paths and error
 messages come from files anyone can edit, and reports are shared. Here they become
@@ -7,17 +7,23 @@ inert text: :func:`html_text` for HTML, :func:`md_text` for Markdown a notebook 
 text drawn in a matplotlib figure, and :func:`defuse_sheet`
 for an openpyxl worksheet (``tableio.safe_excel`` writes a table through it), so that a cell starting with ``=`` (or ``+ - @``, tab, CR:
 OWASP's list for CSV injection) is stored as a string, never a formula, and reads back
-as the same text.
+as the same text. :func:`terminal_text` is the one helper for a terminal: every message the
+``h2dlab`` command prints passes through it (``cli.common.terminal_safe_streams``), so an
+escape sequence or a right-to-left override in a file name or a file's text is shown, not
+obeyed.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import re
+import unicodedata
 from typing import Any
 
 __all__ = [
     "FORMULA_STARTS",
+    "TERMINAL_HIDDEN",
     "defuse_frame",
     "defuse_sheet",
     "defuse_text",
@@ -26,12 +32,67 @@ __all__ = [
     "md_inert_html",
     "md_text",
     "plot_text",
+    "terminal_text",
     "text_columns",
 ]
 
 #: First characters that make a spreadsheet treat a cell as a formula (OWASP, CSV injection).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~<>&])")  # mid-line: what can start markup there
+#: Unicode categories a terminal acts on instead of showing: control characters (C0, DEL,
+#: C1; ESC starts an escape sequence, CR returns over the line), format characters (Cf: a
+#: right-to-left override turns the rest of the line around), line and paragraph separators,
+#: and lone surrogates (a file name's undecodable bytes, which no stream can encode). The
+#: zero-width joiner (in emoji sequences) is shown as it is, as ``schema`` lets it into tables.
+TERMINAL_HIDDEN = ("Cc", "Cf", "Zl", "Zp", "Cs")
+
+
+def _hidden(c: str) -> bool:
+    return c != "\u200d" and not c.isprintable() and unicodedata.category(c) in TERMINAL_HIDDEN
+
+
+def _visible(c: str) -> str:
+    """``c`` as ``\\uXXXX`` (beyond U+FFFF as a surrogate pair): readable, and inside a JSON
+    string the same character again."""
+    o = ord(c)
+    if o <= 0xFFFF:
+        return f"\\u{o:04x}"
+    o -= 0x10000
+    return f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04x}"
+
+
+@functools.lru_cache(maxsize=16)
+def _ascii_hidden(keep: str) -> re.Pattern[str]:
+    return re.compile("[" + "".join(re.escape(chr(i)) for i in (*range(32), 127) if chr(i) not in keep) + "]")
+
+
+def terminal_text(value: Any, *, keep: str = "", replacement: str | None = None) -> str:
+    """``value`` as text a terminal shows and does not obey: each character of
+    :data:`TERMINAL_HIDDEN` (ESC, CR, a right-to-left override, ...) is written ``\\u001b``
+    (or ``replacement``, e.g. U+FFFD), except those in ``keep`` (``"\\n"`` for whole
+    messages). Printable text is returned as it is.
+
+    Parameters
+    ----------
+    value
+        Anything; ``str(value)`` is made safe.
+    keep
+        Characters let through (the kit's own line breaks and tabs).
+    replacement
+        What each hidden character becomes; None: its code, visible.
+
+    Returns
+    -------
+    str
+        Text without a character a terminal would act on (outside ``keep``).
+    """
+    text = str(value)
+    if text.isprintable():
+        return text
+    swap = _visible if replacement is None else (lambda c: replacement)
+    if text.isascii():  # the common case, a whole table: one pass in C
+        return _ascii_hidden(keep).sub(lambda m: swap(m.group()), text)
+    return "".join(swap(c) if c not in keep and _hidden(c) else c for c in text)
 
 
 def html_text(value: Any) -> str:

@@ -23,6 +23,7 @@ __all__ = [
     "EXIT_USAGE",
     "PATH_OPTIONS",
     "Parser",
+    "TerminalSafe",
     "debugging",
     "expand_home",
     "failure",
@@ -30,9 +31,12 @@ __all__ = [
     "number_arg",
     "one_line_warnings",
     "printable_streams",
+    "refuse_json_to_closed_stdout",
+    "stream_closed",
     "abbreviates",
     "pause_arg",
     "sizes_arg",
+    "terminal_safe_streams",
     "terminate_interrupts",
     "whole_arg",
 ]
@@ -214,6 +218,61 @@ def failure(exc: Exception) -> int:
         raise exc
     print(f"h2dlab: error: {text}", file=sys.stderr)
     return code
+
+
+def stream_closed(stream) -> bool:
+    """Whether ``stream`` (``sys.stdout``) was closed when the command started (``>&-``:
+    None, or the /dev/null that ``h2dlab.__main__`` put in its place)."""
+    return stream is None or bool(getattr(stream, "h2dlab_closed", False))
+
+
+def refuse_json_to_closed_stdout(cmd: str, as_json: bool) -> None:
+    """Refuse, before any work, a command whose result is JSON on stdout (``--json``, and
+    ``env``) when stdout is closed: it exited 0 having written nothing (issue 35). A
+    ``UsageError``: one line on stderr (where stderr is open too), exit 2."""
+    if (as_json or cmd == "env") and stream_closed(sys.stdout):
+        what = "--json writes its result" if as_json else f"{cmd} writes its JSON"
+        raise UsageError(
+            f"{what} to stdout, which is closed (>&-), so nothing would be written: "
+            "send stdout to a file or a pipe (e.g. > result.json)"
+        )
+
+
+class TerminalSafe:
+    """A text stream that writes everything through :func:`h2dlab.escape.terminal_text`
+    (line breaks kept; the kit prints no tab, so one from a file name is shown as ``\\u0009``):
+    what the command prints about a file (its name, its text) cannot drive the terminal.
+    ``unfiltered`` is the stream itself, for a progress bar, whose carriage returns are the kit's own."""
+
+    def __init__(self, stream) -> None:
+        self.unfiltered = stream
+
+    def write(self, text: str) -> int:
+        from h2dlab.escape import terminal_text
+
+        self.unfiltered.write(terminal_text(text, keep="\n"))
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str):  # flush, fileno, isatty, encoding, reconfigure ...
+        return getattr(self.unfiltered, name)
+
+
+@contextlib.contextmanager
+def terminal_safe_streams():
+    """Within the block, ``sys.stdout`` and ``sys.stderr`` write through :class:`TerminalSafe`
+    (the ones before are put back after)."""
+    before = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (
+        s if s is None or isinstance(s, TerminalSafe) else TerminalSafe(s) for s in before
+    )
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = before
 
 
 def abbreviates(arg: str, *flags: str) -> bool:

@@ -5,7 +5,10 @@ In the spirit of ``torch.utils.benchmark.Compare`` and ``pyperf compare_to``: a 
 person reads at a glance in a terminal. It prints what ``model.medians`` computes (GB/s
 too: size over median, 10^9 bytes/s) and adds no analysis of its own. ``--fail-above PCT``
 makes it a CI gate, as pytest-benchmark's ``--benchmark-compare-fail``: exit 1 when a later
-run's median is more than PCT % above the first run's at some strategy and size.
+run's median is more than PCT % above the first run's at some strategy and size. Runs come in
+the order given; a folder's runs (one file each) in the natural order of their names
+(``run-2``, ``run-9``, ``run-10``), not by start time: an env.json's ``date`` is when a run
+ended, and a table may have none.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from typing import Any
 
@@ -23,7 +27,9 @@ __all__ = [
     "fmt_gbps",
     "fmt_ms",
     "gate",
+    "in_natural_order",
     "load_runs",
+    "natural_key",
     "percent_arg",
     "regressions",
     "run",
@@ -108,7 +114,7 @@ def load_runs(sources: list[str]):
         if note := stopped_note(df, given):
             print(note, file=sys.stderr)
         names = df.attrs.get("run_names") or {}
-        for rid in dict.fromkeys(df["run_id"]):
+        for rid in in_natural_order(list(dict.fromkeys(df["run_id"])), names):
             name = names.get(rid, rid)
             if run_name is None or name == run_name:
                 if rid in seen:  # the same run twice: every ratio 1.00x, which says nothing
@@ -120,6 +126,22 @@ def load_runs(sources: list[str]):
                 part.attrs = {**df.attrs, "env": (df.attrs.get("envs") or {}).get(rid)}
                 out.append((f"{src}:{name}" if name != src else src, part))
     return out
+
+
+def natural_key(name: str) -> tuple:
+    """A sort key that reads the digits in ``name`` as numbers: ``run-9`` before ``run-10``."""
+    parts = re.split(r"([0-9]+)", name)
+    return tuple((0, int(t), "") if i % 2 else (1, 0, t) for i, t in enumerate(parts))
+
+
+def in_natural_order(ids: list[Any], names: dict[Any, str]) -> list[Any]:
+    """The runs ``ids`` of one source in the natural order of their names (``run-2``,
+    ``run-9``, ``run-10``; a folder lists its files by name, ``run-10`` first), where each
+    run has a file of its own; a file of several runs keeps its own order (their names are
+    run ids, random hex)."""
+    if any(names.get(rid, rid) == rid for rid in ids):
+        return ids
+    return sorted(ids, key=lambda rid: (natural_key(str(names[rid])), str(names[rid])))  # x-01, x-1: by text
 
 
 def table(df, baseline: str | None = None):

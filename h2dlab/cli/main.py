@@ -355,6 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cli_common.one_line_warnings()
     cli_common.printable_streams()
+    with cli_common.terminal_safe_streams():  # a file's name or text never drives the terminal
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     try:  # parsing imports pandas: a Ctrl-C (or SIGTERM) there is an interruption too, not a traceback
         with cli_common.terminate_interrupts():
             parser = build_parser()
@@ -363,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             if extra:  # refused by the subcommand's parser, so the line names its --help
                 subs = next(x for x in parser._actions if isinstance(x, argparse._SubParsersAction))
                 subs.choices[args.cmd].error(f"unrecognized arguments: {' '.join(extra)}")
+            cli_common.refuse_json_to_closed_stdout(args.cmd, bool(getattr(args, "json", False)))
             with cli_results.json_stdout(args.cmd in JSON_AT_END and getattr(args, "json", False)):
                 return COMMANDS[args.cmd](args, argv)
     except BrokenPipeError:  # e.g. `h2dlab explain ... | head`

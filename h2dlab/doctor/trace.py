@@ -34,12 +34,12 @@ import math
 import os
 import re
 import sys
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from h2dlab.errors import UsageError
+from h2dlab.escape import terminal_text
 
 __all__ = ["MAX_TRACE_BYTES", "Trace", "env_beside", "env_path", "max_trace_bytes", "read_trace"]
 
@@ -192,17 +192,13 @@ def _keep(ev: Any, t: Trace) -> None:
 
 
 _KEPT = HOST_CATS | RUNTIME_CATS | GPU_CATS
-#: control, format, line and paragraph separator characters (as ``schema`` refuses in tables)
-_HIDDEN = ("Cc", "Cf", "Zl", "Zp")
 
 
 @functools.lru_cache(maxsize=1 << 16)  # a few hundred names repeat millions of times
 def _name(text: str) -> str:
     """An event's name as it may be printed: a control or format character (an escape
     sequence that would drive the terminal, a right-to-left override) becomes U+FFFD."""
-    if not text.isprintable():
-        text = "".join("\ufffd" if unicodedata.category(c) in _HIDDEN and c != "\u200d" else c for c in text)
-    return sys.intern(text)
+    return sys.intern(terminal_text(text, replacement="\ufffd"))
 
 
 _INT64 = 1 << 63

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from h2dlab.escape import terminal_text
 from h2dlab.explain.registry import Cause, said
 from h2dlab.explain.rows import number
 
@@ -127,7 +128,9 @@ def censuses_by_run(df: pd.DataFrame) -> dict:
         why = None if raw is None else census_problem(raw)
         if why:
             warnings.warn(
-                f"run {run}: its env.json's stall_census is no census ({why}): host_stall is off for it",
+                terminal_text(
+                    f"run {run}: its env.json's stall_census is no census ({why}): host_stall is off for it"
+                ),
                 stacklevel=2,
             )
         out[run] = census_of(env)

@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from h2dlab.escape import terminal_text
 from h2dlab.explain.causes_wake import WakeCalibration
 from h2dlab.explain.idle import wake_calibration
 from h2dlab.explain.rows import check_values
@@ -253,7 +254,9 @@ def attach(table: pd.DataFrame) -> pd.DataFrame:
     try:
         runs = read_runs(run_tables(folder), "")
     except (ValueError, TypeError, KeyError, OSError) as exc:  # SchemaError is a ValueError
-        warnings.warn(f"{folder}: the idle runs cannot be read ({exc}); gpu_wake is off", stacklevel=2)
+        warnings.warn(
+            terminal_text(f"{folder}: the idle runs cannot be read ({exc}); gpu_wake is off"), stacklevel=2
+        )
         cals = unreadable(table, label)
     else:
         cals = calibrations(table, runs, label)

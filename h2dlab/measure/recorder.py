@@ -40,6 +40,8 @@ __all__ = [
     "StopFlag",
     "check_resume",
     "existing_rows",
+    "foreign_parts",
+    "refuse_foreign",
     "partial_path",
     "progress_bar",
 ]
@@ -186,6 +188,42 @@ def existing_rows(out: str | Path) -> tuple[pd.DataFrame | None, dict[str, Any] 
     return None, env
 
 
+def foreign_parts(out: str | Path, done: pd.DataFrame) -> list[str]:
+    """What the table at ``out`` holds that h2dlab did not write, as short phrases: columns
+    outside the schema (``done`` is the table as read), and an .xlsx's sheets beyond its first."""
+    from h2dlab.recording.schema import COLUMNS, OPTIONAL_COLUMNS
+
+    parts = []
+    cols = [str(c) for c in done.columns if c not in COLUMNS and c not in OPTIONAL_COLUMNS]
+    if cols:
+        parts.append(f"column{'s' if len(cols) > 1 else ''} {', '.join(repr(c) for c in cols[:5])}")
+    if datasets.suffix_of(out) == ".xlsx":
+        try:
+            import openpyxl
+
+            wb = openpyxl.load_workbook(out, read_only=True)
+            sheets = wb.sheetnames[1:]
+            wb.close()
+        except Exception:  # noqa: BLE001 - it was read a moment ago; unreadable now: say so
+            sheets = ["(the workbook's other sheets could not be listed)"]
+        if sheets:
+            parts.append(f"sheet{'s' if len(sheets) > 1 else ''} {', '.join(repr(s) for s in sheets[:5])}")
+    return parts
+
+
+def refuse_foreign(out: str | Path, done: pd.DataFrame) -> None:
+    """Refuse to resume the stopped table at ``out`` when it holds what h2dlab did not write:
+    the resume writes the table again from its rows, and the user's additions would be lost
+    (as a finished table, it is left as it is; ``UsageError``, exit 2, names what and what to do)."""
+    parts = foreign_parts(out, done)
+    if parts:
+        raise UsageError(
+            f"cannot resume {out}: it holds {' and '.join(parts)} that h2dlab did not write, and the "
+            "resume writes the table again without them; move them to another file first, "
+            "or measure into a new --out"
+        )
+
+
 def check_resume(
     done: pd.DataFrame,
     planned: list[dict[str, Any]],
@@ -223,7 +261,12 @@ def progress_bar(total: int, initial: int, desc: str, enabled: bool):
         from tqdm.auto import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, initial=initial, desc=desc, unit="copy", file=sys.stderr, dynamic_ncols=True)
+    from h2dlab.escape import terminal_text
+
+    err = getattr(sys.stderr, "unfiltered", sys.stderr)  # the command's filter would show its \r as text
+    return tqdm(
+        total=total, initial=initial, desc=terminal_text(desc), unit="copy", file=err, dynamic_ncols=True
+    )
 
 
 class Recording:
@@ -240,7 +283,10 @@ class Recording:
         The planned rows.
     resume
         Continue the run already in ``out``. A finished table (every planned row, no
-        partial file) is never rewritten: ``AlreadyDone`` (a ``UsageError``) says so.
+        partial file) is never rewritten: ``AlreadyDone`` (a ``UsageError``) says so. A
+        stopped table holding what the kit did not write (a user's column or sheet) is
+        refused (``UsageError``, :func:`refuse_foreign`): its resume would write it again
+        without them.
     argv
         The command line recorded in env.json.
     force
@@ -279,6 +325,8 @@ class Recording:
                         f"{self.out} is finished ({len(done)} of {len(planned)} planned rows): "
                         "nothing to resume; it is left as it is"
                     )
+                if fd is None:  # a stopped table is rewritten whole: what the kit did not write is refused
+                    refuse_foreign(self.out, done)
             except BaseException:
                 if fd is not None:
                     os.close(fd)

@@ -37,6 +37,7 @@ from h2dlab.recording.schema import (
 from h2dlab.recording.tableio import (
     SUFFIXES,
     atomic_write,
+    check_unpacked_size,
     env_path,
     read,
     read_env,
@@ -95,6 +96,8 @@ def timeline(name: str) -> pd.DataFrame:
     )
     if not paths or not paths[0].exists():
         raise SchemaError(f"no timeline at {folder}")
+    for p in paths:  # a .csv.gz that unpacks past the limit is refused before it is read
+        check_unpacked_size(p)
     df = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
     need = {"scenario", "rep", "op", "start_ms", "end_ms", "host_return_ms"}
     if not need <= set(df.columns):

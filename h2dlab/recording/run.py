@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from h2dlab.errors import UsageError
+from h2dlab.escape import terminal_text
 from h2dlab.recording.folder import (
     MANIFEST,
     RECORDING_OUT_VAR,
@@ -157,6 +158,7 @@ class _Progress:
 
                 self.bar = tqdm(
                     total=round(total),
+                    file=getattr(sys.stderr, "unfiltered", sys.stderr),  # its \r: not the command's filter
                     unit="s",
                     ncols=min(shutil.get_terminal_size((100, 20)).columns or 100, 120),
                     bar_format="{percentage:3.0f}%|{bar}| {desc}",
@@ -166,7 +168,7 @@ class _Progress:
 
     def start(self, i: int, r: dict[str, Any]) -> None:
         left = self.total - self.done
-        self.what = f"[{i}/{self.n}] {r['name']}"
+        self.what = terminal_text(f"[{i}/{self.n}] {r['name']}")  # a name from recording.json
         if self.bar is not None:
             self.bar.set_description_str(self.what)
         else:

@@ -111,7 +111,13 @@ _BOOL_WORDS = {"true": True, "false": False, "1": True, "0": False, "1.0": True,
 
 
 class SchemaError(ValueError):
-    """A file or frame is not a measurement table; the message says what is wrong."""
+    """A file or frame is not a measurement table; the message says what is wrong (a file
+    name or text in it shown, never obeyed: ``escape.terminal_text``, as ``UsageError``)."""
+
+    def __init__(self, *args: object) -> None:
+        from h2dlab.escape import terminal_text
+
+        super().__init__(*(terminal_text(a) if isinstance(a, str) else a for a in args))
 
 
 def _reject(source: str, raw: pd.Series, bad, problem: str, hint: str) -> None:

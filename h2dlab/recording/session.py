@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from h2dlab.errors import Unavailable, UsageError
+from h2dlab.escape import terminal_text
 from h2dlab.recording import datasets
 from h2dlab.recording.env_folder import read_folder_env
 from h2dlab.recording.folder import MANIFEST, finished, is_recording, read_manifest, run_tables
@@ -116,8 +117,10 @@ def _whole_runs(df: pd.DataFrame, whole: set[str], label: str) -> pd.DataFrame:
     if not cut:
         return df
     warnings.warn(
-        f"{label}: left out the unfinished run(s) {', '.join(sorted(set(cut.values())))} "
-        "(stopped early: finish the recording with h2dlab record --resume)",
+        terminal_text(
+            f"{label}: left out the unfinished run(s) {', '.join(sorted(set(cut.values())))} "
+            "(stopped early: finish the recording with h2dlab record --resume)"
+        ),
         stacklevel=3,
     )
     out = df[~df["run_id"].isin(list(cut))].reset_index(drop=True)
@@ -242,14 +245,11 @@ class Recorded:
         return None if self.lacks(kind if run is None else f"{kind}/{run}") else self.table(kind, run)
 
     def env(self, kind: str, run: str) -> dict[str, Any]:
-        """The fingerprint (env.json) of one run, ``{}`` if it has none or one that names
-        another run (``run_id``: another run's env.json copied beside this table)."""
-        env = datasets.read_env(self._path(kind, run)) or {}
-        if env.get("run_id") is None:
-            return env
-        t = self.table(kind, run)  # cached; reading it warned of another run's env.json
-        ids = {str(r) for r in t["run_id"].unique()} if "run_id" in t.columns else set()
-        return env if str(env["run_id"]) in ids else {}
+        """The fingerprint (env.json) of one run, ``{}`` if it has none, one that names
+        another run (``run_id``: another run's env.json copied beside this table) or one that
+        names no run (``tableio.read_env`` decides, as the table is read)."""
+        self._path(kind, run)  # a run the recording lacks: ValueError, as before
+        return dict(self.table(kind, run).attrs.get("env") or {})  # cached; its reading warned
 
     def folder_env(self) -> dict[str, Any]:
         """The recording's own env.json (``h2dlab record`` writes it as it starts), ``{}``

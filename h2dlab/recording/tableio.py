@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 import warnings
+import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from h2dlab import SCHEMA_VERSION
+from h2dlab.escape import terminal_text
 from h2dlab.interrupts import terminate_raises
 from h2dlab.recording.schema import COLUMNS, OPTIONAL_COLUMNS, SchemaError, validate
 
@@ -33,6 +35,7 @@ __all__ = [
     "TIMELINE_MARK",
     "XLSX_MAX_ROWS",
     "atomic_write",
+    "check_unpacked_size",
     "env_path",
     "max_table_bytes",
     "read",
@@ -74,11 +77,42 @@ def _too_big(path: Path, what: str, limit: int) -> SchemaError:
     )
 
 
+#: How much of a .csv.gz is unpacked at a time while its size is counted.
+_CHUNK_BYTES = 256 * 2**10
+
+
+def _gz_unpacked_bytes(path: Path, limit: int) -> int:
+    """The bytes the gzip file at ``path`` unpacks to, counted one chunk at a time (nothing
+    kept), stopping once past ``limit``: what a bomb would unpack to is never held."""
+    n = 0
+    with gzip.open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK_BYTES):
+            n += len(chunk)
+            if n > limit:
+                break
+    return n
+
+
+def check_unpacked_size(path: str | Path) -> None:
+    """Refuse (``SchemaError``, one line) a table or timeline at ``path`` that would unpack
+    past :func:`max_table_bytes`, before any of it is read into memory: a .csv by its size on
+    disk, a .csv.gz by unpacking it chunk by chunk and counting, an .xlsx by its zip parts'
+    declared sizes (each part reads no further), a .parquet by its metadata."""
+    path = Path(path)
+    try:
+        _check_size(path, suffix_of(path))
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SchemaError(f"{path}: not a readable {suffix_of(path)} table ({first})") from None
+
+
 def _check_size(path: Path, suf: str) -> None:
     """Refuse a table that would unpack past :func:`max_table_bytes`, before reading it."""
     limit = max_table_bytes()
     if suf == ".csv" and path.stat().st_size > limit:
         raise _too_big(path, f"{path.stat().st_size:,} bytes of text is", limit)
+    if suf == ".csv.gz" and _gz_unpacked_bytes(path, limit) > limit:
+        raise _too_big(path, "its text unpacks to more than that,", limit)
     if suf == ".xlsx":
         import zipfile
 
@@ -320,8 +354,10 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
     (its ``run_id`` is none of them) is not returned: it is another run's (copied beside
     this table, or an old-style one of a sibling table of the same stem, ``r.parquet``
     beside ``r.csv.gz``), and would label this table with another machine. Such an
-    env.json beside the table is said in a warning; one without a ``run_id`` cannot be
-    checked and is returned.
+    env.json beside the table is said in a warning. One without a ``run_id`` names no run
+    and is not returned either (a warning says so), unless the table has no run ids (a
+    legacy table, every ``run_id`` empty) or it is a survey's, whose ``survey.survey_id``
+    begins every run id (``<survey>-rNNNNN``, as ``survey.fleet`` names the ranks' runs).
     """
     path = Path(path)
     p = env_path(path)
@@ -342,18 +378,38 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
         raise SchemaError(f"{p}: not a readable env.json ({exc})") from None
     if not isinstance(env, dict):
         raise SchemaError(f"{p}: not a readable env.json (a JSON object was expected)")
+    if run_ids is not None and env.get("run_id") is None:
+        ids = {str(r) for r in run_ids} - {""}
+        if ids and not _survey_of(env, ids):  # a table without run ids (legacy) keeps its env.json
+            warnings.warn(
+                terminal_text(
+                    f"{p.name} names no run (it has no run_id), so it is not used for {path.name}: "
+                    "this table has no env.json"
+                ),
+                stacklevel=2,
+            )
+            return None
     if run_ids is not None and env.get("run_id") is not None:
         ids = {str(r) for r in run_ids}
         if str(env["run_id"]) not in ids:
             if not legacy:  # a sibling's old-style env.json is not this table's: nothing to say
                 shown = ", ".join(sorted(ids)[:3]) + (" ..." if len(ids) > 3 else "")
                 warnings.warn(
-                    f"{p.name} is the env.json of run {str(env['run_id'])[:40]!r}, not of {path.name} "
-                    f"(run {shown}): it is not used, so this table has no env.json",
+                    terminal_text(
+                        f"{p.name} is the env.json of run {str(env['run_id'])[:40]!r}, not of {path.name} "
+                        f"(run {shown}): it is not used, so this table has no env.json"
+                    ),
                     stacklevel=2,
                 )
             return None
     return env
+
+
+def _survey_of(env: dict[str, Any], ids: set[str]) -> bool:
+    """Whether ``env`` is the env.json of the survey whose ranks' runs are ``ids``."""
+    survey = env.get("survey")
+    sid = survey.get("survey_id") if isinstance(survey, dict) else None
+    return isinstance(sid, str) and bool(sid) and all(i.startswith(f"{sid}-r") for i in ids)
 
 
 def read(path: str | Path) -> pd.DataFrame:
@@ -377,7 +433,7 @@ def read(path: str | Path) -> pd.DataFrame:
     if not path.is_file():  # a device or a pipe (a planted link to /dev/zero) never ends
         raise SchemaError(f"{path}: not a regular file, so not a table")
     suf = suffix_of(path)
-    _check_size(path, suf)
+    check_unpacked_size(path)
     try:
         if suf in (".csv", ".csv.gz"):
             df = pd.read_csv(io.StringIO(_whole_lines(path, suf)), keep_default_na=True, dtype=_TEXT)
@@ -418,12 +474,14 @@ def read(path: str | Path) -> pd.DataFrame:
 def _whole_lines(path: Path, suf: str) -> str:
     """The CSV text up to its last newline: a row cut off mid-write is dropped."""
     if suf == ".csv.gz":
-        limit = max_table_bytes()
-        with gzip.open(path, "rt", newline="", encoding="utf-8") as fh:  # as written, whatever the locale
-            text = fh.read(limit + 1)  # no further: a small file may unpack to any size
-        if len(text) > limit:
-            del text
+        limit = max_table_bytes()  # counted before (check_unpacked_size); the file may have changed since
+        with gzip.open(path, "rb") as fh:
+            data = fh.read(limit + 1)  # no further: a small file may unpack to any size
+        if len(data) > limit:
+            del data
             raise _too_big(path, "its text unpacks to more than that,", limit)
+        text = data.decode("utf-8")  # as written, whatever the locale; newlines as they are
+        del data
     else:
         limit = max_table_bytes()
         with open(path, newline="", encoding="utf-8") as fh:
@@ -436,8 +494,10 @@ def _whole_lines(path: Path, suf: str) -> str:
         text = text[: text.rfind("\n") + 1]
         if cut.strip():
             warnings.warn(
-                f"{path}: its last line ({len(cut)} characters) has no line end, so it was taken for a row "
-                "cut off mid-write and left out; if the file is whole, end it with a newline",
+                terminal_text(
+                    f"{path}: its last line ({len(cut)} characters) has no line end, so it was taken for a "
+                    "row cut off mid-write and left out; if the file is whole, end it with a newline"
+                ),
                 stacklevel=3,
             )
     header = [c.strip().lstrip("\ufeff") for c in next(csv.reader(io.StringIO(text)), [])]

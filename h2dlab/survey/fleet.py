@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import time
-import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from h2dlab.errors import UsageError
+from h2dlab.escape import terminal_text
 from h2dlab.measure import strategies
 from h2dlab.measure.recorder import existing_rows
 from h2dlab.measure.spec import SweepSpec
@@ -105,12 +105,12 @@ def _checked(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def _printable(text: str) -> str:
-    if text.isprintable():
-        return text
-    return "".join(
-        " " if c in "\t\n\r" else "\ufffd" if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c
-        for c in text
-    )
+    """``text`` with tabs and line breaks as spaces and every other character a terminal acts
+    on as U+FFFD (``escape.terminal_text``): it is stored in the table and printed."""
+    return terminal_text(text.translate(_SPACES), replacement="\ufffd")
+
+
+_SPACES = {9: " ", 10: " ", 13: " "}
 
 
 def read_rank(folder: Path, rank: int) -> dict[str, Any] | None:

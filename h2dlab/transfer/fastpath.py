@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from h2dlab.escape import terminal_text
 from h2dlab.transfer.copyargs import check_count, cuda_device, takes_plain_to
 from h2dlab.transfer.fastpath_file import (
     DEFAULT_MIN_BYTES,
@@ -69,7 +70,7 @@ def _shipped() -> dict[str, Any]:
     try:
         return read_fastpath(FASTPATH_FILE)
     except ValueError as exc:
-        warnings.warn(f"{exc}; to_device uses its defaults", stacklevel=2)
+        warnings.warn(terminal_text(f"{exc}; to_device uses its defaults"), stacklevel=2)  # a file's text
         return defaults()
 
 

@@ -119,7 +119,9 @@ def test_explain_bad_inputs(tmp_path):
     trunc.write_bytes(data[: len(data) // 3])
     _one_line_error(run_cli("explain", str(trunc)), "not a readable .parquet")
     old = tmp_path / "old.csv"
-    datasets.save(datasets.load("forum_a100").head(30), old, env={"schema_version": 0})
+    datasets.save(
+        datasets.load("forum_a100").head(30), old, env={"run_id": "forum_a100", "schema_version": 0}
+    )
     _one_line_error(run_cli("explain", str(old)), "schema version 0", "re-run")
     _one_line_error(
         run_cli("explain", "forum_a100", "--out", str(tmp_path / "x" / "a.csv")), "does not exist"

@@ -410,9 +410,15 @@ def test_a_kind_leaves_out_a_run_stopped_early(tmp_path, capsys):
 
     forum = datasets.load("forum_a100")
     (tmp_path / "rec" / "sweep").mkdir(parents=True)
-    datasets.save(forum.head(30), tmp_path / "rec" / "sweep" / "whole.csv", env={"n": 1})
+    datasets.save(
+        forum.head(30), tmp_path / "rec" / "sweep" / "whole.csv", env={"run_id": "forum_a100", "n": 1}
+    )
     half = forum.iloc[30:33].assign(run_id="synthetic-half")
-    datasets.save(half, tmp_path / "rec" / "sweep" / "half.csv", env={"measured_rows": 3, "planned_rows": 30})
+    datasets.save(
+        half,
+        tmp_path / "rec" / "sweep" / "half.csv",
+        env={"run_id": "synthetic-half", "measured_rows": 3, "planned_rows": 30},
+    )
     with pytest.warns(UserWarning, match="left out the unfinished run"):
         t = session.recording(str(tmp_path / "rec")).table("sweep")
     assert set(t["run_id"]) == {"forum_a100"} and len(t) == 30

@@ -182,3 +182,26 @@ def test_the_command_enters_through_the_guarded_entry_point():
 
     project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     assert project["project"]["scripts"]["h2dlab"] == "h2dlab.__main__:run"
+
+
+MEASURE_JSON = ["measure", "--device", "cpu", "--sizes", "1KiB", "--reps", "2", "--warmup", "0",
+                "--strategies", "pageable", "--json"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["datasets", "--json"], ["compare", "h200_sweep", "--json"], ["env"], MEASURE_JSON],
+    ids=["datasets", "compare", "env", "measure"],
+)
+def test_json_to_a_closed_stdout_is_refused_in_one_line(tmp_path, args):
+    """``--json >&-`` exited 0 having written nothing (second hostile pass of issue #35): the
+    JSON is the command's result, so it is refused before any work, exit 2, one line."""
+    out = tmp_path / "m.csv"
+    args = [*args, "--out", str(out)] if args[0] == "measure" else args
+    rc, err = _h2dlab(args, (1,), tmp_path)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1, err
+    assert lines[0].startswith("h2dlab: error: ") and "stdout, which is closed" in lines[0]
+    assert not out.exists()  # measure refused before it measured
+    rc, err = _h2dlab(args, (1, 2), tmp_path)
+    assert rc == 2 and not out.exists()

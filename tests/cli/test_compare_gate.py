@@ -21,7 +21,9 @@ def synthetic_run(path, run_id, ms, reps=5):
     df = df.assign(run_id=run_id, order=np.arange(len(df)), shape="", dtype="uint8", warmup=False,
                    t_s=np.arange(len(df)) * 0.01, wall_ms=df["event_ms"] * 1.01, host_allocs=0.0,
                    device_allocs=0.0, empty_cache=False, error="")  # fmt: skip
-    return datasets.save(datasets.validate(df), path, env={"schema_version": 6, "gpu_name": "synthetic"})
+    return datasets.save(
+        datasets.validate(df), path, env={"run_id": run_id, "schema_version": 6, "gpu_name": "synthetic"}
+    )
 
 
 #: The first (reference) run's synthetic medians, in ms.
@@ -126,3 +128,38 @@ def test_fmt_gbps_three_significant_digits(g, text):
 
     assert fmt_gbps(g) == text
     assert fmt_gbps(float("nan")) == "n/a"
+
+
+def test_a_folders_runs_are_gated_in_natural_order_synthetic(tmp_path, capsys):
+    """run-2, run-9, run-10 in one folder: run-2 is the reference, run-10 the 30 % slower one.
+    By name run-10 came first and was the reference, so its regression passed the gate."""
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    for n, ms in ((2, OLD), (9, OLD), (10, {**OLD, ("pageable", MiB): 0.260})):
+        synthetic_run(folder / f"run-{n}.csv", f"synthetic-{n}", ms)
+    rc = cli.main(["compare", str(folder), "--fail-above", "5"])
+    out, err = capsys.readouterr()
+    assert rc == 1, err
+    lines = [ln for ln in err.splitlines() if "regression" in ln]
+    assert len(lines) == 1 and ":run-10 pageable 1 MiB" in lines[0] and f"{folder}:run-2," in lines[0]
+    blocks = [ln.split(" (")[0] for ln in out.splitlines() if ln.startswith(str(folder))]
+    assert blocks == [f"{folder}:run-{n}" for n in (2, 9, 10)]
+    assert cli.main(["compare", str(folder), "--json"]) == 0
+    order = list(dict.fromkeys(c["run"] for c in json.loads(capsys.readouterr().out)))
+    assert order == [f"{folder}:run-{n}" for n in (2, 9, 10)]
+
+
+@pytest.mark.parametrize(
+    "names,expected",
+    [
+        (["run-10", "run-2", "run-9"], ["run-2", "run-9", "run-10"]),
+        (["b1", "a10", "a2"], ["a2", "a10", "b1"]),
+        (["x", "x-1", "x-01"], ["x", "x-01", "x-1"]),
+    ],
+)
+def test_natural_order_reads_digits_as_numbers(names, expected):
+    from h2dlab.cli.compare import in_natural_order
+
+    ids = [f"id{i}" for i in range(len(names))]
+    got = in_natural_order(ids, dict(zip(ids, names, strict=True)))
+    assert [dict(zip(ids, names, strict=True))[i] for i in got] == expected

@@ -175,7 +175,11 @@ def test_explain_header_names_every_setup_of_the_runs(folder, capsys):
         "torch": "2.4.0",
         "date": "2025-01-01T00",
     }
-    save(df, folder / "sweep" / "pow2-a100.csv.gz", env={**env, "spec": {"device": "cuda:0"}})
+    save(
+        df,
+        folder / "sweep" / "pow2-a100.csv.gz",
+        env={**env, "run_id": "synthetic-a100", "spec": {"device": "cuda:0"}},
+    )
     assert describe_runs(load_calibrated(folder / "sweep" / "pow2.csv.gz")) == "synthetic GPU"
     assert describe_runs(load_calibrated(folder / "sweep")) == (
         "2 setups: NVIDIA A100, torch 2.4.0, 2025-01-01; synthetic GPU"

@@ -140,6 +140,7 @@ def synthetic_recording(folder, idle_env=None):
             t = _row_table(f"synthetic-{pause}-{strategy}", ms, k * (3 + pause) / 1000, strategy=strategy)
             env = {
                 **SYNTHETIC_MACHINE,
+                "run_id": f"synthetic-{pause}-{strategy}",
                 "spec": {"pause_ms": float(pause), "device": "cuda:0"},
                 **(idle_env or {}),
             }
@@ -155,7 +156,7 @@ def synthetic_recording(folder, idle_env=None):
     save(
         _row_table("synthetic-sweep", ms, t_s),
         folder / "sweep" / "pow2.csv.gz",
-        env={**SYNTHETIC_MACHINE, "spec": {"device": "cuda:0"}},
+        env={**SYNTHETIC_MACHINE, "run_id": "synthetic-sweep", "spec": {"device": "cuda:0"}},
     )
     return folder
 

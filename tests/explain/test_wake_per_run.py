@@ -31,7 +31,7 @@ def _add_sweep_run(folder, name, run_id, env):
     """A copy of the synthetic sweep run (its slow copy at order 30 after 15 ms without
     copies) as another run, ``run_id``, with ``env`` as its env.json's machine."""
     df = datasets.read(folder / "sweep" / "pow2.csv.gz").assign(run_id=run_id)
-    save(df, folder / "sweep" / f"{name}.csv.gz", env={**env, "spec": {"device": "cuda:0"}})
+    save(df, folder / "sweep" / f"{name}.csv.gz", env={**env, "run_id": run_id, "spec": {"device": "cuda:0"}})
 
 
 @pytest.fixture
@@ -331,7 +331,11 @@ def test_a_run_timed_on_the_cpu_gets_no_gpu_wake(tmp_path):
     engine, its PCIe link ...') after the same 15 ms gap."""
     folder = synthetic_recording(tmp_path / "rec")
     df = datasets.read(folder / "sweep" / "pow2.csv.gz").assign(run_id="synthetic-cpu")
-    save(df, folder / "sweep" / "pow2-cpu.csv.gz", env={**SYNTHETIC_MACHINE, "spec": {"device": "cpu"}})
+    save(
+        df,
+        folder / "sweep" / "pow2-cpu.csv.gz",
+        env={**SYNTHETIC_MACHINE, "run_id": "synthetic-cpu", "spec": {"device": "cpu"}},
+    )
     df = load_calibrated(folder / "sweep")
     said = (
         "this run timed no CUDA GPU (its env.json's spec.device is cpu), so the recording's idle runs (rec/idle) "

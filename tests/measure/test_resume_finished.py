@@ -106,3 +106,54 @@ def test_a_stopped_table_is_still_offered_and_continued_by_resume(tmp_path, caps
     assert cli.main([*ARGS, "--out", str(out), "--resume"]) == 0
     assert "wrote" in capsys.readouterr().err
     assert len(pd.read_csv(out)) == 4
+
+
+def _stopped(tmp_path, name):
+    """A run of ``ARGS`` stopped after its first cell (2 of 4 rows), written to ``name``."""
+    spec = SweepSpec(("pageable",), (1024, 4096), device="cpu", reps=2, warmup=0, seed=0)
+    out, cells = tmp_path / name, []
+
+    def before(flag):
+        cells.append(1)
+        if len(cells) > 1:
+            flag.request(signal.SIGTERM)
+
+    assert len(sweep(spec, out=out, progress=False, stop=StopFlag(), before_cell=before)) == 2
+    return out
+
+
+def test_resume_of_a_stopped_csv_with_a_users_column_is_refused_and_keeps_it(tmp_path, capsys):
+    out = _stopped(tmp_path, "r.csv")
+    df = pd.read_csv(out)
+    df["my_note"] = "kept"
+    df.to_csv(out, index=False)
+    before = _untouched(out), _untouched(out.with_name("r.csv.env.json"))
+    rc = cli.main([*ARGS, "--out", str(out), "--resume"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1
+    assert "cannot resume" in lines[0] and "'my_note'" in lines[0] and "new --out" in lines[0]
+    assert (_untouched(out), _untouched(out.with_name("r.csv.env.json"))) == before
+    assert not partial_path(out).exists()
+
+
+def test_resume_of_a_stopped_xlsx_with_a_users_sheet_is_refused_and_keeps_it(tmp_path, capsys):
+    out = _stopped(tmp_path, "r.xlsx")
+    with pd.ExcelWriter(out, engine="openpyxl", mode="a") as xw:
+        pd.DataFrame({"what": ["my own sheet"]}).to_excel(xw, sheet_name="mine", index=False)
+    before = _untouched(out)
+    assert cli.main([*ARGS, "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "sheet 'mine'" in err and "did not write" in err
+    assert _untouched(out) == before
+    assert pd.ExcelFile(out, engine="openpyxl").sheet_names == ["Sheet1", "mine"]
+
+
+def test_the_library_refuses_a_stopped_xlsx_with_a_users_column(tmp_path):
+    out = _stopped(tmp_path, "r.xlsx")
+    df = pd.read_excel(out, engine="openpyxl")
+    df["mine"] = 1.5
+    df.to_excel(out, index=False, engine="openpyxl")
+    spec = SweepSpec(("pageable",), (1024, 4096), device="cpu", reps=2, warmup=0, seed=0)
+    with pytest.raises(UsageError, match="column 'mine'"):
+        sweep(spec, out=out, resume=True, progress=False)
+    assert list(pd.read_excel(out, engine="openpyxl")["mine"]) == [1.5, 1.5]

@@ -35,7 +35,9 @@ def _synthetic_table(n=6):
 @pytest.mark.parametrize("ext", [".csv", ".csv.gz", ".parquet", ".xlsx"])
 def test_roundtrip(tmp_path, ext):
     df = _synthetic_table()
-    p = datasets.save(df, tmp_path / f"t{ext}", env={"schema_version": 1, "gpu_name": "synthetic"})
+    p = datasets.save(
+        df, tmp_path / f"t{ext}", env={"run_id": "synthetic", "schema_version": 1, "gpu_name": "synthetic"}
+    )
     back = datasets.read(p)
     assert back["wall_ms"].tolist() == df["wall_ms"].tolist()
     assert back["warmup"].tolist() == df["warmup"].tolist()
@@ -60,14 +62,18 @@ def test_truncated_parquet(tmp_path):
 
 @pytest.mark.parametrize("version", [99, 7, 0])
 def test_wrong_schema_version(tmp_path, version):
-    p = datasets.save(_synthetic_table(), tmp_path / "t.csv", env={"schema_version": version})
+    p = datasets.save(
+        _synthetic_table(), tmp_path / "t.csv", env={"run_id": "synthetic", "schema_version": version}
+    )
     with pytest.raises(datasets.SchemaError, match=f"version {version!r}, this h2dlab reads versions 1 to 6"):
         datasets.read(p)
 
 
 @pytest.mark.parametrize("version", ["2", None, True])
 def test_a_schema_version_that_is_no_whole_number_is_damage(tmp_path, version):
-    p = datasets.save(_synthetic_table(), tmp_path / "t.csv", env={"schema_version": version})
+    p = datasets.save(
+        _synthetic_table(), tmp_path / "t.csv", env={"run_id": "synthetic", "schema_version": version}
+    )
     with pytest.raises(
         datasets.SchemaError, match=f"schema_version {version!r} in its env.json is not a whole"
     ):
@@ -76,7 +82,9 @@ def test_a_schema_version_that_is_no_whole_number_is_damage(tmp_path, version):
 
 @pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 def test_every_older_schema_version_is_read(tmp_path, version):
-    p = datasets.save(_synthetic_table(), tmp_path / "t.csv", env={"schema_version": version})
+    p = datasets.save(
+        _synthetic_table(), tmp_path / "t.csv", env={"run_id": "synthetic", "schema_version": version}
+    )
     back = datasets.read(p)
     assert back.attrs["env"]["schema_version"] == version and (back["n_tensors"] == 1).all()
 
@@ -85,10 +93,14 @@ def test_env_json_is_named_after_the_whole_file_name(tmp_path):
     """r.csv.gz, r.parquet and r.xlsx each keep their own fingerprint (issue 15.4)."""
     assert datasets.env_path(tmp_path / "r.csv.gz") == tmp_path / "r.csv.gz.env.json"
     for ext in (".csv.gz", ".parquet", ".xlsx"):
-        datasets.save(_synthetic_table().assign(run_id=f"run{ext}"), tmp_path / f"r{ext}", env={"made": ext})
+        datasets.save(
+            _synthetic_table().assign(run_id=f"run{ext}"),
+            tmp_path / f"r{ext}",
+            env={"run_id": f"run{ext}", "made": ext},
+        )
     for ext in (".csv.gz", ".parquet", ".xlsx"):
         assert (tmp_path / f"r{ext}.env.json").exists()
-        assert datasets.read(tmp_path / f"r{ext}").attrs["env"] == {"made": ext}
+        assert datasets.read(tmp_path / f"r{ext}").attrs["env"] == {"run_id": f"run{ext}", "made": ext}
     assert not (tmp_path / "r.env.json").exists()
     assert not list(tmp_path.glob(".tmp-*"))  # written atomically: no temporary file left
 

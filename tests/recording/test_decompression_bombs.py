@@ -59,6 +59,48 @@ def test_a_csv_gz_bomb_is_refused_before_it_fills_memory(tmp_path, low_limit):
     assert peak < 20 * LIMIT  # it read about the limit, never the 60 MB
 
 
+def test_a_csv_gz_bomb_is_refused_holding_a_chunk_not_the_limit(tmp_path, monkeypatch):
+    """Second hostile pass: at the default 1 GiB limit a bomb was refused only after the
+    limit's text was unpacked and held (2.2 GB resident). Now its size is counted chunk by
+    chunk first: the memory used does not grow with the limit (here 50 MB, the bomb 60 MB)."""
+    monkeypatch.setenv("H2DLAB_MAX_TABLE_BYTES", str(50_000_000))
+    p = _gz_bomb(tmp_path / "bomb.csv.gz")
+    tracemalloc.start()
+    try:
+        with pytest.raises(SchemaError, match="unpacks to more than that, over the 0.0466 GiB"):
+            datasets.read(p)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4_000_000  # about one 256 KiB chunk, never the 50 MB the limit allows
+
+
+def test_an_overlap_timeline_bomb_is_refused_before_it_is_read(tmp_path, low_limit):
+    """``datasets.timeline`` read a .csv.gz whole with pandas, past any limit."""
+    p = tmp_path / "overlap.csv.gz"
+    with gzip.open(p, "wb", compresslevel=9) as fh:
+        fh.write(b"run_id,scenario,rep,op,stream,start_ms,end_ms,host_return_ms\n")
+        for _ in range(60):
+            fh.write(b"0" * 1_000_000)
+    tracemalloc.start()
+    try:
+        with pytest.raises(SchemaError, match="overlap.csv.gz: its text unpacks to more than that"):
+            datasets.timeline(str(p))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4_000_000
+
+
+def test_a_cut_csv_gz_is_still_one_line(tmp_path, capsys):
+    df = datasets.load("h200_forum").head(200)
+    p = datasets.save(df, tmp_path / "cut.csv.gz")
+    p.write_bytes(p.read_bytes()[:-40])
+    assert cli.main(["explain", str(p)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cut.csv.gz: not a readable .csv.gz table" in err[0]
+
+
 def test_an_xlsx_bomb_is_refused_unopened(tmp_path, low_limit, capsys):
     p = _xlsx_bomb(tmp_path / "bomb.xlsx")
     assert cli.main(["explain", str(p)]) == 2
