@@ -44,7 +44,7 @@ __all__ = [
 SCHEMA = "h2dlab.doctor/1"
 
 
-@dataclass
+@dataclass(repr=False)
 class Diagnosis:
     """A trace's copy sites with a verdict each (:func:`diagnose`)."""
 
@@ -157,6 +157,14 @@ class Diagnosis:
 
     def __str__(self) -> str:
         return self.table()
+
+    def __repr__(self) -> str:
+        # short: the trace's file name, not its folder (a shared notebook keeps no home path)
+        name = str(self.analysis.path).replace("\\", "/").rsplit("/", 1)[-1]
+        return (
+            f"<Diagnosis of {name!r}: {self.steps} step(s), {len(self.verdicts)} copy site(s), "
+            f"{self.exposed_copy_ms_per_step:.2f} ms of copies exposed per step>"
+        )
 
     def _repr_markdown_(self) -> str:
         # a code fence no line of the table can close: longer than any run of backticks in it

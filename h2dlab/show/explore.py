@@ -85,7 +85,7 @@ class Explorer:
             description="measure now",
             icon="play",
             disabled=not self.cuda,
-            tooltip=f"sweep this GPU, saving to {datasets.runs_dir()}",
+            tooltip=f"sweep this GPU, saving to {_shown(datasets.runs_dir())}",
         )
         self.stop_btn = W.Button(description="stop", icon="stop", disabled=True)
         self.status = W.HTML()
@@ -339,3 +339,15 @@ class Explorer:
         from IPython.display import display
 
         display(self.widget())
+
+
+def _shown(path) -> str:
+    """A folder as a shared notebook may show it: relative to the kit's folder when inside it
+    (a rendered page keeps no reader's home folder), else as given."""
+    from pathlib import Path
+
+    kit = Path(__file__).resolve().parents[2]
+    try:
+        return str(Path(path).resolve().relative_to(kit))
+    except ValueError:
+        return str(path)

@@ -604,3 +604,15 @@ def test_copies_whose_launching_call_is_missing_beside_others_are_judged_not_a_t
         and lost[0]["synchronous"] is None
     )
     assert sum(s["count"] for s in d["sites"]) == 3
+
+
+def test_a_diagnosis_repr_is_one_short_line_without_the_traces_folder():
+    """A notebook stores the plain-text repr beside the Markdown one: it must not dump the
+    copies table, the machine's env.json or the reader's home folder into a shared file."""
+    from h2dlab import doctor
+
+    dx = doctor.diagnose(doctor.TRACES / "batch_pageable.json.gz")
+    text = repr(dx)
+    assert "\n" not in text and len(text) < 200
+    assert "batch_pageable.json.gz" in text and str(doctor.TRACES) not in text
+    assert f"{dx.exposed_copy_ms_per_step:.2f} ms" in text

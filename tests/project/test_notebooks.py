@@ -177,3 +177,12 @@ def test_notebooks_execute_in_replay_mode(rendered):
         assert "Traceback (most recent call last)" not in html and "jupyter.error" not in html
         assert "NVIDIA H200" in html  # the banner names the recording's GPU
     assert (out / "h2dlab-tables.xlsx").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("path", sorted(NB.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_a_rendered_notebook_keeps_no_folder_of_the_machine_that_rendered_it(path):
+    """Notebooks are shared: an output (a repr, a widget's tooltip) must not carry the
+    renderer's own folder (the kit's checkout, a home folder)."""
+    text = path.read_text()
+    assert str(NB.parent) not in text
+    assert not re.search(r"/(home|root|Users)/[^\"\s]*/", text)
