@@ -27,8 +27,8 @@
 # Without a trace of yours, it reads a bundled one, recorded on the H200 with its ground
 # truth (`data/traces`).
 #
-# The bundled traces are not notebook 02's decision table: their batch is one 64 MiB tensor,
-# and their step computes other products. Their `DataLoader` hands over ready-made batches with
+# The bundled traces are not notebook 02's decision table: their batch is 64 MiB, one tensor
+# or (the `small_*` traces) 64 tensors of 1 MiB, and their step computes other products. Their `DataLoader` hands over ready-made batches with
 # `num_workers=0`, and their resident step still runs the loader. Notebook 02's loader
 # assembles batches in worker processes (its footer gives `num_workers`), and its resident step
 # has no loader. So a loader with `pin_memory=True`, which copies each batch into pinned
@@ -46,7 +46,9 @@ from IPython.display import Markdown, display
 
 from h2dlab import doctor, session
 from h2dlab.doctor.plot import lanes
-from h2dlab.escape import md_code
+from h2dlab.doctor.trace import env_beside
+from h2dlab.escape import md_code, md_text
+from h2dlab.recording.env import describe
 
 TRACE = ""  # the path of your trace; empty: the bundled trace named by EXAMPLE
 EXAMPLE = "batch_pageable"
@@ -79,7 +81,11 @@ lanes(dx);
 # (`truth_exposed_ms`), beside the doctor's estimate from the trace (`doctor_exposed_ms`).
 # `within` says whether they agree within 25 % or 0.5 ms. `first_recipe` is the recipe the
 # doctor names first, and `first_is_fastest` whether the traces of its family measured it
-# fastest (false where that recipe was not traced in the family).
+# fastest (false where that recipe was not traced in the family). A negative measured exposed
+# time means the step with the copy ran as fast as the resident one, within noise. Where
+# `within` is false, `data/traces/README.md` says why: in `batch_pinned_once` the GPU ran
+# the matrix products faster after the copy than in the resident step, so the step grew by
+# less than the copy's own time.
 
 # %% tags=["hide-input"]
 traces = doctor.TRACES
@@ -94,6 +100,8 @@ check = pd.read_csv(traces / "ground_truth.csv")[
 display(check.rename(columns={"exposed_ms": "truth_exposed_ms"}).round(2))
 display(
     Markdown(
-        f"data: {md_code(str(traces.name))} (`ground_truth.csv`, `doctor_check.csv`), recorded with the traces."
+        f"data: {md_code(str(traces.name))}: `ground_truth.csv` recorded with the traces "
+        f"({md_text(describe(env_beside(traces / 'batch_pageable.json.gz')))}); `doctor_check.csv` is the "
+        "doctor's reading of them against the bundled `h200` recording (ties within 0.5 ms count as fastest)."
     )
 )

@@ -135,6 +135,7 @@ def small_copy_floor(df: pd.DataFrame, *, same_within: float = 1.5) -> Finding:
         f"`{by.index[0]}` fastest, `{by.index[-1]}` slowest, {hi / lo:.1f}x apart; "
         f"by the host clock {by.wall_us.min():.0f}–{by.wall_us.max():.0f} µs. "
         + ("The strategy hardly matters at this size." if holds else "The strategy matters even here.")
+        + " These are the host's figures: they, and which strategy is fastest, move between recordings."
     )
     values = {"lo_us": float(lo), "hi_us": float(hi), "gap_ms": gap, "spacing": spacing}
     return Finding(verdict, holds, values, by.reset_index())

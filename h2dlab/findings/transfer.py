@@ -76,8 +76,13 @@ def direction_bandwidth(df: pd.DataFrame) -> Finding:
     values = {"size_bytes": int(size), "best_h2d": best["h2d"].strategy, "best_d2h": best["d2h"].strategy,
               "h2d_gbps": float(best["h2d"].gbps), "d2h_gbps": float(best["d2h"].gbps),
               "d2h_over_h2d": float(ratio)}  # fmt: skip
+    back = at[at.direction == "d2h"].sort_values("gbps", ascending=False)
+    # a runner-up within 1 %: which of the two wins is noise, so both are named
+    tied = [r.strategy for r in back.iloc[1:].itertuples() if r.gbps >= best["d2h"].gbps * 0.99]
+    way = best["d2h"].strategy + (f", tied within 1 % with {', '.join(tied)}" if tied else "")
+    values["tied_d2h"] = tied
     verdict = (
-        f"At {fmt_bytes(size, compact=True)}, the fastest way back (device→host, {best['d2h'].strategy}) moves "
+        f"At {fmt_bytes(size, compact=True)}, the fastest way back (device→host, {way}) moves "
         f"{best['d2h'].gbps:.1f} GB/s, {ratio:.0%} of the fastest way there (host→device, "
         f"{best['h2d'].strategy}: {best['h2d'].gbps:.1f} GB/s; medians)."
     )
@@ -312,8 +317,25 @@ def best_batch_method(df: pd.DataFrame, *, baseline: str = "loop_to", tie: float
             else ""
         )
         + _beforehand_note(last)
+        + _unmeasured_note(df)
     )
     return Finding(verdict, holds, last.to_dict(), table)
+
+
+def _unmeasured_note(df: pd.DataFrame) -> str:
+    """ " `tensordict` was not measured here (unavailable: ...)." for a method every timed row
+    of which failed, so a reader does not look for it in the figure or the verdict."""
+    t = df[~df["warmup"].astype(bool)] if "warmup" in df.columns else df
+    if "error" not in t.columns or t.empty:
+        return ""
+    failed = t.groupby("strategy")["error"].agg(lambda e: bool((e.astype(str) != "").all()))
+    parts = []
+    for name in failed[failed].index:
+        first = str(t.loc[t["strategy"] == name, "error"].iloc[0]).split(":", 1)[0]
+        parts.append(f"`{name}` ({first})")
+    if not parts:
+        return ""
+    return f" Not measured in this recording, every copy failed: {', '.join(parts)}."
 
 
 def _beforehand_note(last: pd.Series) -> str:

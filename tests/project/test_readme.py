@@ -90,7 +90,13 @@ def expected():
     if rec.has("d2h", "d2h"):  # the way back, timed beside two ways there in one run
         f = findings_transfer.direction_bandwidth(rec.table("d2h", "d2h"))
         rows["device → host, the fastest way back"] = [
-            f"{f['d2h_gbps']:.1f} GB/s (`{f['best_d2h']}`) at {fmt_bytes(f['size_bytes'], compact=True)}",
+            f"{f['d2h_gbps']:.1f} GB/s (`{f['best_d2h']}`"
+            + (
+                ", tied within 1 % with " + ", ".join(f"`{t}`" for t in f["tied_d2h"])
+                if f["tied_d2h"]
+                else ""
+            )
+            + f") at {fmt_bytes(f['size_bytes'], compact=True)}",
             f"{f['d2h_over_h2d']:.0%} of the fastest way there in the same run ({f['h2d_gbps']:.1f} GB/s)",
         ]
         b = findings_transfer.pageable_back(rec.table("d2h", "d2h"))
