@@ -282,7 +282,9 @@ def test_a_usage_error_is_one_line_exit_2():
     # a line break inside the message (from a file name, or a library's own error text) is
     # shown as text on the one line (escape.terminal_text), never as a second line
     r = _run_main_with("raise UsageError('give a size such as 1KiB\\nand more detail')")
-    assert _one_line_error(r, "give a size") == "h2dlab: error: give a size such as 1KiB\\u000aand more detail"
+    assert (
+        _one_line_error(r, "give a size") == "h2dlab: error: give a size such as 1KiB\\u000aand more detail"
+    )
     assert r.returncode == 2
 
 
