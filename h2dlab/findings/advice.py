@@ -173,6 +173,10 @@ def advice(
         upfront = registering_cost(sweep, size_bytes)["ms"]["median"]
     except ValueError:
         upfront = np.nan
+    # to_device's first calls in a process make its pinned ring: the slowest staged warm-up
+    # shows what that cost (not counted in per_copy_ms; best_way's verdict says so)
+    warm = sweep[(sweep.strategy == "staged") & sweep.warmup.astype(bool) & (sweep.error == "")]
+    first_staged = float(value_ms(warm).max()) if len(warm) else np.nan
     rows = []
     for key, code, what in WAYS:
         c = _cell(src[key], size_bytes)
@@ -222,7 +226,9 @@ def advice(
         "upfront_ms",
         "once_ms",
     ]
-    return t[cols + ["vs_pageable", "verdict", "basis", "case", "compared_with"]].reset_index(drop=True)
+    out = t[cols + ["vs_pageable", "verdict", "basis", "case", "compared_with"]].reset_index(drop=True)
+    out.attrs["staged_first_call_ms"] = first_staged
+    return out
 
 
 def _table(df: object, name: str) -> pd.DataFrame:
@@ -298,6 +304,12 @@ def best_way(table: pd.DataFrame, copies: int = 1, *, case: str = "one tensor to
         verdict += (
             f" That presumes the data already in pinned memory, its pinning not counted; from a pageable tensor "
             f"the fastest is {a.what} (`{a.code}`), {a.total_ms:.1f} ms in all, {page / a.total_ms:.1f}x."
+        )
+    first = table.attrs.get("staged_first_call_ms", np.nan)
+    if b.way == "staged" and np.isfinite(first):
+        verdict += (
+            f" Not counted: its first calls in a process also make its pinned ring (the sweep's "
+            f"slowest staged warm-up took {first:.1f} ms)."
         )
     return Finding(verdict, bool(b.way != plain), {"way": b.way, "total_ms": float(b.total_ms)}, t)
 

@@ -464,3 +464,14 @@ def test_staged_bounds_says_what_its_lower_bound_is_before_a_copy_falls_under_it
         assert "a host copy measured once and alone is no ceiling" in g.verdict
     else:
         assert "`pinned_reuse`'s peak in the same run" in g.verdict or "below the pinned DMA" in g.verdict
+
+
+def test_a_staged_best_way_says_its_first_calls_make_the_ring_not_counted(inter, cold):
+    t = advice.advice(inter, GiB, cold=cold)
+    warm = inter[(inter.strategy == "staged") & inter.warmup & (inter.error == "")]
+    slowest = float(warm.event_ms.where(warm.event_ms.notna(), warm.wall_ms).max())
+    once = advice.best_way(t, 1)
+    assert once["way"] == "staged"
+    assert f"slowest staged warm-up took {slowest:.1f} ms" in once.verdict
+    # a best way that is not staged says nothing of the ring
+    assert "slowest staged warm-up" not in advice.best_way(t, 100).verdict
