@@ -32,6 +32,7 @@ __all__ = [
     "md_inert_html",
     "md_text",
     "plot_text",
+    "sheet_frame",
     "terminal_text",
     "text_columns",
 ]
@@ -202,6 +203,32 @@ def defuse_sheet(ws: Any, columns: list[int] | None = None) -> int:
                 cell.quotePrefix = True
                 n += 1
     return n
+
+
+#: What an .xlsx cell cannot hold (XML 1.0): C0 control characters but tab, LF and CR.
+_SHEET_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def sheet_frame(df: Any) -> Any:
+    """``df`` with every character an .xlsx cell cannot hold (a C0 control character from a
+    file: NUL, BEL, ESC ...) written as ``\\uXXXX`` text, as :func:`terminal_text` writes it,
+    so openpyxl stores the text instead of failing; ``df`` itself where nothing changes."""
+    import pandas as pd
+
+    def clean(v: Any) -> Any:
+        return _SHEET_ILLEGAL.sub(lambda m: f"\\u{ord(m.group()):04x}", v) if isinstance(v, str) else v
+
+    out = None
+    for name, col in df.items():
+        if pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype):
+            continue
+        if col.map(lambda v: isinstance(v, str) and _SHEET_ILLEGAL.search(v) is not None).any():
+            out = df.copy() if out is None else out
+            out[name] = col.map(clean)
+    header = [clean(c) if isinstance(c, str) else c for c in df.columns]
+    if header != list(df.columns):
+        out = (df.copy() if out is None else out).set_axis(header, axis=1)
+    return df if out is None else out
 
 
 def text_columns(df: Any) -> list[int]:

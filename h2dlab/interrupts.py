@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["STOPPING", "terminate_raises"]
+__all__ = ["STOPPING", "signals_held", "terminate_raises"]
 
 #: The signals that would end the process outright and are taken as Ctrl-C instead.
 STOPPING = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
@@ -36,3 +36,35 @@ def terminate_raises() -> Iterator[None]:
     finally:
         for s in taken:
             signal.signal(s, old[s])
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Within the block, SIGINT, SIGTERM and SIGHUP are noted, not acted on; when it ends,
+    each one noted goes to the handler that was in place (a stop flag's, Python's Ctrl-C,
+    or the default, which ends the process). For a few steps that must all happen or none,
+    such as a row written to its file and counted as written. A Python handler runs only in
+    the main thread, so the block holds nothing elsewhere (nor needs to)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = (signal.SIGINT, *STOPPING)
+    noted: list[int] = []
+
+    def note(signum, frame):  # noqa: ARG001
+        noted.append(signum)
+
+    old = {s: signal.getsignal(s) for s in held}
+    for s in held:
+        signal.signal(s, note)
+    try:
+        yield
+    finally:
+        for s in held:
+            signal.signal(s, old[s])
+        for s in noted:
+            handler = old[s]
+            if callable(handler):
+                handler(s, None)
+            elif handler in (signal.SIG_DFL, None):
+                signal.raise_signal(s)

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from h2dlab.errors import AlreadyDone, UsageError
+from h2dlab.interrupts import signals_held
 from h2dlab.measure.census import census, census_seconds
 from h2dlab.measure.row_line import csv_line
 from h2dlab.measure.spec import differences
@@ -369,14 +370,17 @@ class Recording:
     def write_all(self, rows: list[dict[str, Any]]) -> None:
         """:meth:`write` for several rows, in order, flushed once after the last (and even
         with none: what an interrupted call left in the buffer). A row joins ``self.rows``
-        once it is in the file's buffer, so ``len(self.rows)`` says how many went."""
-        for row in rows:
-            row["run_id"] = self.run_id
+        once it is in the file's buffer, so ``len(self.rows)`` says how many went. Signals
+        wait until every row is written and counted (``interrupts.signals_held``): a second
+        Ctrl-C can neither drop the rows still waiting nor have one written twice."""
+        with signals_held():
+            for row in rows:
+                row["run_id"] = self.run_id
+                if self.writer is not None:
+                    self.writer.write(row, flush=False)
+                self.rows.append(row)
             if self.writer is not None:
-                self.writer.write(row, flush=False)
-            self.rows.append(row)
-        if self.writer is not None:
-            self.writer.flush()
+                self.writer.flush()
 
     def finish(self, stop: StopFlag, gpu: bool) -> pd.DataFrame:
         """The table of every row kept; ``out`` and its env.json written if there is an ``out``.

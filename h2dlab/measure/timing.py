@@ -8,7 +8,9 @@ copy later. Which failures a sweep may record and go on from, and which stop it,
 
 from __future__ import annotations
 
+import _thread
 import gc
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -86,15 +88,26 @@ EVIDENCE = ("light", "full")
 
 _GC_STARTS = [0]
 _GC_TIME = [0.0, 0.0]  # seconds spent in collections so far; perf_counter at the running one's start
+_GC_INTERRUPTED = [False]  # a Ctrl-C whose handler ran inside the counter, to be asked for again
 
 
 def _count_gc(phase: str, info: dict) -> None:  # noqa: ARG001 - gc.callbacks' signature
-    if phase == "start":
-        _GC_STARTS[0] += 1
-        _GC_TIME[1] = time.perf_counter()
-    elif phase == "stop" and _GC_TIME[1]:
-        _GC_TIME[0] += time.perf_counter() - _GC_TIME[1]
-        _GC_TIME[1] = 0.0
+    try:
+        if phase == "start":
+            _GC_STARTS[0] += 1
+            _GC_TIME[1] = time.perf_counter()
+        elif phase == "stop" and _GC_TIME[1]:
+            _GC_TIME[0] += time.perf_counter() - _GC_TIME[1]
+            _GC_TIME[1] = 0.0
+    except KeyboardInterrupt:
+        # Python drops an exception raised in a gc callback: a Ctrl-C whose handler ran here
+        # would be lost, so it is asked for again at the collection's end, to act after it
+        _GC_INTERRUPTED[0] = True
+    if phase == "stop" and _GC_INTERRUPTED[0]:
+        _GC_INTERRUPTED[0] = False
+        # from another thread, a moment later: asked for here, it would act (and be dropped)
+        # inside this callback
+        threading.Timer(0.001, _thread.interrupt_main).start()
 
 
 if not any(getattr(cb, "__name__", "") == "_count_gc" for cb in gc.callbacks):

@@ -517,8 +517,9 @@ def _refuse_repeats(path: Path, names: list[str], *, renamed: bool = False) -> N
 
 def safe_excel(df: Any, path: Any, sheet_name: str = "Sheet1", **kw: Any) -> None:
     """``df.to_excel(path, index=False)`` (openpyxl) with ``escape.defuse_sheet`` applied."""
-    from h2dlab.escape import defuse_sheet, text_columns
+    from h2dlab.escape import defuse_sheet, sheet_frame, text_columns
 
+    df = sheet_frame(df)  # a control character from a file would stop openpyxl
     if len(df) > XLSX_MAX_ROWS:  # openpyxl would fail at the end, after minutes of writing
         raise SchemaError(
             f"cannot write {len(df):,} rows to an .xlsx sheet (it holds {XLSX_MAX_ROWS:,}): write .csv.gz or .parquet"

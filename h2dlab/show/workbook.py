@@ -163,10 +163,12 @@ def _style(ws, df: pd.DataFrame, header_row: int = 1) -> None:
 
 def write(path: str | Path, data: str | Path = session.BUNDLED) -> Path:
     """Write the workbook of the recording ``data`` to ``path`` (atomically); returns it."""
-    from h2dlab.escape import defuse_sheet, text_columns
+    from h2dlab.escape import defuse_sheet, sheet_frame, text_columns
 
     tables, env, commands = sheets(data)
-    readme = _readme(tables, env, commands, data)
+    # text from an env.json or a table may hold a control character, which openpyxl refuses
+    readme = sheet_frame(_readme(tables, env, commands, data))
+    tables = {name: (sheet_frame(df), rest) for name, (df, rest) in tables.items()}
 
     def writer(p: str) -> None:
         with pd.ExcelWriter(p, engine="openpyxl") as xw:

@@ -11,11 +11,6 @@ from h2dlab.cli import main as cli
 from h2dlab.recording import datasets
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="explain --out x.xlsx: safe_excel defuses formulas but passes C0 control characters "
-    "to openpyxl, whose IllegalCharacterError escapes as a traceback (exit 1)",
-)
 @pytest.mark.parametrize("char", ["\x07", "\x00", "\x1b"])
 def test_explain_out_xlsx_with_a_control_character_in_an_error_text(tmp_path, capsys, char):
     table = datasets.load("forum_a100").head(30).copy()

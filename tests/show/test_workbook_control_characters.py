@@ -4,16 +4,10 @@ so the kit writes them another way or says so in one line, never a traceback. Th
 is the bundled h200 one with its host name edited (SYNTHETIC)."""
 
 import openpyxl
-import pytest
 
 from h2dlab.recording import datasets
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="show.workbook.write puts env.json's hostname into the README sheet as it is: "
-    "openpyxl's IllegalCharacterError on a control character escapes (the report's workbook fails)",
-)
 def test_the_report_workbook_of_a_recording_whose_env_json_holds_a_control_character(tmp_path):
     import json
     import shutil
