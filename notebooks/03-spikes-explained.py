@@ -250,8 +250,8 @@ plots.idle_pause(rec.table("idle"), name=f"{rec.name}:idle") if rec.has("idle") 
 # CPU, so in the table its wait looks like plain CPU work: no wait to run, no sleep.
 #
 # The bundled `h200_omp` recording shows it, whatever `DATA` this notebook reads. It is an H200
-# of the same model as the bundled recording, on another VM build (`fc-v973`), made on
-# 2026-12-01, two days before it. Its figures are the host's, not the link's. It ran one
+# of the same model as the bundled recording, on another VM build (`fc-v973`) and an earlier
+# day (its env.json files give both). Its figures are the host's, not the link's. It ran one
 # interleaved plan three times with the default policy and three times with
 # `OMP_WAIT_POLICY=PASSIVE`, each run in its own process (`default-1`, `passive-1` and so on).
 # Its env.json files store the policy; its tables read each other thread's own CPU clock:
