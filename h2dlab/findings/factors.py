@@ -87,7 +87,8 @@ def machine(env: dict[str, Any], *, failed_rows: int | None = None) -> Finding:
         parts.append(". The NUMA layout is not recorded.")
     else:
         parts.append(
-            f". The machine had {numa} NUMA node{'s' if numa != 1 else ''} and the process could run on "
+            f". The machine had {numa} NUMA (non-uniform memory access) node{'s' if numa != 1 else ''}, "
+            "a socket's CPUs and their memory, and the process could run on "
             f"{allowed if allowed is not None else 'an unrecorded number of'} of its {cpus} CPUs: "
             + (
                 "one node, so every host buffer was local to the CPUs that copied it."

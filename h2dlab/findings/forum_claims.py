@@ -210,7 +210,7 @@ def link_estimate(
     holds = bool(corrected <= paper and above_older)
     gpu = md_text(run_env(forum_rerun).get("gpu_name") or "re-run machine")  # from a file: inert
     verdict = (
-        f"The A100 table's pinned copies fit {a_gbps:.1f} GB/s, but each includes a cudaMalloc after "
+        f"The A100 table's pinned copies fit {a_gbps:.1f} GB/s, but each includes a cudaMalloc (a new device allocation) after "
         f"empty_cache(): on the {gpu} the same protocol fits {f_gbps:.1f} GB/s against {r_gbps:.1f} GB/s into a "
         f"reused buffer ({factor:.2f}x). Corrected the same way, the A100 link moves about {corrected:.0f} GB/s: "
         + (

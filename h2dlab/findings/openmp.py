@@ -191,8 +191,9 @@ def host_parallel(explained: pd.DataFrame) -> Finding:
             f" For {'it' if len(hp) == 1 else f'{same} of the {len(hp)}'} no worker waited to run both for half "
             "the extra time and longer than in its strategy's ordinary copies. Busy workers are no reason "
             "either: spinning workers look busy through any long copy. So the label says where the extra time "
-            "went, not why. Counted as unexplained, they would leave "
-            f"{n_u + same} of {len(f)} flagged copies ({share:.0%}) without a cause."
+            f"went, not why. Counted as unexplained, {'it' if same == 1 else f'those {same}'} and the "
+            f"{n_u} already unexplained would leave {n_u + same} of {len(f)} flagged copies ({share:.0%}) "
+            "without a cause."
             if same
             else ""
         )

@@ -167,7 +167,8 @@ def host_copy_ceiling(bench: dict[str, Any], *, method: str = "to_device") -> Fi
         if peak is not None and v > peak
     ]
     if not holds:
-        end = f"`{method}` beat it at {', '.join(beaten)}: a host copy measured once and alone is no ceiling."
+        shown = [f"{b[:-3]} {b[-3:]}" for b in beaten]  # "4GiB" -> "4 GiB"
+        end = f"`{method}` beat it at {', '.join(shown)}: a host copy measured once and alone is no ceiling."
     elif peak is None:
         end = "The staged path stayed below it (the run has no pinned DMA peak to say which of the two limits it)."
     elif faster:
