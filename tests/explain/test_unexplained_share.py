@@ -159,7 +159,11 @@ def test_host_parallel_finding_counts_as_a_reader_would(bundled, kind):
             in got.verdict
         )
     if same:
-        assert f"Counted as unexplained, they would leave {unexplained + same} of {len(f)}" in got.verdict
+        them = "it" if same == 1 else f"those {same}"
+        assert (
+            f"Counted as unexplained, {them} and the {unexplained} already unexplained would leave "
+            f"{unexplained + same} of {len(f)}" in got.verdict
+        )
 
 
 def test_host_parallel_finding_without_such_copies():
