@@ -52,21 +52,21 @@ def _names():
 CLOCK_SPEED_UP = {"batch_pinned_once"} if "H2DLAB_TRACES" not in os.environ else set()
 
 
-def _exposed_cases():
+def _cases(known: set[str], reason: str):
+    """Every bundled workload, those in ``known`` as strict expected failures for ``reason``."""
     return [
-        pytest.param(
-            n,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the GPU runs the matrix products faster after this serial copy than in the "
-                "resident step, so the step grows by less than the copy's GPU time the trace shows "
-                "(test_clock_speed_up_explains_the_serial_pinned_copy)",
-            ),
-        )
-        if n in CLOCK_SPEED_UP
-        else n
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=reason)) if n in known else n
         for n in _names()
     ]
+
+
+def _exposed_cases():
+    return _cases(
+        CLOCK_SPEED_UP,
+        "the GPU runs the matrix products faster after this serial copy than in the "
+        "resident step, so the step grows by less than the copy's GPU time the trace shows "
+        "(test_clock_speed_up_explains_the_serial_pinned_copy)",
+    )
 
 
 def _products(dx, name: str) -> tuple[float, float]:
@@ -127,19 +127,11 @@ UNTRACED_FIRST = {"loader_pageable", "loader_pinned"} if "H2DLAB_TRACES" not in 
 
 
 def _first_cases():
-    return [
-        pytest.param(
-            n,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the doctor's first recipe for a DataLoader site (side-stream prefetch) was never traced "
-                "with a DataLoader: its family's ground truth cannot show it fastest",
-            ),
-        )
-        if n in UNTRACED_FIRST
-        else n
-        for n in _names()
-    ]
+    return _cases(
+        UNTRACED_FIRST,
+        "the doctor's first recipe for a DataLoader site (side-stream prefetch) was never traced "
+        "with a DataLoader: its family's ground truth cannot show it fastest",
+    )
 
 
 @pytest.mark.parametrize("name", _first_cases())
