@@ -37,3 +37,25 @@ def test_the_front_page_holds_no_raw_control_character_from_an_env_json(tmp_path
     page = report_index.page([{"name": "01-forum-experiment-revisited", "title": "01"}], line, None)
     assert "GPU" in page
     assert CONTROL.findall(page) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="hostile4: a lone surrogate from env.json is a UnicodeEncodeError traceback at index.html",
+)
+def test_a_lone_surrogate_in_an_env_json_does_not_stop_the_front_page(tmp_path):
+    # found with ``h2dlab report --data <copy of data/h200>`` whose env.json files say
+    # "gpu_name": "NVIDIA \ud800 H200": the notebooks ran (60 s), then a traceback, exit 1
+    rec = tmp_path / "rec"
+    (rec / "sweep").mkdir(parents=True)
+    shutil.copy(datasets.DATA_DIR / "h200" / "recording.json", rec)
+    src = datasets.DATA_DIR / "h200" / "sweep" / "forum-sizes.csv.gz"
+    shutil.copy(src, rec / "sweep" / src.name)
+    env = json.loads(Path(f"{src}.env.json").read_text())
+    env.update(gpu_name="NVIDIA \ud800 H200")
+    (rec / "sweep" / f"{src.name}.env.json").write_text(json.dumps(env))  # ASCII: "\\ud800"
+    out = tmp_path / "reports"
+    out.mkdir()
+    pages = [{"name": "01-forum-experiment-revisited", "title": "01"}]
+    written = report_index.write(out, pages, rec, "replay", None)
+    assert "NVIDIA" in written.read_text(encoding="utf-8")
