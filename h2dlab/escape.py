@@ -205,8 +205,9 @@ def defuse_sheet(ws: Any, columns: list[int] | None = None) -> int:
     return n
 
 
-#: What an .xlsx cell cannot hold (XML 1.0): C0 control characters but tab, LF and CR.
-_SHEET_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+#: What an .xlsx cell cannot hold (XML 1.0): C0 control characters but tab, LF and CR,
+#: lone surrogates, and the non-characters U+FFFE and U+FFFF.
+_SHEET_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def sheet_frame(df: Any) -> Any:

@@ -139,6 +139,10 @@ class _Stream:
                 if self.eof and (e.pos >= len(self.buf.rstrip()) or e.msg.startswith("Unterminated")):
                     raise UsageError(f"{self.name} is truncated: it ends inside a JSON value") from None
                 raise UsageError(f"{self.name} is not valid JSON ({e.msg} at character {e.pos})") from None
+            except ValueError:  # an integer of more digits than Python converts (4300)
+                raise UsageError(
+                    f"{self.name} is not a Chrome trace: it holds a number too long to read"
+                ) from None
             if end >= len(self.buf) and not self.eof and self.fill():
                 continue  # a number at the window's end may go on in the next chunk
             self.pos = end

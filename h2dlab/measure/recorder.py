@@ -177,9 +177,12 @@ def existing_rows(out: str | Path) -> tuple[pd.DataFrame | None, dict[str, Any] 
     try:
         if partial.exists():
             df = datasets.read(partial) if partial.stat().st_size else datasets.empty_table()
-            ids = df["run_id"].unique() if len(df) else None  # another run's env.json is not used
-            env = datasets.read_env(partial, run_ids=ids) or datasets.read_env(out, run_ids=ids)
-            return df, env
+            if len(df) or not out.exists():
+                ids = df["run_id"].unique() if len(df) else None  # another run's env.json is not used
+                env = datasets.read_env(partial, run_ids=ids) or datasets.read_env(out, run_ids=ids)
+                return df, env
+            # an empty partial file beside a table: a resume stopped before it had copied the
+            # table's rows over; the table holds them still
         if out.exists():
             df = datasets.read(out)
             return df, df.attrs.get("env")

@@ -12,7 +12,6 @@ here are synthetic for the purpose: host copies measured on the CPU.
 """
 
 import pandas as pd
-import pytest
 
 from h2dlab.cli import main as cli
 from h2dlab.measure.recorder import partial_path
@@ -21,10 +20,6 @@ ARGS = ["measure", "--device", "cpu", "--strategies", "pageable", "--sizes", "1K
 ARGS += ["--reps", "3", "--warmup", "0", "--no-progress"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hostile4: an empty partial file makes --resume re-measure and overwrite the stopped table's rows",
-)
 def test_resume_keeps_the_stopped_tables_rows_beside_an_empty_partial_file(tmp_path, capsys):
     out = tmp_path / "r.csv"
     assert cli.main([*ARGS, "--out", str(out)]) == 0

@@ -15,9 +15,6 @@ import pytest
 from h2dlab.recording.tableio import safe_excel
 
 
-@pytest.mark.xfail(
-    strict=True, reason="hostile4: U+FFFE/U+FFFF reach the sheet XML and make the workbook unreadable"
-)
 def test_a_workbook_with_noncharacters_in_a_text_cell_reads_back(tmp_path):
     path = tmp_path / "x.xlsx"
     safe_excel(pd.DataFrame({"error": ["A\uffffB", "ok\ufffe"], "size_bytes": [1, 2]}), path)
