@@ -217,7 +217,7 @@ def sheet_frame(df: Any) -> Any:
     import pandas as pd
 
     def clean(v: Any) -> Any:
-        return _SHEET_ILLEGAL.sub(lambda m: f"\\u{ord(m.group()):04x}", v) if isinstance(v, str) else v
+        return _SHEET_ILLEGAL.sub(lambda m: _visible(m.group()), v) if isinstance(v, str) else v
 
     out = None
     for name, col in df.items():

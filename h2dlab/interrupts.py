@@ -27,15 +27,9 @@ def terminate_raises() -> Iterator[None]:
     def handler(signum, frame):  # noqa: ARG001
         raise KeyboardInterrupt
 
-    old = {s: signal.getsignal(s) for s in STOPPING}
-    taken = [s for s, h in old.items() if h in (signal.SIG_DFL, None)]  # another handler is kept
-    for s in taken:
-        signal.signal(s, handler)
-    try:
+    taken = [s for s in STOPPING if signal.getsignal(s) in (signal.SIG_DFL, None)]  # another handler is kept
+    with _handled_by(taken, handler):
         yield
-    finally:
-        for s in taken:
-            signal.signal(s, old[s])
 
 
 @contextmanager
@@ -55,16 +49,26 @@ def signals_held() -> Iterator[None]:
         noted.append(signum)
 
     old = {s: signal.getsignal(s) for s in held}
-    for s in held:
-        signal.signal(s, note)
     try:
-        yield
+        with _handled_by(held, note):
+            yield
     finally:
-        for s in held:
-            signal.signal(s, old[s])
-        for s in noted:
+        for s in noted:  # after the block, in order, to the handler that was in place
             handler = old[s]
             if callable(handler):
                 handler(s, None)
             elif handler in (signal.SIG_DFL, None):
                 signal.raise_signal(s)
+
+
+@contextmanager
+def _handled_by(signals, handler) -> Iterator[None]:
+    """Within the block, ``handler`` handles ``signals``; each one's own handler after it."""
+    old = {s: signal.getsignal(s) for s in signals}
+    for s in signals:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s in signals:
+            signal.signal(s, old[s])

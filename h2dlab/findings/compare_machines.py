@@ -16,6 +16,7 @@ from h2dlab.explain.model import timed, value_ms
 from h2dlab.findings.advice import bandwidth, small_copy_floor
 from h2dlab.findings.claims import host_alloc_growth
 from h2dlab.recording import datasets
+from h2dlab.recording.env import day_span
 from h2dlab.recording.session import BUNDLED, Recorded
 
 __all__ = ["COLUMNS", "METRICS", "compare", "definitions", "summary", "wide"]
@@ -104,8 +105,7 @@ def _days(df: pd.DataFrame) -> str:
     found = [e for e in envs.values() if isinstance(e, dict)]
     one = df.attrs.get("env")
     found = found or ([one] if isinstance(one, dict) else [])
-    days = sorted({str(e.get("date") or "")[:10] for e in found} - {""})
-    return "" if not days else days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
+    return day_span(found)
 
 
 def _dated(rows: list[dict], source: pd.DataFrame) -> list[dict]:

@@ -146,7 +146,7 @@ def host_copy_ceiling(bench: dict[str, Any], *, method: str = "to_device") -> Fi
         raise ValueError(f"the benchmark has no host_copy ceilings or no {method} rows")
     m = rows[rows.method == method].set_index("size_bytes").gbps_median
     units = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
-    parts, beaten = [], []
+    parts, beaten, beaten_at = [], [], []
     for k, v in ceil.items():
         label = k.split("_")[2]
         n = int(label[:-3]) * units[label[-3:]]
@@ -159,6 +159,7 @@ def host_copy_ceiling(bench: dict[str, Any], *, method: str = "to_device") -> Fi
         parts.append(f"{v:.0f} GB/s alone against `{method}` {got:.1f} GB/s at {fmt_bytes(n, compact=True)}")
         if got > v:
             beaten.append(label)
+            beaten_at.append(fmt_bytes(n, compact=True))
     holds = not beaten
     peak = bench["ceilings"].get("pinned_reuse_peak_gbps")
     faster = [
@@ -167,8 +168,7 @@ def host_copy_ceiling(bench: dict[str, Any], *, method: str = "to_device") -> Fi
         if peak is not None and v > peak
     ]
     if not holds:
-        shown = [f"{b[:-3]} {b[-3:]}" for b in beaten]  # "4GiB" -> "4 GiB"
-        end = f"`{method}` beat it at {', '.join(shown)}: a host copy measured once and alone is no ceiling."
+        end = f"`{method}` beat it at {', '.join(beaten_at)}: a host copy measured once and alone is no ceiling."
     elif peak is None:
         end = "The staged path stayed below it (the run has no pinned DMA peak to say which of the two limits it)."
     elif faster:

@@ -23,6 +23,7 @@ __all__ = [
     "OPENMP_VARS",
     "PCIE_X16_GBPS",
     "collect_env",
+    "day_span",
     "describe",
     "git_commit",
     "meminfo_bytes",
@@ -324,6 +325,13 @@ def collect_env(
         )
         env.update(_pcie(idx, env["gpu_pci_bus_id"]))
     return env
+
+
+def day_span(envs: Any) -> str:
+    """The day of these env.jsons' runs, YYYY-MM-DD, or ``first to last`` where they differ;
+    "" where none gives a ``date``."""
+    days = sorted({str(e.get("date") or "")[:10] for e in envs if isinstance(e, dict)} - {""})
+    return "" if not days else days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
 
 
 def describe(env: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ import pandas as pd
 from h2dlab.errors import Unavailable, UsageError
 from h2dlab.escape import terminal_text
 from h2dlab.recording import datasets
+from h2dlab.recording.env import day_span
 from h2dlab.recording.env_folder import read_folder_env
 from h2dlab.recording.folder import MANIFEST, finished, is_recording, read_manifest, run_tables
 from h2dlab.recording.live import find_recording, gpu_name, live_recording, same_machine, this_machine
@@ -271,10 +272,7 @@ class Recorded:
         made = self.manifest or getattr(self, "_made", None)
         if made and made.get("created") and (self.manifest or set(self.kinds()) <= self._recorded_kinds()):
             return str(made["created"])[:10]
-        days = sorted(
-            {str(self.env(k, r).get("date", ""))[:10] for k in self.kinds() for r in self.runs(k)} - {""}
-        )
-        return "?" if not days else days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
+        return day_span(self.env(k, r) for k in self.kinds() for r in self.runs(k)) or "?"
 
     def _recorded_kinds(self) -> set[str]:
         """Kinds of the bundled data that come from data/h200 (the rest: the v1 folders)."""
