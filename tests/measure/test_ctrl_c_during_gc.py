@@ -9,6 +9,7 @@ with a traceback on stderr). The callback now asks for the interrupt again
 from __future__ import annotations
 
 import gc
+import time
 
 import pytest
 
@@ -35,6 +36,9 @@ def test_a_ctrl_c_during_a_garbage_collection_still_interrupts(monkeypatch):
     monkeypatch.setattr(timing, "_GC_TIME", [0.0, 0.0])
     with pytest.raises(KeyboardInterrupt):
         gc.collect()
-        for _ in range(10_000_000):  # the interrupt comes a moment later, from another thread
+        # the interrupt comes a moment later, from a timer thread, which a loaded machine may
+        # start late: wait for it up to 10 s, allocating nothing (no collection to land in)
+        until = time.monotonic() + 10
+        while time.monotonic() < until:
             pass
     assert clock.fired
