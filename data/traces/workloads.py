@@ -162,13 +162,32 @@ def build(dev: torch.device) -> list[Workload]:
         it = iter(torch.utils.data.DataLoader(_Chunks(chunks), batch_size=None, pin_memory=pin))
         return lambda: next(it)
 
-    nxt_pageable, nxt_pinned, nxt_resident = loader(False), loader(True), loader(False)
+    nxt_pageable, nxt_pinned, nxt_ahead, nxt_resident = (
+        loader(False),
+        loader(True),
+        loader(True),
+        loader(False),
+    )
 
     def loader_pageable() -> None:
         _finish(_compute(nxt_pageable().to(dev), w))
 
     def loader_pinned() -> None:
         _finish(_compute(nxt_pinned().to(dev, non_blocking=True), w))
+
+    def loader_copy() -> torch.Tensor:
+        return nxt_ahead().to(dev, non_blocking=True)
+
+    loader_state: dict = {}
+
+    def loader_prefetch() -> None:
+        if "next" not in loader_state:
+            _prefetch(loader_state, loader_copy)
+        x = _take(loader_state)
+        x.record_stream(main)
+        y = _compute(x, w)
+        _prefetch(loader_state, loader_copy)  # the loader's next pinned batch crosses meanwhile
+        _finish(y)
 
     def loader_resident() -> None:
         nxt_resident()  # the loader still runs; the batch is already on the GPU
@@ -178,6 +197,9 @@ def build(dev: torch.device) -> list[Workload]:
         Workload("loader_pageable", "loader", "pageable", "pageable", loader_pageable, loader_resident),
         Workload(
             "loader_pinned", "loader", "dataloader_pin_memory", "pinned", loader_pinned, loader_resident
+        ),
+        Workload(
+            "loader_prefetch", "loader", "side_stream_prefetch", "pinned", loader_prefetch, loader_resident
         ),
     ]
     return out
