@@ -19,6 +19,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from h2dlab.escape import json_text
 from h2dlab.recording.env import collect_env
 from h2dlab.recording.plan import PLAN_VERSION
 from h2dlab.recording.tableio import atomic_write
@@ -37,7 +38,7 @@ def folder_env_path(folder: str | Path) -> Path:
 def read_folder_env(folder: str | Path) -> dict[str, Any] | None:
     """The recording's env.json, or None where it has none (or an unreadable one)."""
     try:
-        env = json.loads(folder_env_path(folder).read_text())
+        env = json_text(json.loads(folder_env_path(folder).read_text()))  # a lone surrogate as text
     except (OSError, ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return None
     return env if isinstance(env, dict) else None

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from h2dlab import SCHEMA_VERSION
-from h2dlab.escape import terminal_text
+from h2dlab.escape import json_text, terminal_text
 from h2dlab.interrupts import terminate_raises
 from h2dlab.recording.schema import COLUMNS, OPTIONAL_COLUMNS, SchemaError, validate
 
@@ -373,7 +373,7 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
             data = fh.read(max_table_bytes() + 1)
         if len(data) > max_table_bytes():
             raise OSError(f"it is over the {max_table_bytes():,} bytes an env.json may hold")
-        env = json.loads(data)
+        env = json_text(json.loads(data))  # a lone surrogate ("\\ud800") as text
     except (OSError, ValueError, RecursionError) as exc:  # nested past the parser's depth
         raise SchemaError(f"{p}: not a readable env.json ({exc})") from None
     if not isinstance(env, dict):
