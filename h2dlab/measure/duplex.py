@@ -281,7 +281,7 @@ def duplex(
     for r in planned:
         by_copy.setdefault(r["copy"], []).append(r)
     pair, failed, checked = None, "", set()
-    with measuring(stop, bar, run):
+    with measuring(stop, bar):
         for rows in by_copy.values():
             if stop:
                 break
