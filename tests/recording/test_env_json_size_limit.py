@@ -37,7 +37,8 @@ def _rows(run_id, n):
 
 def test_an_env_json_over_1_mib_beside_a_table_is_not_used_and_one_warning_says_so(tmp_path):
     table = _table(tmp_path)
-    env = {"run_id": RUN, "gpu_name": "GPU", "padding": "x" * ((1 << 20) + (32 << 10))}  # valid, names this run
+    pad = "x" * ((1 << 20) + (32 << 10))
+    env = {"run_id": RUN, "gpu_name": "GPU", "padding": pad}  # valid JSON, naming this run
     datasets.env_path(table).write_text(json.dumps(env))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
