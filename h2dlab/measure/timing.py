@@ -309,9 +309,11 @@ class Timer:
         # entry is dropped by Python: _count_gc), and read last before the start and first
         # after the stop: in between, outside fn, only floats are made, and they cannot
         # start a collection.
-        hook = _HOOK[0] = sys.unraisablehook
-        sys.unraisablehook = _keep_dropped
-        _CALLBACKS.append(_count_gc)
+        inner = sys.unraisablehook is _keep_dropped  # within another window: its counter counts
+        if not inner:
+            _HOOK[0] = sys.unraisablehook
+            sys.unraisablehook = _keep_dropped
+            _CALLBACKS.append(_count_gc)
         try:
             g0, gt0 = _GC_STARTS[0], _GC_TIME[0]
             c0 = time.thread_time()
@@ -332,8 +334,9 @@ class Timer:
             c1 = time.thread_time()
             g1, gt1 = _GC_STARTS[0], _GC_TIME[0]
         finally:
-            _CALLBACKS.remove(_count_gc)
-            sys.unraisablehook = hook
+            if not inner:
+                _CALLBACKS.remove(_count_gc)
+                sys.unraisablehook = _HOOK[0]
             if _GC_DROPPED:
                 _raise_dropped()
         p1 = time.process_time()

@@ -105,3 +105,14 @@ def test_an_exception_from_the_copy_leaves_no_counter_and_no_hook_behind():
         timer(failing)
     assert not any(_is_counter(cb) for cb in gc.callbacks)
     assert sys.unraisablehook is hook
+
+
+def test_a_timed_copy_inside_a_timed_copy_counts_and_leaves_nothing_behind():
+    import sys
+
+    hook = sys.unraisablehook
+    timer = timing.Timer(torch.device("cpu"), evidence="light")
+    _, outer = timer(lambda: timer(gc.collect))
+    assert outer["gc_count"] == 1.0
+    assert not any(_is_counter(cb) for cb in gc.callbacks)
+    assert sys.unraisablehook is hook
