@@ -28,6 +28,7 @@ __all__ = [
     "defuse_sheet",
     "defuse_text",
     "html_text",
+    "json_text",
     "md_code",
     "md_inert_html",
     "md_text",
@@ -96,23 +97,64 @@ def terminal_text(value: Any, *, keep: str = "", replacement: str | None = None)
     return "".join(swap(c) if c not in keep and _hidden(c) else c for c in text)
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(value: Any) -> Any:
+    """``value`` as ``json.loads`` returned it, with each lone surrogate in its strings (keys
+    too) written ``\\ud800`` as :func:`terminal_text` writes it. A JSON file may hold the
+    escape ``"\\ud800"``, which decodes to a character that no page, sheet, table or
+    terminal can encode (pandas' text columns refuse it). Containers are changed in place,
+    walked without recursion (a file may nest deeper than Python recurses)."""
+
+    def fix(text: str) -> str:
+        return _LONE_SURROGATE.sub(lambda m: _visible(m.group()), text)
+
+    if isinstance(value, str):
+        return fix(value)
+    stack = [value] if isinstance(value, (dict, list)) else []
+    while stack:
+        box = stack.pop()
+        if isinstance(box, list):
+            for i, v in enumerate(box):
+                if isinstance(v, str):
+                    box[i] = fix(v)
+                elif isinstance(v, (dict, list)):
+                    stack.append(v)
+            continue
+        items = list(box.items())
+        box.clear()
+        for k, v in items:
+            if isinstance(v, str):
+                v = fix(v)
+            elif isinstance(v, (dict, list)):
+                stack.append(v)
+            box[fix(k) if isinstance(k, str) else k] = v
+    return value
+
+
 def html_text(value: Any) -> str:
-    """``value`` as text in HTML: ``& < > " '`` escaped."""
-    return html.escape(str(value), quote=True)
+    """``value`` as text in HTML: ``& < > " '`` escaped, and each character of
+    :data:`TERMINAL_HIDDEN` but tab and line feed written ``\\u0000`` as
+    :func:`terminal_text` writes it (a NUL or ESC from a file is a parse error in a page, and
+    a lone surrogate cannot be encoded into one)."""
+    return html.escape(terminal_text(value, keep="\t\n"), quote=True)
 
 
 def md_text(value: Any) -> str:
     """``value`` as plain text inside Markdown: HTML markup escaped as entities and every
-    Markdown mark (backticks, emphasis, links, tables) backslash-escaped, on one line."""
-    text = " ".join(str(value).split())  # no line break can start a heading or a block
+    Markdown mark (backticks, emphasis, links, tables) backslash-escaped, on one line; a
+    character of :data:`TERMINAL_HIDDEN` written ``\\u0000`` as :func:`terminal_text` writes it."""
+    text = terminal_text(" ".join(str(value).split()))  # no line break can start a heading or a block
     text = _MD_SPECIAL.sub(r"\\\1", text)
     return text.replace("\\<", "&lt;").replace("\\>", "&gt;").replace("\\&", "&amp;")
 
 
 def md_code(value: Any) -> str:
     """``value`` as a Markdown code span: Markdown renders its content as literal text (HTML
-    escaped); a backtick in it, which would end the span, becomes ``'``, a line break a space."""
-    return "`" + " ".join(str(value).replace("`", "'").split()) + "`"
+    escaped); a backtick in it, which would end the span, becomes ``'``, a line break a space,
+    a character of :data:`TERMINAL_HIDDEN` ``\\u0000`` as :func:`terminal_text` writes it."""
+    return "`" + terminal_text(" ".join(str(value).replace("`", "'").split())) + "`"
 
 
 def md_inert_html(markdown: str) -> str:

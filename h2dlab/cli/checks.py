@@ -115,16 +115,41 @@ def check_target(out: Path, *, resume: bool = False, force: bool = False, resuma
             "continue it with --resume, or discard them with --force"
         )
     if out.exists() or out.is_symlink():
-        from h2dlab.recording.folder import finished  # a whole table has nothing to resume
-
-        again = ", continue its run with --resume," if resumable and not finished(out) else ""
-        raise UsageError(f"{out} exists: write elsewhere{again} or replace it with --force")
+        refused = _resume_refused(out) if resumable else ""  # only what will work is suggested
+        again = ", continue its run with --resume," if refused is None else ""
+        raise UsageError(f"{out} exists: write elsewhere{again} or replace it with --force{refused or ''}")
     fingerprint = env_path(out)  # written beside --out: an orphan of another table is kept too
     if fingerprint.exists() or fingerprint.is_symlink():
         raise UsageError(
             f"{fingerprint} exists (the env.json of --out): write elsewhere or replace it with --force"
         )
     return out
+
+
+def _resume_refused(out: Path) -> str | None:
+    """Why ``--resume`` of the table at ``out`` would be refused, as a clause to end the
+    "exists" line with (``""`` where nothing needs saying), or None where it would continue
+    the run: a whole table has nothing to resume; one that cannot be read, or holds what
+    h2dlab did not write (a user's column or sheet: ``recorder.refuse_foreign``), is refused."""
+    import warnings
+
+    from h2dlab.measure.recorder import existing_rows, foreign_parts
+    from h2dlab.recording.folder import finished
+
+    if finished(out):
+        return ""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # said when the table is read for the run itself
+            done, _ = existing_rows(out)
+    except UsageError:
+        return " (it cannot be read as a run to continue)"
+    if done is None:
+        return ""
+    parts = foreign_parts(out, done)
+    if parts:
+        return f" (a resume is refused: it holds {' and '.join(parts)} that h2dlab did not write)"
+    return None
 
 
 def not_the_source(source: str, out: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from h2dlab.cli import common as cli_common
 from h2dlab.errors import UsageError
 
-__all__ = ["add_options", "after_sweep", "check"]
+__all__ = ["add_options", "after_sweep", "check", "reference_not_taken"]
 
 
 def add_options(m: argparse.ArgumentParser) -> None:
@@ -51,9 +51,46 @@ def check(a: argparse.Namespace) -> None:
         raise UsageError("--reference times one GPU: leave out --gpus")
 
 
-def after_sweep(a: argparse.Namespace, df: Any, out: Any, spec: Any) -> None:
-    """With ``--reference``, and unless the sweep was stopped: the reference check."""
-    if a.reference and not df.attrs.get("stopped"):
+def after_sweep(a: argparse.Namespace, df: Any, out: Any, spec: Any) -> str | None:
+    """With ``--reference``, and unless the sweep was stopped: the reference check.
+
+    Returns None, or, where a Ctrl-C or SIGTERM came before the check was taken (during the
+    sweep's last copies or its table's write, which it lets end, or during the check), the
+    line that says so: the table is whole and kept, without the reference in its env.json;
+    the command then exits 130 (:func:`reference_not_taken`)."""
+    if not a.reference or df.attrs.get("stopped"):
+        return None
+    why = "a stop was asked for before it began"
+    if (df.attrs.get("env") or {}).get("stopped_by_signal") is None:
         from h2dlab.measure.reference import attach
 
-        attach(df, out, spec.device, seed=spec.seed)
+        try:
+            attach(df, out, spec.device, seed=spec.seed)
+            return None
+        except KeyboardInterrupt:
+            if _reference_written(df, out):
+                return None  # the signal came after it was written: it was taken
+            why = "it was interrupted"
+    return (
+        f"h2dlab: interrupted: the reference check was not taken ({why}); {out} is whole and kept without it"
+    )
+
+
+def _reference_written(df: Any, out: Any) -> bool:
+    from h2dlab.recording import datasets
+
+    if out is None:
+        return bool((df.attrs.get("env") or {}).get("reference"))
+    try:
+        return bool((datasets.read_env(out) or {}).get("reference"))
+    except Exception:  # noqa: BLE001 - an unreadable env.json holds no reference
+        return False
+
+
+def reference_not_taken(line: str, done: Any) -> int:
+    """``done()`` (the rows written, as for a whole table), then ``line``; exit code 130."""
+    import sys
+
+    done()
+    print(line, file=sys.stderr)
+    return cli_common.EXIT_INTERRUPTED

@@ -236,7 +236,10 @@ def _cmd_measure(a, argv) -> int:
     from h2dlab.measure.harness import sweep
 
     df = sweep(spec, out=out, resume=a.resume, force=a.force, progress=not a.no_progress, argv=cmdline)
-    cli_loop.after_sweep(a, df, out, spec)
+    halted = cli_loop.after_sweep(a, df, out, spec)  # a line where the reference check was not taken
+    if halted:
+        done = lambda: cli_loop.reference_not_taken(halted, lambda: finish_measure(df, out, argv))  # noqa: E731
+        return cli_results.finish(df, out, "measure", a.json, done, reference_taken=False)
     return cli_results.finish(df, out, "measure", a.json, lambda: finish_measure(df, out, argv))
 
 

@@ -172,7 +172,7 @@ def batch(
     shapes: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for r in planned[run.start_at :]:  # planned rows are contiguous per shape
         shapes.setdefault((r["size_bytes"], r["n_tensors"]), []).append(r)
-    with measuring(stop, bar):
+    with measuring(stop, bar, run):
         for (total, n), rows in shapes.items():
             if stop:
                 break

@@ -215,12 +215,17 @@ def start_run(
 
 
 @contextmanager
-def measuring(stop: StopFlag, bar: Any) -> Iterator[None]:
+def measuring(stop: StopFlag, bar: Any, run: Recording | None = None) -> Iterator[None]:
     """The measuring loop's frame: ``stop`` installed for signals, ``bar`` (or None) closed
-    at the end however the loop ends."""
+    at the end however the loop ends. Given the resumable ``run``, a ``KeyboardInterrupt``
+    that ends the loop at once (a second Ctrl-C) says where its rows are and how to resume."""
     try:
         with stop.installed(), steady_gc():
             yield
+    except KeyboardInterrupt as exc:
+        if run is None:
+            raise
+        raise run.interrupted(exc) from None
     finally:
         if bar is not None:
             bar.close()

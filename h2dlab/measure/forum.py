@@ -87,6 +87,8 @@ def forum(
                 _forum_size(group, dev, timer, run, bar)
     except CudaFault as exc:
         fault = exc
+    except KeyboardInterrupt as exc:  # a second Ctrl-C: the rows are written; say where, and how to resume
+        raise run.interrupted(exc) from None
     finally:
         if bar is not None:
             bar.close()

@@ -152,6 +152,8 @@ def sweep(
                     cell.release()
     except CudaFault as exc:
         fault = exc
+    except KeyboardInterrupt as exc:  # a second Ctrl-C: the rows are written; say where, and how to resume
+        raise run.interrupted(exc) from None
     finally:
         if bar is not None:
             bar.close()

@@ -403,8 +403,14 @@ class Recording:
             except KeyboardInterrupt:
                 raise KeyboardInterrupt(self._resume_hint()) from None
 
+    def interrupted(self, exc: KeyboardInterrupt) -> KeyboardInterrupt:
+        """``exc``, a ``KeyboardInterrupt`` that ended the measuring loop at once (a second
+        Ctrl-C or SIGTERM), saying where the rows measured so far are kept and how to resume
+        (raise it once they are written); one that already says something, as it is."""
+        return exc if str(exc) else KeyboardInterrupt(self._resume_hint())
+
     def _resume_hint(self) -> str:
-        """Where the rows are and how to resume, for a finish cut short."""
+        """Where the rows are and how to resume, for a loop or a finish cut short."""
         if self.writer is None:
             return f"{len(self.rows)} of {len(self.planned)} rows measured, none kept (no output file)"
         if self.argv:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import _thread
 import gc
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -88,40 +89,58 @@ EVIDENCE = ("light", "full")
 
 _GC_STARTS = [0]
 _GC_TIME = [0.0, 0.0]  # seconds spent in collections so far; perf_counter at the running one's start
-_GC_INTERRUPTED = [False]  # a Ctrl-C whose handler ran inside the counter, to be asked for again
+#: An exception Python dropped from the GC counter within a timed window (a Ctrl-C or
+#: SIGTERM whose handler ran at the counter's entry), to be raised once the window ends.
+_GC_DROPPED: list[BaseException] = []
 
 
 def _count_gc(phase: str, info: dict) -> None:  # noqa: ARG001 - gc.callbacks' signature
-    try:
-        if phase == "start":
-            _GC_STARTS[0] += 1
-            _GC_TIME[1] = time.perf_counter()
-        elif phase == "stop" and _GC_TIME[1]:
-            _GC_TIME[0] += time.perf_counter() - _GC_TIME[1]
-            _GC_TIME[1] = 0.0
-    except KeyboardInterrupt:
-        # Python drops an exception raised in a gc callback: a Ctrl-C whose handler ran here
-        # would be lost, so it is asked for again at the collection's end, to act after it
-        _GC_INTERRUPTED[0] = True
-    if phase == "stop" and _GC_INTERRUPTED[0]:
-        _GC_INTERRUPTED[0] = False
-        # from another thread, a moment later: asked for here, it would act (and be dropped)
-        # inside this callback
-        threading.Timer(0.001, _thread.interrupt_main).start()
+    """The GC counter, in ``gc.callbacks`` only within a :class:`Timer`'s window.
+
+    A signal that arrives while a collection runs in C has its Python handler run at the
+    first Python function called afterwards: this one, at its entry, before any ``try``.
+    Python then drops the handler's exception ("Exception ignored in"); the window's
+    ``sys.unraisablehook`` (:func:`_keep_dropped`) keeps it for the Timer to raise."""
+    if phase == "start":
+        _GC_STARTS[0] += 1
+        _GC_TIME[1] = time.perf_counter()
+    elif phase == "stop" and _GC_TIME[1]:
+        _GC_TIME[0] += time.perf_counter() - _GC_TIME[1]
+        _GC_TIME[1] = 0.0
 
 
-if not any(getattr(cb, "__name__", "") == "_count_gc" for cb in gc.callbacks):
-    gc.callbacks.append(_count_gc)  # one cheap call per collection, from import on
+def _keep_dropped(unraisable: Any) -> None:
+    """``sys.unraisablehook`` within a Timer's window: an interrupt dropped from the GC
+    counter is kept (:data:`_GC_DROPPED`); anything else goes to the hook in place."""
+    exc = unraisable.exc_value
+    if unraisable.object is _count_gc and exc is not None and not isinstance(exc, Exception):
+        _GC_DROPPED.append(exc)
+    else:
+        _HOOK[0](unraisable)
+
+
+_HOOK: list[Callable[[Any], None]] = [sys.unraisablehook]  # the hook the running window replaced
+_CALLBACKS = gc.callbacks  # the one list Python calls back from
+
+
+def _raise_dropped() -> None:
+    """Raise the interrupt dropped from the GC counter in the window just ended; outside the
+    main thread (where it was meant) ask for it again there."""
+    exc = _GC_DROPPED.pop()
+    _GC_DROPPED.clear()
+    if threading.current_thread() is threading.main_thread():
+        raise exc
+    _thread.interrupt_main()
 
 
 def gc_collections() -> int:
-    """Python garbage collections started since this module was imported (all threads)."""
+    """Python garbage collections started within :class:`Timer` windows so far (any thread)."""
     return _GC_STARTS[0]
 
 
 def gc_seconds() -> float:
-    """Seconds Python's garbage collector has spent in collections that ended since this
-    module was imported (all threads)."""
+    """Seconds Python's garbage collector has spent in collections that ended within
+    :class:`Timer` windows so far (any thread)."""
     return _GC_TIME[0]
 
 
@@ -286,26 +305,40 @@ class Timer:
         w0 = time.perf_counter()  # the other threads' clocks are read within [w0, w1]
         o0 = (others_cpu_ns() or None) if full else None
         p0 = time.process_time()
-        # GC read last before the start and first after the stop: in between, outside fn,
-        # only floats are made, and they cannot start a collection.
-        g0, gt0 = _GC_STARTS[0], _GC_TIME[0]
-        c0 = time.thread_time()
-        t0 = self.clock()
-        i0 = t0 if self.clock is time.perf_counter else time.perf_counter()
-        # Nothing but the copy between the two events: the end event is recorded before
-        # the host's issue clock is read (tests/measure/test_timer_window.py checks the order).
-        if cuda:
-            self.start.record()
-            out = fn()
-            self.end.record()
-            i1 = time.perf_counter()
-            torch.cuda.synchronize(self.dev)
-        else:
-            out = fn()
-            i1 = time.perf_counter()
-        t1 = self.clock()
-        c1 = time.thread_time()
-        g1, gt1 = _GC_STARTS[0], _GC_TIME[0]
+        # The GC counter is in gc.callbacks only for the window (a Ctrl-C handled at its
+        # entry is dropped by Python: _count_gc), and read last before the start and first
+        # after the stop: in between, outside fn, only floats are made, and they cannot
+        # start a collection.
+        inner = sys.unraisablehook is _keep_dropped  # within another window: its counter counts
+        if not inner:
+            _HOOK[0] = sys.unraisablehook
+            sys.unraisablehook = _keep_dropped
+            _CALLBACKS.append(_count_gc)
+        try:
+            g0, gt0 = _GC_STARTS[0], _GC_TIME[0]
+            c0 = time.thread_time()
+            t0 = self.clock()
+            i0 = t0 if self.clock is time.perf_counter else time.perf_counter()
+            # Nothing but the copy between the two events: the end event is recorded before
+            # the host's issue clock is read (tests/measure/test_timer_window.py checks the order).
+            if cuda:
+                self.start.record()
+                out = fn()
+                self.end.record()
+                i1 = time.perf_counter()
+                torch.cuda.synchronize(self.dev)
+            else:
+                out = fn()
+                i1 = time.perf_counter()
+            t1 = self.clock()
+            c1 = time.thread_time()
+            g1, gt1 = _GC_STARTS[0], _GC_TIME[0]
+        finally:
+            if not inner:
+                _CALLBACKS.remove(_count_gc)
+                sys.unraisablehook = _HOOK[0]
+            if _GC_DROPPED:
+                _raise_dropped()
         p1 = time.process_time()
         o1 = others_cpu_ns() if o0 is not None else None
         w1 = time.perf_counter()

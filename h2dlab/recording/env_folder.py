@@ -16,12 +16,14 @@ import datetime as _dt
 import json
 import re
 import shlex
+import warnings
 from pathlib import Path
 from typing import Any
 
+from h2dlab.escape import json_text, terminal_text
 from h2dlab.recording.env import collect_env
 from h2dlab.recording.plan import PLAN_VERSION
-from h2dlab.recording.tableio import atomic_write
+from h2dlab.recording.tableio import ENV_MAX_BYTES, atomic_write, read_env_bytes
 
 __all__ = ["FOLDER_ENV", "folder_env_path", "note_resume", "read_folder_env", "write_folder_env"]
 
@@ -35,9 +37,22 @@ def folder_env_path(folder: str | Path) -> Path:
 
 
 def read_folder_env(folder: str | Path) -> dict[str, Any] | None:
-    """The recording's env.json, or None where it has none (or an unreadable one)."""
+    """The recording's env.json, or None where it has none (or an unreadable one). One over
+    ``tableio.ENV_MAX_BYTES`` (1 MiB) is not read whole and not used: a warning says so."""
+    p = folder_env_path(folder)
     try:
-        env = json.loads(folder_env_path(folder).read_text())
+        data = read_env_bytes(p, ENV_MAX_BYTES) if p.exists() else None
+        if data is None:
+            if p.exists():
+                warnings.warn(
+                    terminal_text(
+                        f"{p} is over the {ENV_MAX_BYTES:,} bytes an env.json may hold, so it is not used: "
+                        "this recording has no env.json of its own"
+                    ),
+                    stacklevel=2,
+                )
+            return None
+        env = json_text(json.loads(data))  # a lone surrogate as text
     except (OSError, ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return None
     return env if isinstance(env, dict) else None

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from h2dlab.escape import json_text
 from h2dlab.recording.places import runs_dir
 from h2dlab.recording.plan import KINDS, PLAN, PLAN_VERSION, experiment_from_dict
 
@@ -149,7 +150,7 @@ def read_manifest(folder: str | Path) -> dict[str, Any] | None:
     not a JSON object (such a folder reads as one without recording.json)."""
     p = Path(folder) / MANIFEST
     try:
-        m = json.loads(p.read_text())
+        m = json_text(json.loads(p.read_text()))  # a lone surrogate as text
     except (OSError, ValueError, RecursionError):
         return None
     return m if isinstance(m, dict) else None
@@ -297,7 +298,7 @@ def load_manifest(folder: str | Path) -> dict[str, Any]:
     if not p.exists():
         raise UsageError(f"{folder} holds no {MANIFEST}: not a recording that `h2dlab record` started")
     try:
-        m = json.loads(p.read_text())
+        m = json_text(json.loads(p.read_text()))  # a lone surrogate as text
     except (OSError, ValueError, RecursionError) as exc:
         raise UsageError(
             f"{p} cannot be read ({exc}): it cannot be resumed; record into a new folder"

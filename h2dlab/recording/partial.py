@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from h2dlab.errors import UsageError
+from h2dlab.recording.tableio import ENV_MAX_BYTES, read_env_bytes
 
 __all__ = ["OutputBusy", "check_free", "claim", "holder_pid", "partial_path", "reopen", "replace_locked"]
 
@@ -36,7 +37,8 @@ def partial_path(out: str | Path) -> Path:
 def holder_pid(partial: Path) -> int | None:
     """The process id recorded in the partial file's env.json by the run writing it, if any."""
     try:
-        env = json.loads(partial.with_name(partial.name + ".env.json").read_text())
+        data = read_env_bytes(partial.with_name(partial.name + ".env.json"), ENV_MAX_BYTES)
+        env = json.loads(data) if data is not None else {}  # over 1 MiB: no run's, names no pid
         pid = env.get("pid")
         return int(pid) if isinstance(pid, int) and not isinstance(pid, bool) else None
     except (OSError, ValueError, AttributeError, RecursionError):  # nested past the parser's depth

@@ -124,6 +124,24 @@ def _not_its_own(out: Path, r: dict[str, Any]) -> str | None:
     return None
 
 
+def _reference_missing(out: Path, r: dict[str, Any]) -> bool:
+    """Whether experiment ``r`` asks for the reference check (``measure --reference``) and its
+    whole table at ``out`` holds none: the check was stopped after the sweep (the measure
+    said so and exited 130). Such a run is measured again (``--force``): the check times the
+    sweep's own cells in the sweep's own process, and ``--resume`` of a whole table does nothing."""
+    from h2dlab.recording.schema import SchemaError
+    from h2dlab.recording.tableio import read_env
+
+    if "--reference" not in r["args"] or not finished(out):
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # another run's env.json: _not_its_own says so
+            return not (read_env(out) or {}).get("reference")
+    except SchemaError:
+        return False
+
+
 #: The signals that stop a recording: Ctrl-C, SIGTERM, and SIGHUP (a closed terminal or
 #: ssh session), which is passed on as SIGTERM: the experiment runs in its own session, so
 #: no hang-up would reach it, and it keeps its rows on SIGTERM.
@@ -236,7 +254,9 @@ def _child_command(r: dict[str, Any], folder: Path, options: Callable[[str], set
     if "--no-progress" in opts:
         cmd.append("--no-progress")
     started = out.exists() or Path(f"{out}.partial.csv").exists()
-    if "--resume" in opts and "--gpus" not in r["args"] and started:
+    if started and "--force" in opts and _reference_missing(out, r):
+        cmd.append("--force")  # whole, but its reference check was stopped: measured again
+    elif "--resume" in opts and "--gpus" not in r["args"] and started:
         cmd.append("--resume")  # the run's own resume continues its rows exactly
     elif started and "--force" in opts:
         cmd.append("--force")  # an unfinished run that cannot resume starts again (never unasked)
@@ -308,7 +328,9 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
             bar.start(i, r)
             t0 = time.time()
             impostor = None
-            if finished(out):  # finished before the recorder could note it, or another's table
+            if finished(out) and not _reference_missing(
+                out, r
+            ):  # finished before the recorder noted it, or another's
                 impostor = _not_its_own(out, r)
                 rc = 0 if impostor is None else EXIT_FAILED
                 if impostor is not None:

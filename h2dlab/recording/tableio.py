@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from h2dlab import SCHEMA_VERSION
-from h2dlab.escape import terminal_text
+from h2dlab.escape import json_text, terminal_text
 from h2dlab.interrupts import terminate_raises
 from h2dlab.recording.schema import COLUMNS, OPTIONAL_COLUMNS, SchemaError, validate
 
@@ -38,6 +38,9 @@ __all__ = [
     "check_unpacked_size",
     "env_path",
     "max_table_bytes",
+    "env_max_bytes",
+    "read_env_bytes",
+    "ENV_MAX_BYTES",
     "read",
     "read_env",
     "remove_stale_temporaries",
@@ -62,6 +65,30 @@ MAX_TABLE_BYTES = 2**30
 MAX_TABLE_ROWS = 10_000_000
 #: The data rows an .xlsx sheet holds (1,048,576 rows, one of them the header).
 XLSX_MAX_ROWS = 1_048_575
+
+
+#: The most an env.json may hold, in bytes (1 MiB): a run's fingerprint is a few kB (the
+#: bundled recording's largest, 6 kB). One larger is not read whole: not used, with a warning.
+ENV_MAX_BYTES = 1 << 20
+#: More an env.json may hold per run id of its table (16 KiB): a survey's keeps each rank's
+#: facts (1-3 kB a rank), so a fleet of 1000 GPUs may hold a few MB.
+ENV_BYTES_PER_RUN = 16 << 10
+
+
+def env_max_bytes(runs: int = 0) -> int:
+    """How many bytes the env.json of a table of ``runs`` run ids may hold:
+    :data:`ENV_MAX_BYTES` plus :data:`ENV_BYTES_PER_RUN` per run."""
+    return ENV_MAX_BYTES + ENV_BYTES_PER_RUN * max(0, runs)
+
+
+def read_env_bytes(p: Path, limit: int) -> bytes | None:
+    """The bytes of the env.json ``p`` (a regular file, or ``OSError``), or None where it holds
+    more than ``limit``: at most ``limit + 1`` bytes are read."""
+    if not p.is_file():  # a device or a pipe (a planted link to /dev/zero) never ends
+        raise OSError(f"{p.name} is not a regular file")
+    with open(p, "rb") as fh:
+        data = fh.read(limit + 1)
+    return None if len(data) > limit else data
 
 
 def max_table_bytes() -> int:
@@ -358,6 +385,8 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
     and is not returned either (a warning says so), unless the table has no run ids (a
     legacy table, every ``run_id`` empty) or it is a survey's, whose ``survey.survey_id``
     begins every run id (``<survey>-rNNNNN``, as ``survey.fleet`` names the ranks' runs).
+    One over :func:`env_max_bytes` (1 MiB, and 16 KiB more per run id) is not read whole
+    and not returned either (a warning says so).
     """
     path = Path(path)
     p = env_path(path)
@@ -366,14 +395,20 @@ def read_env(path: str | Path, run_ids: Iterable[str] | None = None) -> dict[str
         p = _legacy_env_path(path)
         if not p.exists():
             return None
+    run_ids = list(run_ids) if run_ids is not None else None
+    limit = env_max_bytes(len({str(r) for r in run_ids} - {""}) if run_ids is not None else 0)
     try:
-        if not p.is_file():  # a device or a pipe (a planted link to /dev/zero) never ends
-            raise OSError(f"{p.name} is not a regular file")
-        with open(p, "rb") as fh:
-            data = fh.read(max_table_bytes() + 1)
-        if len(data) > max_table_bytes():
-            raise OSError(f"it is over the {max_table_bytes():,} bytes an env.json may hold")
-        env = json.loads(data)
+        data = read_env_bytes(p, limit)
+        if data is None:  # a fingerprint is a few kB: this is no run's, and would fill memory
+            warnings.warn(
+                terminal_text(
+                    f"{p.name} is over the {limit:,} bytes an env.json may hold, so it is not used for "
+                    f"{path.name}: this table has no env.json"
+                ),
+                stacklevel=2,
+            )
+            return None
+        env = json_text(json.loads(data))  # a lone surrogate ("\\ud800") as text
     except (OSError, ValueError, RecursionError) as exc:  # nested past the parser's depth
         raise SchemaError(f"{p}: not a readable env.json ({exc})") from None
     if not isinstance(env, dict):

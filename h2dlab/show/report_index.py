@@ -6,10 +6,11 @@ recording's env.json) is escaped; the page runs no script and loads nothing.
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+from h2dlab.escape import html_text
 
 __all__ = ["INDEX", "SUMMARY", "page", "recording_line", "write"]
 
@@ -81,7 +82,7 @@ def page(pages: list[dict[str, Any]], source: str, workbook: str | None = None) 
     str
         A whole HTML document, every text escaped.
     """
-    e = html.escape
+    e = html_text  # markup escaped, a control character or lone surrogate from a file as \\uXXXX
     items = []
     for p in pages:
         href = e(quote(f"{p['name']}.html"))

@@ -5,14 +5,18 @@
 1.0 also forbids the noncharacters U+FFFE and U+FFFF (and lone surrogates, which UTF-8
 cannot encode). An ``error`` text holding U+FFFF in a CSV table made ``h2dlab explain
 t.csv --out x.xlsx`` exit 0 with a workbook that neither openpyxl nor the kit can open
-(``ParseError: not well-formed``). Synthetic table.
+(``ParseError: not well-formed``). A lone surrogate, from a JSON file's ``"\\ud800"``,
+stopped the write with a UnicodeEncodeError traceback: pandas' text columns cannot hold it
+either, so the kit's JSON readers write it as ``\\ud800`` text (``escape.json_text``).
+Synthetic tables.
 """
+
+import json
 
 import openpyxl
 import pandas as pd
-import pytest
 
-from h2dlab.recording.tableio import safe_excel
+from h2dlab.recording.tableio import read_env, safe_excel
 
 
 def test_a_workbook_with_noncharacters_in_a_text_cell_reads_back(tmp_path):
@@ -23,11 +27,22 @@ def test_a_workbook_with_noncharacters_in_a_text_cell_reads_back(tmp_path):
     assert len(values) == 2 and all(isinstance(v, str) and v.startswith(("A", "ok")) for v in values)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hostile4: a lone surrogate (from a JSON \\ud800 escape) stops openpyxl with a traceback",
-)
+def test_a_lone_surrogate_from_an_env_json_is_written_readably(tmp_path):
+    # JSON may say "\\ud800": it decodes to a lone surrogate, which no sheet (nor pandas' text
+    # column) can hold; read_env writes it as the text \\ud800, as the terminal shows it
+    table = tmp_path / "t.csv"
+    table.write_text("x\n1\n")
+    (tmp_path / "t.csv.env.json").write_text(
+        json.dumps({"gpu_name": "GPU\ud800x", "tags": {"\udfff": ["\ud800"]}})
+    )
+    env = read_env(table)
+    assert env == {"gpu_name": "GPU\\ud800x", "tags": {"\\udfff": ["\\ud800"]}}
+    path = tmp_path / "s.xlsx"
+    safe_excel(pd.DataFrame({"gpu_name": [env["gpu_name"]]}), path)  # UnicodeEncodeError in pandas before
+    assert openpyxl.load_workbook(path).active["A2"].value == "GPU\\ud800x"
+
+
 def test_a_lone_surrogate_in_a_text_cell_is_written_readably(tmp_path):
     path = tmp_path / "s.xlsx"
-    safe_excel(pd.DataFrame({"gpu_name": ["GPU\ud800x"]}), path)
-    assert openpyxl.load_workbook(path).active["A2"].value.startswith("GPU")
+    safe_excel(pd.DataFrame({"gpu_name": pd.Series(["GPU\ud800x"], dtype=object)}), path)
+    assert openpyxl.load_workbook(path).active["A2"].value == "GPU\\ud800x"
