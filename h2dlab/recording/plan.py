@@ -196,7 +196,7 @@ _IDLE = "measure --sizes 4KiB,64KiB,1MiB --strategies pinned_reuse,pageable --re
 #: The idle runs' pauses (ms) and their measured seconds (``wall_s`` in data/h200/recording.json,
 #: plan 4). ``--quick`` leaves them out: four more processes would take the quick plan past its
 #: 150 s (one GPU); its arguments would be the same with ``--reps 10``.
-_PAUSES = {0: 6.5, 1: 6.3, 3: 7.8, 10: 8.8}
+_PAUSES = {0: 5.0, 1: 5.8, 3: 6.8, 10: 7.5}
 #: The reference check's cells (issue #30): the kit's rows, reps back to back, then
 #: torch.utils.benchmark on the same cells (its seconds: ``wall_s`` in data/h200/recording.json).
 _REF = "measure --strategies pinned_reuse,pageable --sizes 1KiB,64KiB,1MiB,64MiB,1GiB --reps 30 --reps-large 5 --warmup 2 --order shuffled --seed 0 --reference"
@@ -216,8 +216,9 @@ RETIRED: dict[tuple[str, str], str] = {
 
 #: The recording plan, in running order: (kind, run, full args, est. s, quick args, est. s).
 #: Estimates are measured wall times on the 16-core H200, one process each: full plan, the
-#: ``wall_s`` of each run in data/h200/recording.json (``h2dlab record`` at commit 66f20f2, plan
-#: 4 with the workload and reference kinds and table schema 6, on VM build fc-v1147; plan 3 took
+#: ``wall_s`` of each run in data/h200/recording.json (``h2dlab record`` at commit 5cb3034, plan
+#: 4 with the interleaved sweep holding its cells, 499 s; at 66f20f2 the same plan took 514 s, on
+#: VM build fc-v1147; plan 3 took
 #: 490 s at b95e09d on build fc-v973, 508 s at 250f304 and, without the census, 480 s at 1fb1d2d on
 #: the same build; plan 2 380 s at 927e467 on build fc-v657, which ran host-memory work faster);
 #: --quick, the ``wall_s`` of the quick recording
@@ -226,28 +227,28 @@ RETIRED: dict[tuple[str, str], str] = {
 #: To add an experiment, add a row (its CLI must exist: a test parses every row).
 PLAN: tuple[Experiment, ...] = (
     *(
-        Experiment("forum", f"ascending-{i}", _a("forum"), (38.1, 42.3)[i - 1], *((12.8, _a("forum --seqs {seqs_q}", **_Q)) if i == 1 else (0, _SKIP)), what="the forum protocol, sizes ascending")
+        Experiment("forum", f"ascending-{i}", _a("forum"), (38.3, 34.6)[i - 1], *((12.8, _a("forum --seqs {seqs_q}", **_Q)) if i == 1 else (0, _SKIP)), what="the forum protocol, sizes ascending")
         for i in (1, 2)
     ),
-    Experiment("forum", "shuffled-1", _a("forum --order shuffled --seed 1"), 40.6, 11.8, _a("forum --seqs {seqs_q} --order shuffled --seed 1", **_Q), what="the forum protocol, shuffled"),
-    Experiment("sweep", "pow2-interleaved", _a(f"{_POW2} --order interleaved --seed 1"), 41.6, 20.8, _a(f"{_POW2_Q} --order interleaved --seed 1"), fresh=False, what="the same, reps interleaved in shuffled rounds"),
-    Experiment("sweep", "forum-sizes", _a(f"{_FS} {{forum_3}} --reps 2 --warmup 0", **_F), 38.8, 16.0, _a(f"{_FS} {{forum_q}} --reps 3 --warmup 0", **_Q), fresh=False, what="pageable and pinned_reuse on every third of the forum's sizes"),
-    Experiment("allocator", "pin-warm", _a(f"{_PIN} {{forum_2}} --reps 1", **_F), 28.3, 9.8, _a(f"{_PIN} {{forum_q}} --reps 2", **_Q), what="pin_memory over every other forum size, host cache kept"),
-    Experiment("allocator", "pin-emptied", _a(f"{_PIN} {{forum_2}} --reps 1 --empty-host-cache", **_F), 46.6, 12.5, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), what="pin_memory, host cache emptied before each size"),
-    Experiment("allocator", "pin-register-emptied", _a(f"{_PIN} {{forum_2}} --reps 1 --empty-host-cache", **_F), 33.8, 11.3, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), env=_REG, what="pin-emptied under cudaHostRegister pinning"),
-    Experiment("allocator", "device-cache-kept", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3"), 13.8, 6.5, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2"), what="device cache kept between copies"),
-    Experiment("allocator", "device-empty-cache", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3 --empty-cache"), 14.0, 6.6, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2 --empty-cache"), what="torch.cuda.empty_cache() before every copy"),
-    Experiment("overlap", "overlap", _a("overlap --size 256MiB --reps 5"), 6.3, 5.0, _a("overlap --size 256MiB --reps 3"), fresh=False, what="timelines of a copy beside compute"),
-    Experiment("d2h", "d2h", _a(f"{_D2H} 1KiB,16KiB,256KiB,1MiB,4MiB,16MiB,64MiB,256MiB,1GiB --reps 10 --reps-large 3 --warmup 2"), 23.0, 6.5, _a(f"{_D2H} 64KiB,1MiB,16MiB,256MiB --reps 3 --warmup 1"), fresh=False, what="device to host, four ways, beside pinned_reuse and pageable to the GPU"),
-    Experiment("bidir", "duplex", _a("duplex --sizes 1MiB,4MiB,16MiB,64MiB,256MiB,1GiB --reps 10 --warmup 2"), 12.8, 5.3, _a("duplex --sizes 1MiB,256MiB --reps 3 --warmup 1"), fresh=False, what="both directions at once on two streams, beside each alone"),
-    Experiment("batch", "equal", _a("batch --layout equal --reps 5 --reps-large 3 --warmup 1 --seed 0"), 53.1, 14.8, _a(f"batch --layout equal {_BQ} --seed 0"), fresh=False, what="1-1024 equal tensors, 1 MiB-1 GiB in all, seven ways"),
-    Experiment("batch", "mixed", _a("batch --layout mixed --totals 1MiB,16MiB,256MiB --reps 5 --reps-large 3 --warmup 1 --seed 1"), 19.0, 0, _SKIP, fresh=False, what="the same with seeded mixed sizes"),
+    Experiment("forum", "shuffled-1", _a("forum --order shuffled --seed 1"), 32.1, 11.8, _a("forum --seqs {seqs_q} --order shuffled --seed 1", **_Q), what="the forum protocol, shuffled"),
+    Experiment("sweep", "pow2-interleaved", _a(f"{_POW2} --order interleaved --seed 1"), 40.6, 20.8, _a(f"{_POW2_Q} --order interleaved --seed 1"), fresh=False, what="the same, reps interleaved in shuffled rounds"),
+    Experiment("sweep", "forum-sizes", _a(f"{_FS} {{forum_3}} --reps 2 --warmup 0", **_F), 34.8, 16.0, _a(f"{_FS} {{forum_q}} --reps 3 --warmup 0", **_Q), fresh=False, what="pageable and pinned_reuse on every third of the forum's sizes"),
+    Experiment("allocator", "pin-warm", _a(f"{_PIN} {{forum_2}} --reps 1", **_F), 26.0, 9.8, _a(f"{_PIN} {{forum_q}} --reps 2", **_Q), what="pin_memory over every other forum size, host cache kept"),
+    Experiment("allocator", "pin-emptied", _a(f"{_PIN} {{forum_2}} --reps 1 --empty-host-cache", **_F), 39.8, 12.5, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), what="pin_memory, host cache emptied before each size"),
+    Experiment("allocator", "pin-register-emptied", _a(f"{_PIN} {{forum_2}} --reps 1 --empty-host-cache", **_F), 31.3, 11.3, _a(f"{_PIN} {{forum_q}} --reps 1 --empty-host-cache", **_Q), env=_REG, what="pin-emptied under cudaHostRegister pinning"),
+    Experiment("allocator", "device-cache-kept", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3"), 10.8, 6.5, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2"), what="device cache kept between copies"),
+    Experiment("allocator", "device-empty-cache", _a(f"{_DEV} 1KiB..1GiB --reps 5 --reps-large 3 --empty-cache"), 11.3, 6.6, _a(f"{_DEV} 1KiB..256MiB --reps 3 --reps-large 2 --empty-cache"), what="torch.cuda.empty_cache() before every copy"),
+    Experiment("overlap", "overlap", _a("overlap --size 256MiB --reps 5"), 4.8, 5.0, _a("overlap --size 256MiB --reps 3"), fresh=False, what="timelines of a copy beside compute"),
+    Experiment("d2h", "d2h", _a(f"{_D2H} 1KiB,16KiB,256KiB,1MiB,4MiB,16MiB,64MiB,256MiB,1GiB --reps 10 --reps-large 3 --warmup 2"), 19.8, 6.5, _a(f"{_D2H} 64KiB,1MiB,16MiB,256MiB --reps 3 --warmup 1"), fresh=False, what="device to host, four ways, beside pinned_reuse and pageable to the GPU"),
+    Experiment("bidir", "duplex", _a("duplex --sizes 1MiB,4MiB,16MiB,64MiB,256MiB,1GiB --reps 10 --warmup 2"), 11.5, 5.3, _a("duplex --sizes 1MiB,256MiB --reps 3 --warmup 1"), fresh=False, what="both directions at once on two streams, beside each alone"),
+    Experiment("batch", "equal", _a("batch --layout equal --reps 5 --reps-large 3 --warmup 1 --seed 0"), 72.6, 14.8, _a(f"batch --layout equal {_BQ} --seed 0"), fresh=False, what="1-1024 equal tensors, 1 MiB-1 GiB in all, seven ways"),
+    Experiment("batch", "mixed", _a("batch --layout mixed --totals 1MiB,16MiB,256MiB --reps 5 --reps-large 3 --warmup 1 --seed 1"), 27.0, 0, _SKIP, fresh=False, what="the same with seeded mixed sizes"),
     *(
         Experiment("idle", f"pause-{ms}ms", _a(f"{_IDLE} --pause {ms}", reps="40"), est, 0, _SKIP, fresh=False, what=f"4 KiB-1 MiB, each copy after a {ms} ms pause, GPU idle")
         for ms, est in _PAUSES.items()
     ),
     # workload: --quick leaves it out: the quick plan's 150 s hold no more.
-    Experiment("workload", "steps", _a("workload --steps 30 --warmup 12 --passes 2"), 18.3, 0, _SKIP, fresh=False, what="each recipe in a training-like step (36.75 MiB batch, ~4.5 ms compute), beside the batch already on the GPU"),
+    Experiment("workload", "steps", _a("workload --steps 30 --warmup 12 --passes 2"), 19.5, 0, _SKIP, fresh=False, what="each recipe in a training-like step (36.75 MiB batch, ~4.5 ms compute), beside the batch already on the GPU"),
     Experiment("reference", "reference", _a(_REF), 18.3, 0, _SKIP, fresh=False, what="the kit's medians beside torch.utils.benchmark's, same copies, same process"),
     Experiment("concurrent", "concurrent", _a(f"{_GPUS} --reps 5 --reps-large 3 --warmup 2"), 20, 15, _a(f"{_GPUS} --reps 3 --reps-large 2 --warmup 1"), min_gpus=2, what="1 then 2 GPUs copying at once"),
 )  # fmt: skip
