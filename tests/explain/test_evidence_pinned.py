@@ -56,9 +56,11 @@ def test_explain_evidence_pinned(name, pinned):
 
 
 def test_the_pin_holds_the_host_side_rules_sentences(pinned):
-    """The pin is worth its file: it holds the sentences of the rules it was made for."""
+    """The pin is worth its file: it holds the sentences of the rules it was made for. How many
+    depends on the bundled recording (47 host_parallel and 23 other_threads rows in the one of
+    commit 66f20f2, 22 and 10 in the one of commit 5cb3034): at least ten of each."""
     counts = pinned["cause"].value_counts()
-    assert counts.get("host_parallel", 0) >= 40 and counts.get("other_threads", 0) >= 10
+    assert counts.get("host_parallel", 0) >= 10 and counts.get("other_threads", 0) >= 10
     assert counts.get("gpu_wake", 0) >= 1 and counts.get("host_blocked", 0) >= 1
 
 
