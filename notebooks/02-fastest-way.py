@@ -126,8 +126,9 @@ display(stability.for_recording(rec), stability.forum_pinning(outliers.explain(d
 # multithreaded host `memcpy` from pageable into pinned memory alone. And it timed the bounds of
 # a staged copy: the host copy and the pinned DMA, each alone and each while the other runs.
 #
-# Two runs are bundled, both on H200 machines. The one shown here ran on the lent H200 machine of
-# the bundled recording; the figure's footnote gives its date, `data/README.md` the VM builds.
+# Two runs are bundled, both on H200 machines. The one shown here ran on the lent H200 machine
+# in a session of its own, not the bundled recording's: the figure's footnote gives its date,
+# `data/README.md` the VM build of each.
 # The other ran on a host with twice its cores (`h200x2`; `benchmarks/README.md` has both).
 
 # %% tags=["hide-input"]

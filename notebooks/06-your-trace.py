@@ -83,9 +83,9 @@ lanes(dx);
 # doctor names first, and `first_is_fastest` whether the traces of its family measured it
 # fastest (false where that recipe was not traced in the family). A negative measured exposed
 # time means the step with the copy ran as fast as the resident one, within noise. Where
-# `within` is false, `data/traces/README.md` says why: in `batch_pinned_once` the GPU ran
-# the matrix products faster after the copy than in the resident step, so the step grew by
-# less than the copy's own time.
+# `within` is false, `data/traces/README.md` says why for each trace. Either its traced steps
+# ran longer than the same step timed without the profiler, or the GPU ran the matrix products
+# faster after a copy alone on its stream, so the step grew by less than the copy's own time.
 
 # %% tags=["hide-input"]
 traces = doctor.TRACES

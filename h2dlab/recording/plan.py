@@ -217,8 +217,8 @@ RETIRED: dict[tuple[str, str], str] = {
 #: The recording plan, in running order: (kind, run, full args, est. s, quick args, est. s).
 #: Estimates are measured wall times on the 16-core H200, one process each: full plan, the
 #: ``wall_s`` of each run in data/h200/recording.json (``h2dlab record`` at commit 5cb3034, plan
-#: 4 with the interleaved sweep holding its cells, 499 s; at 66f20f2 the same plan took 514 s, on
-#: VM build fc-v1147; plan 3 took
+#: 4 with the interleaved sweep holding its cells, 499 s on VM build fc-v1252; at d332ea1 the same
+#: plan took 519 s and at 66f20f2 514 s, on VM build fc-v1147; plan 3 took
 #: 490 s at b95e09d on build fc-v973, 508 s at 250f304 and, without the census, 480 s at 1fb1d2d on
 #: the same build; plan 2 380 s at 927e467 on build fc-v657, which ran host-memory work faster);
 #: --quick, the ``wall_s`` of the quick recording
