@@ -28,7 +28,9 @@ def sigterm_raises():
     signal.signal(signal.SIGTERM, old)
 
 
-@pytest.mark.xfail(strict=True, reason="hostile5: --reference --resume of a table whose check was stopped exits 0 silently")
+@pytest.mark.xfail(
+    strict=True, reason="hostile5: --reference --resume of a table whose check was stopped exits 0 silently"
+)
 def test_resume_of_a_table_whose_reference_was_stopped_does_not_say_it_is_done(tmp_path, capsys, monkeypatch):
     def interrupted(*a, **k):
         signal.raise_signal(signal.SIGTERM)
