@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from h2dlab.errors import UsageError
-from h2dlab.escape import terminal_text
+from h2dlab.escape import json_text, terminal_text
 
 __all__ = ["MAX_TRACE_BYTES", "Trace", "env_beside", "env_path", "max_trace_bytes", "read_trace"]
 
@@ -324,7 +324,7 @@ def env_beside(path: str | os.PathLike[str]) -> dict[str, Any]:
         try:
             if not cand.is_file() or cand.stat().st_size > _MAX_ENV_BYTES:
                 continue
-            got = json.loads(cand.read_text(encoding="utf-8"))
+            got = json_text(json.loads(cand.read_text(encoding="utf-8")))  # a lone surrogate as text
         except (OSError, UnicodeDecodeError, ValueError):
             continue
         if isinstance(got, dict):
