@@ -83,10 +83,13 @@ def check_out(path: str, suffixes: tuple[str, ...] | None = None) -> Path:
     return out
 
 
-def check_target(out: Path, *, resume: bool = False, force: bool = False, resumable: bool = True) -> Path:
+def check_target(
+    out: Path, *, resume: bool = False, force: bool = False, resumable: bool = True, kind: str | None = None
+) -> Path:
     """Refuse to replace what is at ``--out``, or the env.json beside it, unless ``--force``
     (or ``--resume``, which continues it); never take the output of a run still going, even
-    with ``--force``."""
+    with ``--force``. ``kind``: the run spec's kind of this command (``"sweep"``, ``"batch"``,
+    ``"forum"``), so that a stopped run of another command is not offered a resume here."""
     from h2dlab.recording.partial import check_free, partial_path
 
     if resume and force:
@@ -109,13 +112,16 @@ def check_target(out: Path, *, resume: bool = False, force: bool = False, resuma
         raise UsageError(f"{out} is read-only or immutable: it cannot be replaced; choose another --out")
     if resume or force:
         return out
+    other = _other_command(out, kind)
     if partial.exists():
+        how = f"continue it with `{other}` and --resume" if other else "continue it with --resume"
         raise UsageError(
-            f"{partial} holds the rows of an unfinished run of {out.name}: "
-            "continue it with --resume, or discard them with --force"
+            f"{partial} holds the rows of an unfinished run of {out.name}: {how}, or discard them with --force"
         )
     if out.exists() or out.is_symlink():
         refused = _resume_refused(out) if resumable else ""  # only what will work is suggested
+        if refused is None and other:
+            refused = f" (its run was made by `{other}`: resume it with that command)"
         again = ", continue its run with --resume," if refused is None else ""
         raise UsageError(f"{out} exists: write elsewhere{again} or replace it with --force{refused or ''}")
     fingerprint = env_path(out)  # written beside --out: an orphan of another table is kept too
@@ -124,6 +130,31 @@ def check_target(out: Path, *, resume: bool = False, force: bool = False, resuma
             f"{fingerprint} exists (the env.json of --out): write elsewhere or replace it with --force"
         )
     return out
+
+
+#: The command whose runs have a spec of each kind.
+_COMMAND_OF_KIND = {"sweep": "h2dlab measure", "batch": "h2dlab batch", "forum": "h2dlab forum"}
+
+
+def _other_command(out: Path, kind: str | None) -> str | None:
+    """The command that made the stopped or finished run at ``out`` where it is not this
+    one (``kind``: this command's spec kind), else None (also where nothing says)."""
+    if kind is None:
+        return None
+    import warnings
+
+    from h2dlab.measure.recorder import existing_rows
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # said when the table is read for the run itself
+            _, env = existing_rows(out)
+    except (UsageError, OSError):
+        return None
+    theirs = ((env or {}).get("spec") or {}).get("kind")
+    if not isinstance(theirs, str) or theirs == kind:
+        return None
+    return _COMMAND_OF_KIND.get(theirs, f"the command of a {theirs!r} run")
 
 
 def _resume_refused(out: Path) -> str | None:

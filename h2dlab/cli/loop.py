@@ -76,6 +76,29 @@ def after_sweep(a: argparse.Namespace, df: Any, out: Any, spec: Any) -> str | No
     )
 
 
+def take_missing_reference(a: argparse.Namespace, out: Any, spec: Any) -> tuple[Any, str | None] | None:
+    """``measure --reference --resume`` of a finished table: None where its env.json holds the
+    reference already (nothing to do: the caller says the table is finished). Otherwise the
+    check is taken now, on the table's rows (an earlier one was stopped before it was taken):
+    returns the table and None, or the line that says it was interrupted again."""
+    if not (a.reference and a.resume) or out is None or _reference_written(None, out):
+        return None
+    from h2dlab.measure.reference import attach
+    from h2dlab.recording import datasets
+
+    df = datasets.read(out)
+    try:
+        attach(df, out, spec.device, seed=spec.seed)
+        return df, None
+    except KeyboardInterrupt:
+        if _reference_written(df, out):
+            return df, None
+    return df, (
+        f"h2dlab: interrupted: the reference check was not taken (it was interrupted); {out} is whole "
+        "and kept without it"
+    )
+
+
 def _reference_written(df: Any, out: Any) -> bool:
     from h2dlab.recording import datasets
 

@@ -34,7 +34,7 @@ from h2dlab.cli.common import Parser as _Parser
 from h2dlab.cli.common import names as names_list
 from h2dlab.cli.common import sizes_arg as _sizes
 from h2dlab.cli.common import whole_arg as _whole
-from h2dlab.errors import Unavailable, UsageError
+from h2dlab.errors import AlreadyDone, Unavailable, UsageError
 from h2dlab.measure.spec import FORUM_ORDERS, ORDERS, ForumSpec, OverlapSpec, SweepSpec
 
 __all__ = [
@@ -221,7 +221,7 @@ def _cmd_measure(a, argv) -> int:
     cli_loop.check(a)
     spec = spec_from_args(a)
     check_plan(spec, gpus=a.gpus, max_hours=a.max_hours)
-    out = check_target(check_out(a.out), resume=a.resume, force=a.force)
+    out = check_target(check_out(a.out), resume=a.resume, force=a.force, kind="sweep")
     from h2dlab.cli.checks import check_fits  # an .xlsx holds 1,048,575 rows: said before measuring
 
     check_fits(spec.planned_rows(), out)
@@ -235,8 +235,14 @@ def _cmd_measure(a, argv) -> int:
         )
     from h2dlab.measure.harness import sweep
 
-    df = sweep(spec, out=out, resume=a.resume, force=a.force, progress=not a.no_progress, argv=cmdline)
-    halted = cli_loop.after_sweep(a, df, out, spec)  # a line where the reference check was not taken
+    try:
+        df = sweep(spec, out=out, resume=a.resume, force=a.force, progress=not a.no_progress, argv=cmdline)
+        halted = cli_loop.after_sweep(a, df, out, spec)  # a line where the reference check was not taken
+    except AlreadyDone:  # a finished table: with --reference, its check may still be missing
+        taken = cli_loop.take_missing_reference(a, out, spec)
+        if taken is None:
+            raise
+        df, halted = taken
     if halted:
         done = lambda: cli_loop.reference_not_taken(halted, lambda: finish_measure(df, out, argv))  # noqa: E731
         return cli_results.finish(df, out, "measure", a.json, done, reference_taken=False)
@@ -247,7 +253,7 @@ def _cmd_forum(a, argv) -> int:
     from h2dlab.measure.forum import forum
 
     spec = spec_from_args(a)
-    out = check_target(check_out(a.out), resume=a.resume, force=a.force)
+    out = check_target(check_out(a.out), resume=a.resume, force=a.force, kind="forum")
     df = forum(
         spec, out=out, resume=a.resume, force=a.force, progress=not a.no_progress, argv=["h2dlab", *argv]
     )

@@ -127,7 +127,13 @@ def run(a: argparse.Namespace, argv: list[str] | None = None) -> int:
         spec, fn, more = batch_spec(a), batch, {"resume": resume}
     else:
         raise ValueError(f"{a.cmd} is not one of {', '.join(COMMANDS)}")
-    out = check_target(check_out(a.out), resume=resume, force=a.force, resumable=a.cmd == "batch")
+    out = check_target(
+        check_out(a.out),
+        resume=resume,
+        force=a.force,
+        resumable=a.cmd == "batch",
+        kind=spec.to_dict().get("kind"),
+    )
     df = fn(spec, out=out, progress=not a.no_progress, argv=["h2dlab", *argv], force=a.force, **more)
     from h2dlab.cli.results import finish
 

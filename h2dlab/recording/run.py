@@ -306,6 +306,15 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
     repeated = repeated_output(runs)
     if repeated:
         raise UsageError(f"{folder / MANIFEST}: {repeated}: nothing was run")
+    for r in runs:  # a run noted done whose table is gone (deleted, copied in part) is measured again
+        if r["status"] == "done" and not (folder / r["kind"] / f"{r['run']}.csv.gz").exists():
+            r["status"] = "pending"
+            print(
+                terminal_text(
+                    f"h2dlab record: {r['kind']}/{r['run']} was done but its table is gone: measured again"
+                ),
+                file=sys.stderr,
+            )
     todo = [r for r in runs if r["status"] != "done"]
     kit = str(Path(h2dlab.__file__).resolve().parent.parent)  # the children import this very kit
     folder = folder.resolve()

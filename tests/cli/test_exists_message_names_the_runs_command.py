@@ -4,7 +4,6 @@ table says "continue its run with --resume", and that ``batch ... --resume`` is 
 ("kind was 'sweep', now 'batch'"). The same with ``measure --out`` a stopped batch table.
 The line should leave ``--resume`` out there, or name the command whose run it is."""
 
-import pytest
 
 from h2dlab.cli import main as cli
 from tests.measure.test_resume_finished import _stopped
@@ -12,9 +11,6 @@ from tests.measure.test_resume_finished import _stopped
 BATCH = ["batch", "--device", "cpu", "--totals", "1MiB", "--counts", "1", "--reps", "2", "--no-progress"]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="hostile5: the exists line offers --resume of another command's stopped run"
-)
 def test_batch_into_a_stopped_measure_table_is_not_offered_a_resume_that_is_refused(tmp_path, capsys):
     out = _stopped(tmp_path, "r.csv")  # a measure sweep stopped after its first cell
     assert cli.main([*BATCH, "--out", str(out)]) == 2

@@ -7,17 +7,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from h2dlab.recording import datasets
 from tests.recording.test_record import _plan, _record
 
 TINY = {"kind": "sweep", "run": "tiny", "args": ["measure", "--sizes", "1KiB", "--reps", "2", "--warmup", "0", "--strategies", "pageable"], "seconds": 2}  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True, reason="hostile5: record --resume counts a done run whose table is gone as recorded"
-)
 def test_resume_does_not_count_a_done_run_whose_table_is_gone(tmp_path):
     folder = tmp_path / "rec"
     p = _record("--device", "cpu", "--plan", _plan(tmp_path, TINY), "--out", str(folder))
@@ -33,3 +28,5 @@ def test_resume_does_not_count_a_done_run_whose_table_is_gone(tmp_path):
     remeasured = table.exists()
     said = p.returncode != 0 and "tiny" in err
     assert remeasured or said, (p.returncode, err, json.loads(out) if out.strip() else out)
+    assert remeasured and p.returncode == 0 and "its table is gone: measured again" in err
+    assert len(datasets.read(table)) == 2
