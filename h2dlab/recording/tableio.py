@@ -73,12 +73,15 @@ ENV_MAX_BYTES = 1 << 20
 #: More an env.json may hold per run id of its table (16 KiB): a survey's keeps each rank's
 #: facts (1-3 kB a rank), so a fleet of 1000 GPUs may hold a few MB.
 ENV_BYTES_PER_RUN = 16 << 10
+#: The most any env.json may hold, whatever its table's run ids (64 MiB: a fleet of about
+#: 4,000 GPUs): a planted table of many run ids does not let a planted env.json fill memory.
+ENV_CAP_BYTES = 64 << 20
 
 
 def env_max_bytes(runs: int = 0) -> int:
     """How many bytes the env.json of a table of ``runs`` run ids may hold:
-    :data:`ENV_MAX_BYTES` plus :data:`ENV_BYTES_PER_RUN` per run."""
-    return ENV_MAX_BYTES + ENV_BYTES_PER_RUN * max(0, runs)
+    :data:`ENV_MAX_BYTES` plus :data:`ENV_BYTES_PER_RUN` per run, at most :data:`ENV_CAP_BYTES`."""
+    return min(ENV_CAP_BYTES, ENV_MAX_BYTES + ENV_BYTES_PER_RUN * max(0, runs))
 
 
 def read_env_bytes(p: Path, limit: int) -> bytes | None:

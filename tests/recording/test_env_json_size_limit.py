@@ -124,3 +124,13 @@ def test_a_recording_s_own_env_json_over_1_mib_is_not_used(tmp_path):
         assert read_folder_env(tmp_path) is None
     (tmp_path / "env.json").write_text(json.dumps({"gpu_name": "GPU"}))
     assert read_folder_env(tmp_path) == {"gpu_name": "GPU"}
+
+
+def test_many_run_ids_do_not_raise_the_env_json_limit_past_its_cap():
+    """16 KiB more per run id, but never more than ENV_CAP_BYTES: a planted table of 65,536 run
+    ids (65,536 rows) let a 1 GiB env.json be read whole."""
+    from h2dlab.recording import tableio
+
+    assert tableio.env_max_bytes(0) == 1 << 20
+    assert tableio.env_max_bytes(1000) == (1 << 20) + 1000 * (16 << 10)  # a fleet of 1000 GPUs
+    assert tableio.env_max_bytes(65_536) == tableio.ENV_CAP_BYTES == 64 << 20
