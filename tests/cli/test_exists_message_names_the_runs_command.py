@@ -4,7 +4,6 @@ table says "continue its run with --resume", and that ``batch ... --resume`` is 
 ("kind was 'sweep', now 'batch'"). The same with ``measure --out`` a stopped batch table.
 The line should leave ``--resume`` out there, or name the command whose run it is."""
 
-
 from h2dlab.cli import main as cli
 from tests.measure.test_resume_finished import _stopped
 
