@@ -97,12 +97,16 @@ def warned(source: str) -> pd.DataFrame:
 def test_h200_idle_warns_exactly_the_runs_whose_median_error_is_above_10_percent():
     f = judged_fits(load_source("data/h200/idle"), n_boot=0)
     assert len(f) == 8 and set(f.largest_size_bytes) == {MIB}
-    # At 1 MiB every line predicts what was measured (within 3 %), far below its asymptote:
-    # only the median error can make these fits poor (the recording at 250f304: 5 of 8 runs'
-    # lines missed their small copies by a median 10.2-12.7 %; the one at b95e09d: 1 of 8, 13 %;
-    # the one at 66f20f2: 7 of 8, 12-28 %).
+    # At 1 MiB every line predicts what was measured (within 3 %), below its asymptote: only
+    # the median error can make these fits poor (the recording at 250f304: 5 of 8 runs' lines
+    # missed their small copies by a median 10.2-12.7 %; the one at b95e09d: 1 of 8, 13 %; the
+    # one at 66f20f2: 7 of 8, 12-28 %). The pinned runs' 1 MiB copies are far below their
+    # asymptote (under half of it at 66f20f2 and 5cb3034); the pageable runs' came within 1.33x
+    # of theirs at 5cb3034 (1.43x and more at 66f20f2).
     assert ((f.measured_gbps / f.predicted_gbps - 1).abs() < 0.03).all()
-    assert (f.measured_gbps < f.gbps / 1.4).all()
+    assert (f.measured_gbps < f.gbps / 1.3).all()
+    pinned = f.strategy == "pinned_reuse"
+    assert (f.measured_gbps[pinned] < f.gbps[pinned] / 2).all()
     w = f[f.poor_fit]
     assert set(zip(w.run, w.strategy, strict=True)) == set(
         zip(
