@@ -151,7 +151,8 @@ def _other_command(out: Path, kind: str | None) -> str | None:
             _, env = existing_rows(out)
     except (UsageError, OSError):
         return None
-    theirs = ((env or {}).get("spec") or {}).get("kind")
+    spec = (env or {}).get("spec")  # data: a string, a list or a number says nothing
+    theirs = spec.get("kind") if isinstance(spec, dict) else None
     if not isinstance(theirs, str) or theirs == kind:
         return None
     return _COMMAND_OF_KIND.get(theirs, f"the command of a {theirs!r} run")
