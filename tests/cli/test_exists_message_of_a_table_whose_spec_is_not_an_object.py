@@ -36,3 +36,23 @@ def test_a_table_whose_env_spec_is_not_an_object_is_refused_in_one_line(table, s
     assert cli.main([*args, "--out", str(table)]) == 2
     err = capsys.readouterr().err
     assert "exists" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("spec", ["sweep", [1, 2], 5, True])
+@pytest.mark.parametrize("cmd", ["measure", "measure --reference", "batch"])
+def test_resume_of_a_table_whose_env_spec_is_not_an_object_is_refused_in_one_line(table, spec, cmd, capsys):
+    """``--resume`` compared that spec with this run's (``recorder.check_resume``): an
+    AttributeError or TypeError traceback."""
+    env_file = datasets.env_path(table)
+    env = json.loads(env_file.read_text())
+    env["spec"] = spec
+    env_file.write_text(json.dumps(env))
+    capsys.readouterr()
+    if cmd == "batch":
+        args = ["batch", "--device", "cpu", "--no-progress"]
+    else:
+        args = [*MEASURE, *cmd.split()[1:]]
+    assert cli.main([*args, "--out", str(table), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "spec" in err and len(err.strip().splitlines()) == 1, err
+    assert "reference" not in (datasets.read_env(table) or {})
