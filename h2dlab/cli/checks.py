@@ -112,15 +112,15 @@ def check_target(
         raise UsageError(f"{out} is read-only or immutable: it cannot be replaced; choose another --out")
     if resume or force:
         return out
-    other = _other_command(out, kind)
     if partial.exists():
+        other = _other_command(out, kind)  # read only where said: a whole table is not read to refuse it
         how = f"continue it with `{other}` and --resume" if other else "continue it with --resume"
         raise UsageError(
             f"{partial} holds the rows of an unfinished run of {out.name}: {how}, or discard them with --force"
         )
     if out.exists() or out.is_symlink():
         refused = _resume_refused(out) if resumable else ""  # only what will work is suggested
-        if refused is None and other:
+        if refused is None and (other := _other_command(out, kind)):
             refused = f" (its run was made by `{other}`: resume it with that command)"
         again = ", continue its run with --resume," if refused is None else ""
         raise UsageError(f"{out} exists: write elsewhere{again} or replace it with --force{refused or ''}")
@@ -151,7 +151,8 @@ def _other_command(out: Path, kind: str | None) -> str | None:
             _, env = existing_rows(out)
     except (UsageError, OSError):
         return None
-    theirs = ((env or {}).get("spec") or {}).get("kind")
+    spec = (env or {}).get("spec")  # data: a string, a list or a number says nothing
+    theirs = spec.get("kind") if isinstance(spec, dict) else None
     if not isinstance(theirs, str) or theirs == kind:
         return None
     return _COMMAND_OF_KIND.get(theirs, f"the command of a {theirs!r} run")

@@ -325,7 +325,7 @@ def env_beside(path: str | os.PathLike[str]) -> dict[str, Any]:
             if not cand.is_file() or cand.stat().st_size > _MAX_ENV_BYTES:
                 continue
             got = json_text(json.loads(cand.read_text(encoding="utf-8")))  # a lone surrogate as text
-        except (OSError, UnicodeDecodeError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: nested past the parser's depth
             continue
         if isinstance(got, dict):
             return got

@@ -238,6 +238,10 @@ def check_resume(
 
     Raises ``UsageError`` naming the fields that differ, or the first row off the plan.
     """
+    if recorded_spec and not isinstance(recorded_spec, dict):  # data: a damaged env.json
+        raise UsageError(
+            "cannot resume: its env.json's spec is not a JSON object: force a new run to replace it"
+        )
     if recorded_spec and spec is not None:
         diff = differences(recorded_spec, spec)
         if diff:

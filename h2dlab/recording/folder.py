@@ -150,6 +150,8 @@ def read_manifest(folder: str | Path) -> dict[str, Any] | None:
     not a JSON object (such a folder reads as one without recording.json)."""
     p = Path(folder) / MANIFEST
     try:
+        if not p.is_file():  # a link to /dev/zero (endless) or a FIFO (blocks): not one `record` wrote
+            return None
         m = json_text(json.loads(p.read_text()))  # a lone surrogate as text
     except (OSError, ValueError, RecursionError):
         return None
@@ -297,6 +299,8 @@ def load_manifest(folder: str | Path) -> dict[str, Any]:
     p = folder / MANIFEST
     if not p.exists():
         raise UsageError(f"{folder} holds no {MANIFEST}: not a recording that `h2dlab record` started")
+    if not p.is_file():  # a link to /dev/zero (endless) or a FIFO (blocks)
+        raise UsageError(f"{p} is not a regular file: it cannot be resumed; record into a new folder")
     try:
         m = json_text(json.loads(p.read_text()))  # a lone surrogate as text
     except (OSError, ValueError, RecursionError) as exc:
