@@ -87,6 +87,18 @@ def take_missing_reference(a: argparse.Namespace, out: Any, spec: Any) -> tuple[
     from h2dlab.recording import datasets
 
     df = datasets.read(out)
+    env = df.attrs.get("env")  # None where the env.json beside it is missing or another run's
+    if not isinstance(env, dict) or not isinstance(env.get("spec"), dict):
+        raise UsageError(
+            f"{out} has no env.json of its own to say where it was measured, so its reference check "
+            "cannot be taken here: measure it again with --force"
+        )
+    elsewhere = _measured_elsewhere(env, spec.device)
+    if elsewhere:
+        raise UsageError(
+            f"{out} was measured on {elsewhere}: its reference check belongs to that machine; "
+            "take it there, or measure again here with --force"
+        )
     try:
         attach(df, out, spec.device, seed=spec.seed)
         return df, None
@@ -97,6 +109,29 @@ def take_missing_reference(a: argparse.Namespace, out: Any, spec: Any) -> tuple[
         f"h2dlab: interrupted: the reference check was not taken (it was interrupted); {out} is whole "
         "and kept without it"
     )
+
+
+def _measured_elsewhere(env: dict[str, Any], device: str) -> str | None:
+    """The host and GPU a table's env.json names where they are not this process's (its
+    host, and for a CUDA ``device`` that GPU's name and PCI bus), else None."""
+    import platform
+
+    host = env.get("hostname")
+    theirs = f"{host}" + (f", {env.get('gpu_name')}" if env.get("gpu_name") else "")
+    if host != platform.node():
+        return theirs
+    if str(device).startswith("cuda"):
+        import torch
+
+        from h2dlab.measure.nvml import bus_id_of
+
+        index = torch.device(device).index or 0
+        props = torch.cuda.get_device_properties(index)
+        if env.get("gpu_name") != props.name or (
+            env.get("gpu_pci_bus_id") and env.get("gpu_pci_bus_id") != bus_id_of(props)
+        ):
+            return theirs
+    return None
 
 
 def _reference_written(df: Any, out: Any) -> bool:

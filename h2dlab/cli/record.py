@@ -33,7 +33,7 @@ from h2dlab.recording.folder import (
     write_manifest,
 )
 from h2dlab.recording.plan import PLAN, Experiment, experiment_from_dict, experiments, plan_lines, select
-from h2dlab.recording.run import EXIT_FAILED, EXIT_INTERRUPTED, record, recording_lock
+from h2dlab.recording.run import EXIT_FAILED, EXIT_INTERRUPTED, lost_tables, record, recording_lock
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "add_parser", "record", "run"]
 
@@ -194,7 +194,8 @@ def run(
         if manifest.get("device", "cuda") != "cpu" and not args.dry_run:
             _gpus(manifest.get("device", "cuda"))  # refuses without CUDA
         if args.dry_run:
-            todo = [r for r in manifest["experiments"] if r["status"] != "done"]
+            lost = lost_tables(folder, manifest["experiments"])  # a resume measures them again
+            todo = [r for r in manifest["experiments"] if r["status"] != "done" or r in lost]
             _print_plan(
                 todo, manifest.get("quick", False), manifest.get("gpu_count", 1), manifest["device"], folder
             )

@@ -112,6 +112,12 @@ def _not_its_own(out: Path, r: dict[str, Any]) -> str | None:
         return f"it cannot be read ({str(exc).splitlines()[0][:200]})"
     if env is None:
         return "it has no env.json of its own"
+    return _written_by_another(env, r)
+
+
+def _written_by_another(env: dict[str, Any], r: dict[str, Any]) -> str | None:
+    """Why the env.json ``env`` was not written by experiment ``r``'s command (its ``--out``
+    must be ``<kind>/<run>``), or None when it was."""
     try:
         words = shlex.split(str(env.get("command") or ""))
     except ValueError:
@@ -245,6 +251,35 @@ def open_log(log: Path):
     return os.fdopen(fd, "a")
 
 
+def lost_tables(folder: Path, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs of ``runs`` noted done whose table is not in ``folder`` (deleted, or a folder
+    copied in part): a resume measures them again, and its plan (``--dry-run``) lists them."""
+    return [
+        r
+        for r in runs
+        if r["status"] == "done" and not (Path(folder) / r["kind"] / f"{r['run']}.csv.gz").exists()
+    ]
+
+
+def _orphan_env_of_its_own(out: Path, r: dict[str, Any]) -> bool:
+    """Whether only the env.json of run ``r``'s table is left at ``out`` (the table and its
+    partial file gone), written by ``r``'s own command: its run starts again (``--force``)."""
+    from h2dlab.recording.schema import SchemaError
+    from h2dlab.recording.tableio import env_path, read_env
+
+    if out.exists() or out.is_symlink() or Path(f"{out}.partial.csv").exists():
+        return False
+    if not env_path(out).is_file():
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            env = read_env(out)
+    except (SchemaError, OSError, ValueError):
+        return False
+    return isinstance(env, dict) and _written_by_another(env, r) is None
+
+
 def _child_command(r: dict[str, Any], folder: Path, options: Callable[[str], set[str]]) -> list[str]:
     """The command line of run ``r`` into ``folder`` (its own ``--resume`` where it started);
     ``options(cmd)``: the option strings the subcommand ``cmd`` accepts."""
@@ -260,6 +295,8 @@ def _child_command(r: dict[str, Any], folder: Path, options: Callable[[str], set
         cmd.append("--resume")  # the run's own resume continues its rows exactly
     elif started and "--force" in opts:
         cmd.append("--force")  # an unfinished run that cannot resume starts again (never unasked)
+    elif "--force" in opts and _orphan_env_of_its_own(out, r):
+        cmd.append("--force")  # its table lost, its own env.json left: the run starts again
     return cmd
 
 
@@ -306,15 +343,14 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
     repeated = repeated_output(runs)
     if repeated:
         raise UsageError(f"{folder / MANIFEST}: {repeated}: nothing was run")
-    for r in runs:  # a run noted done whose table is gone (deleted, copied in part) is measured again
-        if r["status"] == "done" and not (folder / r["kind"] / f"{r['run']}.csv.gz").exists():
-            r["status"] = "pending"
-            print(
-                terminal_text(
-                    f"h2dlab record: {r['kind']}/{r['run']} was done but its table is gone: measured again"
-                ),
-                file=sys.stderr,
-            )
+    for r in lost_tables(folder, runs):  # noted done, its table gone (deleted, copied in part)
+        r["status"] = "pending"
+        print(
+            terminal_text(
+                f"h2dlab record: {r['kind']}/{r['run']} was done but its table is gone: measured again"
+            ),
+            file=sys.stderr,
+        )
     todo = [r for r in runs if r["status"] != "done"]
     kit = str(Path(h2dlab.__file__).resolve().parent.parent)  # the children import this very kit
     folder = folder.resolve()

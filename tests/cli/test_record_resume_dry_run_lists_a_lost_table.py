@@ -5,8 +5,6 @@ exit 0, for a resume that then measures one. The dry run should list the run to 
 
 from __future__ import annotations
 
-import pytest
-
 from h2dlab.cli import main as cli
 from h2dlab.recording import datasets
 from tests.recording.test_record import _plan, _record
@@ -14,7 +12,6 @@ from tests.recording.test_record import _plan, _record
 TINY = {"kind": "sweep", "run": "tiny", "args": ["measure", "--sizes", "1KiB", "--reps", "2", "--warmup", "0", "--strategies", "pageable"], "seconds": 2}  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="hostile6: the dry run lists 0 experiments; the resume measures 1")
 def test_resume_dry_run_lists_a_done_run_whose_table_is_gone(tmp_path, capsys):
     folder = tmp_path / "rec"
     p = _record("--device", "cpu", "--plan", _plan(tmp_path, TINY), "--out", str(folder))

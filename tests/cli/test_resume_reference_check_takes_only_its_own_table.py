@@ -42,7 +42,6 @@ def whole_table_without_reference(tmp_path, monkeypatch, capsys):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="hostile6: the check is taken here for another host's table, exit 0")
 def test_resume_does_not_take_the_reference_check_for_another_hosts_table(
     whole_table_without_reference, capsys
 ):
@@ -57,7 +56,6 @@ def test_resume_does_not_take_the_reference_check_for_another_hosts_table(
     assert rc != 0 and "gpu-node-17" in err, (rc, err)
 
 
-@pytest.mark.xfail(strict=True, reason="hostile6: an env.json of the reference alone is written, exit 0")
 def test_resume_does_not_take_the_reference_check_for_a_table_without_its_env_json(
     whole_table_without_reference, capsys
 ):
@@ -69,9 +67,6 @@ def test_resume_does_not_take_the_reference_check_for_a_table_without_its_env_js
     assert rc != 0, (rc, err)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="hostile6: another run's env.json beside the table is replaced, exit 0"
-)
 def test_resume_keeps_another_runs_env_json_beside_the_table(tmp_path, monkeypatch, capsys):
     """The env.json beside the table is another run's (copied there): the readers say so and
     do not use it ("it is not used, so this table has no env.json"); the check was then

@@ -8,17 +8,12 @@ this run's ``--out``): the run should be measured again."""
 
 from __future__ import annotations
 
-import pytest
-
 from h2dlab.recording import datasets
 from tests.recording.test_record import _plan, _record
 
 TINY = {"kind": "sweep", "run": "tiny", "args": ["measure", "--sizes", "1KiB", "--reps", "2", "--warmup", "0", "--strategies", "pageable"], "seconds": 2}  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True, reason="hostile6: the orphan env.json blocks the run; the advised retry fails again"
-)
 def test_resume_remeasures_a_done_run_whose_table_alone_is_gone(tmp_path):
     folder = tmp_path / "rec"
     p = _record("--device", "cpu", "--plan", _plan(tmp_path, TINY), "--out", str(folder))
