@@ -87,3 +87,29 @@ def test_a_reference_check_left_alone_is_taken_and_exits_0(tmp_path, capsys, mon
     assert rc == 0, err
     assert "interrupted" not in err
     assert [r["size_bytes"] for r in datasets.read_env(out)["reference"]] == [1024, 4096]
+
+
+# ``measure --reference --resume`` of that whole table said "finished: nothing to resume" and
+# exited 0, without the reference (hostile pass 5): it now takes the check on the table's rows.
+def test_resume_of_a_table_whose_reference_was_stopped_does_not_say_it_is_done(tmp_path, capsys, monkeypatch):
+    def interrupted(*a, **k):
+        signal.raise_signal(signal.SIGTERM)
+        raise AssertionError("the signal did not interrupt")
+
+    monkeypatch.setattr(reference, "reference_medians_us", interrupted)
+    out = tmp_path / "r.csv"
+    assert cli.main([*ARGS, "--out", str(out)]) == 130
+    assert "reference" not in datasets.read_env(out)
+    capsys.readouterr()
+
+    fake = {("pageable", n): {"reference_median_us": 1.0, "reference_iqr_us": 0.1, "reference_blocks": 3.0,
+                              "reference_calls_per_block": 10.0} for n in (1024, 4096)}  # fmt: skip
+    monkeypatch.setattr(reference, "reference_medians_us", lambda *a, **k: fake)
+    rc = cli.main([*ARGS, "--out", str(out), "--resume"])
+    err = capsys.readouterr().err
+    taken = "reference" in (datasets.read_env(out) or {})
+    # either the check is taken now, or the command says it was not and does not exit 0
+    assert taken or (rc != 0 and "reference" in err), (rc, err)
+    assert taken and rc == 0  # the check is taken now, on the finished table's rows
+    again = cli.main([*ARGS, "--out", str(out), "--resume"])
+    assert again == 0 and "nothing to resume" in capsys.readouterr().err  # and then it is finished

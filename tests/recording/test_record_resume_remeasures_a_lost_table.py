@@ -30,3 +30,21 @@ def test_resume_does_not_count_a_done_run_whose_table_is_gone(tmp_path):
     assert remeasured or said, (p.returncode, err, json.loads(out) if out.strip() else out)
     assert remeasured and p.returncode == 0 and "its table is gone: measured again" in err
     assert len(datasets.read(table)) == 2
+
+
+# Where the table alone was lost, its env.json left beside it, the child refused to write over
+# that env.json and the run failed at every resume (hostile pass 6): the env.json is the lost
+# run's own (its command names this run's --out), so the run starts again with --force.
+def test_resume_remeasures_a_done_run_whose_table_alone_is_gone(tmp_path):
+    folder = tmp_path / "rec"
+    p = _record("--device", "cpu", "--plan", _plan(tmp_path, TINY), "--out", str(folder))
+    _, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err
+    table = folder / "sweep" / "tiny.csv.gz"
+    table.unlink()  # its env.json is left
+    assert datasets.env_path(table).exists()
+
+    p = _record("--resume", str(folder))
+    _, err = p.communicate(timeout=240)
+    assert p.returncode == 0 and table.exists(), (p.returncode, err)
+    assert len(datasets.read(table)) == 2
