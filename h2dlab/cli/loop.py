@@ -81,23 +81,25 @@ def take_missing_reference(a: argparse.Namespace, out: Any, spec: Any) -> tuple[
     reference already (nothing to do: the caller says the table is finished). Otherwise the
     check is taken now, on the table's rows (an earlier one was stopped before it was taken):
     returns the table and None, or the line that says it was interrupted again."""
-    if not (a.reference and a.resume) or out is None or _reference_written(None, out):
+    if not (a.reference and a.resume) or out is None:
         return None
     from h2dlab.measure.reference import attach
     from h2dlab.recording import datasets
 
     df = datasets.read(out)
     env = df.attrs.get("env")  # None where the env.json beside it is missing or another run's
-    if not isinstance(env, dict) or not isinstance(env.get("spec"), dict):
+    if not isinstance(env, dict) or not isinstance(env.get("spec"), dict) or not env["spec"]:
         raise UsageError(
-            f"{out} has no env.json of its own to say where it was measured, so its reference check "
-            "cannot be taken here: measure it again with --force"
+            f"{out} has no env.json of its own that says where and how it was measured, so its "
+            "reference check cannot be taken here: measure again into a new --out"
         )
+    if env.get("reference"):
+        return None  # taken already: the table is finished
     elsewhere = _measured_elsewhere(env, spec.device)
     if elsewhere:
         raise UsageError(
             f"{out} was measured on {elsewhere}: its reference check belongs to that machine; "
-            "take it there, or measure again here with --force"
+            "take it there, or measure again here into a new --out"
         )
     try:
         attach(df, out, spec.device, seed=spec.seed)
@@ -117,9 +119,9 @@ def _measured_elsewhere(env: dict[str, Any], device: str) -> str | None:
     import platform
 
     host = env.get("hostname")
-    theirs = f"{host}" + (f", {env.get('gpu_name')}" if env.get("gpu_name") else "")
-    if host != platform.node():
-        return theirs
+    theirs = f"{str(host)[:80]}" + (f", {str(env.get('gpu_name'))[:80]}" if env.get("gpu_name") else "")
+    if host != platform.node() or env.get("platform", platform.platform()) != platform.platform():
+        return theirs  # the same host name on another kernel or image is another machine
     if str(device).startswith("cuda"):
         import torch
 

@@ -145,6 +145,19 @@ def is_kind_folder(folder: str | Path) -> bool:
     return folder.name in KINDS and is_recording(folder.parent)
 
 
+#: The most a recording.json may hold: the plan's 22 runs take a few kB, so 16 MiB is ample;
+#: a larger one (a planted or sparse file) is not read at all.
+MANIFEST_MAX_BYTES = 16 << 20
+
+
+def _manifest_text(p: Path) -> str | None:
+    """The text of the regular file ``p``, or None where it holds more than
+    :data:`MANIFEST_MAX_BYTES` (at most that many bytes and one more are read)."""
+    with open(p, "rb") as fh:
+        data = fh.read(MANIFEST_MAX_BYTES + 1)
+    return None if len(data) > MANIFEST_MAX_BYTES else data.decode("utf-8", errors="replace")
+
+
 def read_manifest(folder: str | Path) -> dict[str, Any] | None:
     """The recording.json of ``folder``, or None if it has none, or one that is unreadable or
     not a JSON object (such a folder reads as one without recording.json)."""
@@ -152,7 +165,10 @@ def read_manifest(folder: str | Path) -> dict[str, Any] | None:
     try:
         if not p.is_file():  # a link to /dev/zero (endless) or a FIFO (blocks): not one `record` wrote
             return None
-        m = json_text(json.loads(p.read_text()))  # a lone surrogate as text
+        text = _manifest_text(p)
+        if text is None:  # far larger than any recording.json: not one `record` wrote
+            return None
+        m = json_text(json.loads(text))  # a lone surrogate as text
     except (OSError, ValueError, RecursionError):
         return None
     return m if isinstance(m, dict) else None
@@ -302,7 +318,13 @@ def load_manifest(folder: str | Path) -> dict[str, Any]:
     if not p.is_file():  # a link to /dev/zero (endless) or a FIFO (blocks)
         raise UsageError(f"{p} is not a regular file: it cannot be resumed; record into a new folder")
     try:
-        m = json_text(json.loads(p.read_text()))  # a lone surrogate as text
+        text = _manifest_text(p)
+        if text is None:
+            raise UsageError(
+                f"{p} holds more than {MANIFEST_MAX_BYTES >> 20} MiB, far more than any recording.json: "
+                "it cannot be resumed; record into a new folder"
+            )
+        m = json_text(json.loads(text))  # a lone surrogate as text
     except (OSError, ValueError, RecursionError) as exc:
         raise UsageError(
             f"{p} cannot be read ({exc}): it cannot be resumed; record into a new folder"

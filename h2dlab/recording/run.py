@@ -254,11 +254,13 @@ def open_log(log: Path):
 def lost_tables(folder: Path, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs of ``runs`` noted done whose table is not in ``folder`` (deleted, or a folder
     copied in part): a resume measures them again, and its plan (``--dry-run``) lists them."""
-    return [
-        r
-        for r in runs
-        if r["status"] == "done" and not (Path(folder) / r["kind"] / f"{r['run']}.csv.gz").exists()
-    ]
+    gone = []
+    for r in runs:
+        table = Path(folder) / r["kind"] / f"{r['run']}.csv.gz"
+        # a link (even a dangling one: an unmounted disk, or planted) is never written through
+        if r["status"] == "done" and not table.exists() and not table.is_symlink():
+            gone.append(r)
+    return gone
 
 
 def _orphan_env_of_its_own(out: Path, r: dict[str, Any]) -> bool:
@@ -269,7 +271,7 @@ def _orphan_env_of_its_own(out: Path, r: dict[str, Any]) -> bool:
 
     if out.exists() or out.is_symlink() or Path(f"{out}.partial.csv").exists():
         return False
-    if not env_path(out).is_file():
+    if not env_path(out).is_file() or env_path(out).is_symlink():
         return False
     try:
         with warnings.catch_warnings():
@@ -277,7 +279,32 @@ def _orphan_env_of_its_own(out: Path, r: dict[str, Any]) -> bool:
             env = read_env(out)
     except (SchemaError, OSError, ValueError):
         return False
-    return isinstance(env, dict) and _written_by_another(env, r) is None
+    if not isinstance(env, dict) or _written_by_another(env, r) is not None:
+        return False
+    return not _run_kept_elsewhere(out, str(env.get("run_id") or ""))
+
+
+def _run_kept_elsewhere(out: Path, run_id: str) -> bool:
+    """Whether another table beside ``out`` holds rows of ``run_id`` (the lost table renamed,
+    ``tiny.csv.gz`` to ``tiny-old.csv.gz``): its env.json is then that table's, and kept.
+    Reads the header and first row of each sibling ``.csv.gz``."""
+    import csv
+    import gzip
+
+    if not run_id:
+        return True  # an env.json that names no run cannot be told apart: kept
+    for other in out.parent.glob("*.csv.gz"):
+        if other.name == out.name or other.is_symlink() or not other.is_file():
+            continue
+        try:
+            with gzip.open(other, "rt", newline="") as fh:
+                rows = csv.reader(fh)
+                head, first = next(rows, []), next(rows, [])
+        except (OSError, EOFError, csv.Error, UnicodeDecodeError):
+            continue
+        if "run_id" in head and len(first) > head.index("run_id") and first[head.index("run_id")] == run_id:
+            return True
+    return False
 
 
 def _child_command(r: dict[str, Any], folder: Path, options: Callable[[str], set[str]]) -> list[str]:

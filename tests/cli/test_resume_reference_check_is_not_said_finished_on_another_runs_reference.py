@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from h2dlab.cli import main as cli
 from h2dlab.measure import reference
 from h2dlab.recording import datasets
@@ -29,7 +27,6 @@ FAKE = {
 }  # fmt: skip  (synthetic reference timings)
 
 
-@pytest.mark.xfail(strict=True, reason="hostile7: another run's reference answers for the table's own")
 def test_resume_reference_does_not_exit_0_on_another_runs_env_json_holding_a_reference(
     tmp_path, monkeypatch, capsys
 ):

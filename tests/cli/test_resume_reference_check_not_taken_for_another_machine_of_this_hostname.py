@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import platform
 
-import pytest
-
 from h2dlab.cli import main as cli
 from h2dlab.measure import reference
 from h2dlab.recording import datasets
@@ -31,7 +29,6 @@ FAKE = {
 }  # fmt: skip  (synthetic reference timings)
 
 
-@pytest.mark.xfail(strict=True, reason="hostile7: the host name alone stands for the machine")
 def test_resume_reference_is_not_taken_for_another_machine_of_the_same_host_name(
     tmp_path, monkeypatch, capsys
 ):

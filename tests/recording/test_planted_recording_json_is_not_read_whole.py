@@ -14,8 +14,6 @@ import resource
 import subprocess
 import sys
 
-import pytest
-
 from tests.recording.test_record import ROOT
 
 LIMIT_BYTES = 2_500_000_000  # the process's address space: a failure ends in MemoryError, not in swap
@@ -25,7 +23,6 @@ def _limited() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (LIMIT_BYTES, LIMIT_BYTES))
 
 
-@pytest.mark.xfail(strict=True, reason="hostile7: a sparse multi-GB recording.json is read whole")
 def test_a_sparse_huge_recording_json_is_refused_in_one_line(tmp_path):
     folder = tmp_path / "sent"
     (folder / "sweep").mkdir(parents=True)

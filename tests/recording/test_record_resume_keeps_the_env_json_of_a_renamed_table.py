@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from h2dlab.recording import datasets
 from tests.recording.test_record import _plan, _record
 
 TINY = {"kind": "sweep", "run": "tiny", "args": ["measure", "--sizes", "1KiB", "--reps", "2", "--warmup", "0", "--strategies", "pageable"], "seconds": 2}  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="hostile7: a renamed table's env.json is written over")
 def test_resume_keeps_the_env_json_of_a_table_renamed_in_its_kind_folder(tmp_path):
     folder = tmp_path / "rec"
     p = _record("--device", "cpu", "--plan", _plan(tmp_path, TINY), "--out", str(folder))

@@ -11,15 +11,12 @@ every retry fails the same way. The kit's rule: it never writes a run through a 
 
 from __future__ import annotations
 
-import pytest
-
 from h2dlab.recording import datasets
 from tests.recording.test_record import _plan, _record, _recording
 
 TINY = {"kind": "sweep", "run": "tiny", "args": ["measure", "--sizes", "1KiB", "--reps", "2", "--warmup", "0", "--strategies", "pageable"], "seconds": 2}  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="hostile7: a table link is followed; the run lands at its target")
 def test_resume_does_not_write_a_run_through_a_dangling_table_link(tmp_path):
     folder = tmp_path / "rec"
     p = _record("--device", "cpu", "--plan", _plan(tmp_path, TINY), "--out", str(folder))
