@@ -24,6 +24,7 @@ from typing import Any
 
 from h2dlab.cli.common import names
 from h2dlab.errors import Unavailable, UsageError
+from h2dlab.escape import terminal_text
 from h2dlab.recording.folder import (
     default_folder,
     is_recording,
@@ -33,7 +34,14 @@ from h2dlab.recording.folder import (
     write_manifest,
 )
 from h2dlab.recording.plan import PLAN, Experiment, experiment_from_dict, experiments, plan_lines, select
-from h2dlab.recording.run import EXIT_FAILED, EXIT_INTERRUPTED, lost_tables, record, recording_lock
+from h2dlab.recording.run import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    dangling_tables,
+    lost_tables,
+    record,
+    recording_lock,
+)
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "add_parser", "record", "run"]
 
@@ -195,6 +203,11 @@ def run(
             _gpus(manifest.get("device", "cuda"))  # refuses without CUDA
         if args.dry_run:
             lost = lost_tables(folder, manifest["experiments"])  # a resume measures them again
+            for r in dangling_tables(folder, manifest["experiments"]):
+                print(
+                    terminal_text(f"{r['kind']}/{r['run']}: noted done, its table a link to a missing file"),
+                    file=sys.stderr,
+                )
             todo = [r for r in manifest["experiments"] if r["status"] != "done" or r in lost]
             _print_plan(
                 todo, manifest.get("quick", False), manifest.get("gpu_count", 1), manifest["device"], folder

@@ -263,6 +263,18 @@ def lost_tables(folder: Path, runs: list[dict[str, Any]]) -> list[dict[str, Any]
     return gone
 
 
+def dangling_tables(folder: Path, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs of ``runs`` noted done whose table is a link to nothing (an unmounted disk, or
+    planted): not measured again through the link, and said."""
+    return [
+        r
+        for r in runs
+        if r["status"] == "done"
+        and (Path(folder) / r["kind"] / f"{r['run']}.csv.gz").is_symlink()
+        and not (Path(folder) / r["kind"] / f"{r['run']}.csv.gz").exists()
+    ]
+
+
 def _orphan_env_of_its_own(out: Path, r: dict[str, Any]) -> bool:
     """Whether only the env.json of run ``r``'s table is left at ``out`` (the table and its
     partial file gone), written by ``r``'s own command: its run starts again (``--force``)."""
@@ -279,32 +291,27 @@ def _orphan_env_of_its_own(out: Path, r: dict[str, Any]) -> bool:
             env = read_env(out)
     except (SchemaError, OSError, ValueError):
         return False
-    if not isinstance(env, dict) or _written_by_another(env, r) is not None:
-        return False
-    return not _run_kept_elsewhere(out, str(env.get("run_id") or ""))
+    return isinstance(env, dict) and _written_by_another(env, r) is None
 
 
-def _run_kept_elsewhere(out: Path, run_id: str) -> bool:
-    """Whether another table beside ``out`` holds rows of ``run_id`` (the lost table renamed,
-    ``tiny.csv.gz`` to ``tiny-old.csv.gz``): its env.json is then that table's, and kept.
-    Reads the header and first row of each sibling ``.csv.gz``."""
-    import csv
-    import gzip
+def keep_orphan_env(out: Path, r: dict[str, Any]) -> Path | None:
+    """Where run ``r``'s table at ``out`` is gone and only its own env.json is left, move that
+    env.json aside, as ``<table>.kept-<run_id>.env.json`` beside it, so that the run starts
+    again without writing over it: the table may live on under another name or format, and
+    no sibling file is read to find out. Returns the new path, or None where nothing moved."""
+    from h2dlab.recording.tableio import env_path, read_env
 
-    if not run_id:
-        return True  # an env.json that names no run cannot be told apart: kept
-    for other in out.parent.glob("*.csv.gz"):
-        if other.name == out.name or other.is_symlink() or not other.is_file():
-            continue
-        try:
-            with gzip.open(other, "rt", newline="") as fh:
-                rows = csv.reader(fh)
-                head, first = next(rows, []), next(rows, [])
-        except (OSError, EOFError, csv.Error, UnicodeDecodeError):
-            continue
-        if "run_id" in head and len(first) > head.index("run_id") and first[head.index("run_id")] == run_id:
-            return True
-    return False
+    if not _orphan_env_of_its_own(out, r):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run_id = "".join(c for c in str((read_env(out) or {}).get("run_id") or "") if c.isalnum())[:32]
+    for n in range(1000):
+        kept = out.with_name(f"{out.name}.kept-{run_id or 'run'}{f'-{n}' if n else ''}.env.json")
+        if not (kept.exists() or kept.is_symlink()):
+            os.replace(env_path(out), kept)
+            return kept
+    return None
 
 
 def _child_command(r: dict[str, Any], folder: Path, options: Callable[[str], set[str]]) -> list[str]:
@@ -322,8 +329,6 @@ def _child_command(r: dict[str, Any], folder: Path, options: Callable[[str], set
         cmd.append("--resume")  # the run's own resume continues its rows exactly
     elif started and "--force" in opts:
         cmd.append("--force")  # an unfinished run that cannot resume starts again (never unasked)
-    elif "--force" in opts and _orphan_env_of_its_own(out, r):
-        cmd.append("--force")  # its table lost, its own env.json left: the run starts again
     return cmd
 
 
@@ -370,6 +375,22 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
     repeated = repeated_output(runs)
     if repeated:
         raise UsageError(f"{folder / MANIFEST}: {repeated}: nothing was run")
+    linked = sorted({r["kind"] for r in runs if (Path(folder) / r["kind"]).is_symlink()})
+    if linked:  # a run would land wherever the link points: another recording's folder
+        raise UsageError(
+            terminal_text(
+                f"{folder}: the kind folder(s) {', '.join(linked)} are links: h2dlab never writes a run "
+                "through a link; replace each with a real folder: nothing was run"
+            )
+        )
+    for r in dangling_tables(folder, runs):
+        print(
+            terminal_text(
+                f"h2dlab record: {r['kind']}/{r['run']} is noted done, but its table is a link to a missing "
+                "file: it is not measured again through the link; remove the link to measure it again"
+            ),
+            file=sys.stderr,
+        )
     for r in lost_tables(folder, runs):  # noted done, its table gone (deleted, copied in part)
         r["status"] = "pending"
         print(
@@ -397,6 +418,14 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
                 break
             out = folder / r["kind"] / f"{r['run']}.csv.gz"
             out.parent.mkdir(parents=True, exist_ok=True)
+            kept = keep_orphan_env(out, r)  # its table gone, its own env.json left: moved aside, kept
+            if kept is not None:
+                print(
+                    terminal_text(
+                        f"h2dlab record: {r['kind']}/{r['run']}: its old env.json is kept as {kept.name}"
+                    ),
+                    file=sys.stderr,
+                )
             bar.start(i, r)
             t0 = time.time()
             impostor = None

@@ -15,7 +15,6 @@ from h2dlab.recording.folder import read_manifest, write_manifest
 from tests.recording.test_record import _recording
 
 
-@pytest.mark.xfail(strict=True, reason="hostile8: a done run's dangling table link passes unsaid")
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_resume_names_a_done_run_whose_table_is_a_dangling_link(tmp_path, capsys, dry_run):
     folder = _recording(tmp_path / "rec")  # SYNTHETIC recording of one tiny CPU sweep

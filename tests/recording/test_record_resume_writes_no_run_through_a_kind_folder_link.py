@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 from h2dlab.cli.main import main
 from h2dlab.recording.folder import read_manifest, write_manifest
 from tests.recording.test_record import _recording
@@ -20,7 +18,6 @@ MEASURE = ["measure", "--device", "cpu", "--sizes", "4KiB", "--reps", "3", "--wa
 MEASURE += ["--strategies", "pageable", "--no-progress"]
 
 
-@pytest.mark.xfail(strict=True, reason="hostile8: a kind-folder link is written through")
 def test_resume_leaves_another_recordings_table_behind_a_kind_folder_link_untouched(tmp_path):
     theirs = tmp_path / "h200-2026-12-01" / "sweep" / "tiny.csv.gz"  # another recording's table
     theirs.parent.mkdir(parents=True)
