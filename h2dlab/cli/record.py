@@ -41,6 +41,7 @@ from h2dlab.recording.run import (
     lost_tables,
     record,
     recording_lock,
+    refuse_linked_kind_folders,
 )
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "add_parser", "record", "run"]
@@ -202,6 +203,7 @@ def run(
         if manifest.get("device", "cuda") != "cpu" and not args.dry_run:
             _gpus(manifest.get("device", "cuda"))  # refuses without CUDA
         if args.dry_run:
+            refuse_linked_kind_folders(folder, manifest["experiments"], "the resume would run nothing")
             lost = lost_tables(folder, manifest["experiments"])  # a resume measures them again
             for r in dangling_tables(folder, manifest["experiments"]):
                 print(

@@ -263,6 +263,19 @@ def lost_tables(folder: Path, runs: list[dict[str, Any]]) -> list[dict[str, Any]
     return gone
 
 
+def refuse_linked_kind_folders(folder: Path, runs: list[dict[str, Any]], then: str) -> None:
+    """``UsageError`` where the kind folder of any of ``runs`` is a link: a run would land
+    wherever it points (another recording's folder). ``then``: what was done, for the line."""
+    linked = sorted({r["kind"] for r in runs if (Path(folder) / r["kind"]).is_symlink()})
+    if linked:
+        raise UsageError(
+            terminal_text(
+                f"{folder}: the kind folder(s) {', '.join(linked)} are links: h2dlab never writes a run "
+                f"through a link; replace each with a real folder: {then}"
+            )
+        )
+
+
 def dangling_tables(folder: Path, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs of ``runs`` noted done whose table is a link to nothing (an unmounted disk, or
     planted): not measured again through the link, and said."""
@@ -375,14 +388,7 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
     repeated = repeated_output(runs)
     if repeated:
         raise UsageError(f"{folder / MANIFEST}: {repeated}: nothing was run")
-    linked = sorted({r["kind"] for r in runs if (Path(folder) / r["kind"]).is_symlink()})
-    if linked:  # a run would land wherever the link points: another recording's folder
-        raise UsageError(
-            terminal_text(
-                f"{folder}: the kind folder(s) {', '.join(linked)} are links: h2dlab never writes a run "
-                "through a link; replace each with a real folder: nothing was run"
-            )
-        )
+    refuse_linked_kind_folders(folder, runs, "nothing was run")
     for r in dangling_tables(folder, runs):
         print(
             terminal_text(
@@ -417,6 +423,10 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
             if stop.signum is not None:
                 break
             out = folder / r["kind"] / f"{r['run']}.csv.gz"
+            done_so_far = sum(x["status"] == "done" for x in runs)
+            refuse_linked_kind_folders(
+                folder, [r], f"stopped before {r['kind']}/{r['run']} ({done_so_far} done)"
+            )
             out.parent.mkdir(parents=True, exist_ok=True)
             kept = keep_orphan_env(out, r)  # its table gone, its own env.json left: moved aside, kept
             if kept is not None:
@@ -441,6 +451,10 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
                             f"{impostor}; move it away, then resume\n"
                         )
             else:
+                # again at the last moment: a kind folder made a link while the recording ran
+                refuse_linked_kind_folders(
+                    folder, [r], f"stopped before {r['kind']}/{r['run']} ({done_so_far} done)"
+                )
                 cmd = _child_command(r, folder, options)
                 with open_log(log) as fh:
                     fh.write(

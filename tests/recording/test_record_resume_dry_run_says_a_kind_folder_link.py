@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 from h2dlab.cli.main import main
 from tests.recording.test_record import _recording
 
@@ -20,7 +18,6 @@ def _rc(argv: list[str]) -> int:
         return exc.code
 
 
-@pytest.mark.xfail(strict=True, reason="hostile9: --dry-run does not check kind-folder links")
 def test_resume_dry_run_refuses_a_kind_folder_link_as_the_resume_does(tmp_path, capsys):
     (tmp_path / "other" / "sweep").mkdir(parents=True)  # another recording's kind folder
     folder = _recording(tmp_path / "sent")  # SYNTHETIC recording of one tiny CPU sweep

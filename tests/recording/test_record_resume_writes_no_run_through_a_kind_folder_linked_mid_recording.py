@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 
-import pytest
-
 from h2dlab.cli.main import main
 from h2dlab.recording import run as run_mod
 from h2dlab.recording.folder import read_manifest, write_manifest
@@ -23,7 +21,6 @@ MEASURE = ["measure", "--device", "cpu", "--sizes", "4KiB", "--reps", "3", "--wa
 MEASURE += ["--strategies", "pageable", "--no-progress"]
 
 
-@pytest.mark.xfail(strict=True, reason="hostile9: the kind-folder link check runs once, before the first run")
 def test_resume_leaves_another_recordings_table_behind_a_kind_folder_linked_after_the_check(
     tmp_path, monkeypatch
 ):
