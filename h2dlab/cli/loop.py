@@ -71,9 +71,7 @@ def after_sweep(a: argparse.Namespace, df: Any, out: Any, spec: Any) -> str | No
             if _reference_written(df, out):
                 return None  # the signal came after it was written: it was taken
             why = "it was interrupted"
-    return (
-        f"h2dlab: interrupted: the reference check was not taken ({why}); {out} is whole and kept without it"
-    )
+    return _not_taken(why, out)
 
 
 def take_missing_reference(a: argparse.Namespace, out: Any, spec: Any) -> tuple[Any, str | None] | None:
@@ -107,9 +105,13 @@ def take_missing_reference(a: argparse.Namespace, out: Any, spec: Any) -> tuple[
     except KeyboardInterrupt:
         if _reference_written(df, out):
             return df, None
-    return df, (
-        f"h2dlab: interrupted: the reference check was not taken (it was interrupted); {out} is whole "
-        "and kept without it"
+    return df, _not_taken("it was interrupted", out)
+
+
+def _not_taken(why: str, out: Any) -> str:
+    """The line that says the reference check was not taken, and why."""
+    return (
+        f"h2dlab: interrupted: the reference check was not taken ({why}); {out} is whole and kept without it"
     )
 
 

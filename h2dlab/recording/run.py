@@ -251,12 +251,17 @@ def open_log(log: Path):
     return os.fdopen(fd, "a")
 
 
+def table_path(folder: Path, r: dict[str, Any]) -> Path:
+    """Where run ``r`` of the recording in ``folder`` writes its table: ``<kind>/<run>.csv.gz``."""
+    return Path(folder) / r["kind"] / f"{r['run']}.csv.gz"
+
+
 def lost_tables(folder: Path, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs of ``runs`` noted done whose table is not in ``folder`` (deleted, or a folder
     copied in part): a resume measures them again, and its plan (``--dry-run``) lists them."""
     gone = []
     for r in runs:
-        table = Path(folder) / r["kind"] / f"{r['run']}.csv.gz"
+        table = table_path(folder, r)
         # a link (even a dangling one: an unmounted disk, or planted) is never written through
         if r["status"] == "done" and not table.exists() and not table.is_symlink():
             gone.append(r)
@@ -282,29 +287,27 @@ def dangling_tables(folder: Path, runs: list[dict[str, Any]]) -> list[dict[str, 
     return [
         r
         for r in runs
-        if r["status"] == "done"
-        and (Path(folder) / r["kind"] / f"{r['run']}.csv.gz").is_symlink()
-        and not (Path(folder) / r["kind"] / f"{r['run']}.csv.gz").exists()
+        if r["status"] == "done" and table_path(folder, r).is_symlink() and not table_path(folder, r).exists()
     ]
 
 
-def _orphan_env_of_its_own(out: Path, r: dict[str, Any]) -> bool:
-    """Whether only the env.json of run ``r``'s table is left at ``out`` (the table and its
-    partial file gone), written by ``r``'s own command: its run starts again (``--force``)."""
+def _orphan_env_of_its_own(out: Path, r: dict[str, Any]) -> dict[str, Any] | None:
+    """The env.json of run ``r``'s table at ``out`` where it alone is left (the table and its
+    partial file gone) and was written by ``r``'s own command, else None."""
     from h2dlab.recording.schema import SchemaError
     from h2dlab.recording.tableio import env_path, read_env
 
     if out.exists() or out.is_symlink() or Path(f"{out}.partial.csv").exists():
-        return False
+        return None
     if not env_path(out).is_file() or env_path(out).is_symlink():
-        return False
+        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             env = read_env(out)
     except (SchemaError, OSError, ValueError):
-        return False
-    return isinstance(env, dict) and _written_by_another(env, r) is None
+        return None
+    return env if isinstance(env, dict) and _written_by_another(env, r) is None else None
 
 
 def keep_orphan_env(out: Path, r: dict[str, Any]) -> Path | None:
@@ -312,13 +315,12 @@ def keep_orphan_env(out: Path, r: dict[str, Any]) -> Path | None:
     env.json aside, as ``<table>.kept-<run_id>.env.json`` beside it, so that the run starts
     again without writing over it: the table may live on under another name or format, and
     no sibling file is read to find out. Returns the new path, or None where nothing moved."""
-    from h2dlab.recording.tableio import env_path, read_env
+    from h2dlab.recording.tableio import env_path
 
-    if not _orphan_env_of_its_own(out, r):
+    env = _orphan_env_of_its_own(out, r)
+    if env is None:
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        run_id = "".join(c for c in str((read_env(out) or {}).get("run_id") or "") if c.isalnum())[:32]
+    run_id = "".join(c for c in str(env.get("run_id") or "") if c.isalnum())[:32]
     for n in range(1000):
         kept = out.with_name(f"{out.name}.kept-{run_id or 'run'}{f'-{n}' if n else ''}.env.json")
         if not (kept.exists() or kept.is_symlink()):
@@ -330,7 +332,7 @@ def keep_orphan_env(out: Path, r: dict[str, Any]) -> Path | None:
 def _child_command(r: dict[str, Any], folder: Path, options: Callable[[str], set[str]]) -> list[str]:
     """The command line of run ``r`` into ``folder`` (its own ``--resume`` where it started);
     ``options(cmd)``: the option strings the subcommand ``cmd`` accepts."""
-    out = (folder / r["kind"] / f"{r['run']}.csv.gz").resolve()
+    out = table_path(folder, r).resolve()
     cmd = [*python_command(), "-m", CLI_MODULE, *r["args"], "--out", str(out)]
     opts = options(r["args"][0])
     if "--no-progress" in opts:
@@ -422,7 +424,7 @@ def record(folder: Path, manifest: dict[str, Any], options: Callable[[str], set[
         for i, r in enumerate(todo, 1):
             if stop.signum is not None:
                 break
-            out = folder / r["kind"] / f"{r['run']}.csv.gz"
+            out = table_path(folder, r)
             done_so_far = sum(x["status"] == "done" for x in runs)
             refuse_linked_kind_folders(
                 folder, [r], f"stopped before {r['kind']}/{r['run']} ({done_so_far} done)"
